@@ -1,0 +1,46 @@
+# Stockade — run `make` to list the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv proto proto-check lint test demo bench render certs clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv and install stockade with its dev extra
+
+proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
+	$(BIN)/python -m stockade.protogen --out clients
+
+proto-check: $(STAMP) ## Fail when `make proto` would change the committed generated code
+	$(BIN)/python -m stockade.protogen --check
+
+lint: $(STAMP) ## ruff (lint + format check) and mypy strict on our code
+	$(BIN)/ruff check clients services tests
+	$(BIN)/ruff format --check clients services tests
+	$(BIN)/mypy clients/stockade services/stockade
+
+test: $(STAMP) lint proto-check ## Lint, generated-code check and the whole test suite
+	$(BIN)/pytest -q
+
+demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripted agent session
+	$(BIN)/stockade demo
+
+bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as ratios)
+	$(BIN)/python -m tests.bench
+
+render: $(STAMP) ## Render the Kubernetes overlays with kubectl kustomize
+	@for o in deploy/k8s/overlays/*/; do echo "--- $$o"; kubectl kustomize "$$o" >/dev/null && echo ok; done
+
+clean: ## Remove the venv and local state
+	rm -rf $(VENV) .stockade .pytest_cache .mypy_cache .ruff_cache bench-results.json
