@@ -1,0 +1,1 @@
+"""The executor service: path sandbox, bash analysis, confinement and tools."""

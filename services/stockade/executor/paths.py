@@ -1,0 +1,505 @@
+"""The executor's path sandbox (SPEC EXE-1 … EXE-5).
+
+Every path a tool touches goes through :class:`PathSandbox`:
+
+* ``check`` decides whether a path may be read (or written) and returns its canonical form.
+  Paths are resolved component by component by this module (not by ``os.path.realpath``),
+  so that every symlink hop is seen: a chain that leaves the roots and comes back, a loop,
+  or a route through ``/proc`` or ``/dev/fd`` (magic links whose kernel meaning differs
+  from their ``readlink`` text) is refused.
+* ``open`` turns a checked path into a file descriptor without following any symlink
+  swapped in after the check (EXE-4): ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``
+  from the root's directory fd where the kernel has it, otherwise a walk from that fd with
+  ``O_NOFOLLOW`` on every component.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fnmatch
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stockade.errors import PathRefused
+
+__all__ = [
+    "DEFAULT_PROTECTED_WRITES",
+    "PathDecision",
+    "PathSandbox",
+    "Root",
+    "is_protected_write",
+    "openat2_available",
+]
+
+DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
+    # Git runs hooks and honours config (core.fsmonitor, core.pager, aliases) on ordinary
+    # commands such as `git status`: writing them turns a later read-only command into code.
+    ".git/hooks/**",
+    ".git/config",
+    ".git/info/attributes",
+    ".gitmodules",
+    ".gitconfig",
+    # Shell start-up files run on the next interactive or login shell.
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".cshrc",
+    ".tcshrc",
+    ".kshrc",
+    ".config/fish/**",
+    # direnv executes .envrc on `cd`.
+    ".envrc",
+    # Editors run tasks and extensions declared in these folders when a project opens.
+    ".vscode/**",
+    ".idea/**",
+    # Persistence through SSH keys (authorized_keys, config with ProxyCommand).
+    ".ssh/**",
+    # npm honours script-shell / node-options from .npmrc: code on the next `npm run`.
+    ".npmrc",
+)
+"""Write-protected paths, matched against the trailing components of the canonical path.
+
+``*`` matches within one component, ``**`` matches any number of components; a pattern
+starting with ``/`` is anchored at the file-system root, any other matches at any depth.
+"""
+
+_MAX_SYMLINK_HOPS = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
+
+# Kernel "magic links" live here: their readlink text is not what the kernel follows
+# (/proc/self/root, /proc/<pid>/cwd, /proc/<pid>/fd/N, /dev/fd/N -> /proc/self/fd/N).
+_MAGIC_PREFIXES: tuple[str, ...] = ("/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+
+
+@dataclass(frozen=True)
+class Root:
+    """An allowed root directory (EXE-1)."""
+
+    path: str
+    """Canonical absolute path of the root."""
+    writable: bool
+    """Whether tools may create or modify files below it."""
+
+
+@dataclass(frozen=True)
+class PathDecision:
+    """The sandbox's answer for one path."""
+
+    allowed: bool
+    """Whether the access may proceed."""
+    resolved: str
+    """Canonical absolute path ("" if it could not be resolved)."""
+    reason: str
+    """Why it was refused, or ``inside <root>`` when allowed."""
+    root: Root | None
+    """The root that contains ``resolved`` (None when outside every root)."""
+
+
+class _Refusal(Exception):
+    """Internal: resolution stopped with a reason (and the path reached so far)."""
+
+    def __init__(self, reason: str, resolved: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.resolved = resolved
+
+
+def _is_within(path: str, base: str) -> bool:
+    """Containment by components: ``/srv/ws2`` is not within ``/srv/ws``."""
+    if base == "/":
+        return path.startswith("/")
+    return path == base or path.startswith(base + "/")
+
+
+def _is_magic(path: str) -> bool:
+    return any(_is_within(path, prefix) for prefix in _MAGIC_PREFIXES)
+
+
+def _glob_parts_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """Match path components against pattern components (``**`` spans components)."""
+    if not pattern:
+        return not parts
+    head = pattern[0]
+    if head == "**":
+        return any(_glob_parts_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    if not parts:
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _glob_parts_match(pattern[1:], parts[1:])
+
+
+def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
+    """Return the first glob in ``globs`` that protects ``resolved`` from writes, or None."""
+    parts = [p for p in resolved.split("/") if p]
+    for glob in globs:
+        anchored = glob.startswith("/")
+        pat = [p for p in glob.split("/") if p]
+        if not pat:
+            continue
+        if anchored:
+            if _glob_parts_match(pat, parts):
+                return glob
+        elif any(_glob_parts_match(pat, parts[i:]) for i in range(len(parts))):
+            return glob
+    return None
+
+
+# --- openat2 (Linux >= 5.6) via ctypes ------------------------------------------------
+
+_SYS_OPENAT2 = 437  # same number on x86_64 and aarch64 (unified syscall table)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+    """``openat2`` confined beneath ``dir_fd`` with no symlinks at all; raises OSError."""
+    how = _OpenHow(
+        flags=flags,
+        mode=mode if flags & (os.O_CREAT | getattr(os, "O_TMPFILE", 0)) else 0,
+        resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+    )
+    fd = _syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
+
+
+def _probe_openat2() -> bool:
+    try:
+        fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", 0, 0)
+    except OSError:
+        # ENOSYS (old kernel) or EPERM (seccomp filter): use the O_NOFOLLOW walk instead.
+        return False
+    os.close(fd)
+    return True
+
+
+_OPENAT2: bool | None = None
+
+
+def openat2_available() -> bool:
+    """Whether this kernel lets us use openat2 (probed once)."""
+    global _OPENAT2
+    if _OPENAT2 is None:
+        _OPENAT2 = _probe_openat2()
+    return _OPENAT2
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class PathSandbox:
+    """Decides which paths tools may read or write, and opens them race-free."""
+
+    def __init__(
+        self,
+        roots: Sequence[Root],
+        cwd: str,
+        *,
+        protected_write_globs: Sequence[str] = DEFAULT_PROTECTED_WRITES,
+    ) -> None:
+        """Build a sandbox; root paths and ``cwd`` are canonicalised here."""
+        canon: dict[str, bool] = {}
+        for root in roots:
+            if "\0" in root.path or not root.path:
+                raise ValueError(f"invalid root path {root.path!r}")
+            path = os.path.realpath(os.path.abspath(root.path))
+            # The same directory listed twice with different modes: the stricter wins.
+            canon[path] = canon.get(path, True) and root.writable
+        # Longest first, so the most specific root decides (a read-only folder nested in
+        # a writable workspace stays read-only).
+        self.roots: tuple[Root, ...] = tuple(
+            Root(path=p, writable=w)
+            for p, w in sorted(canon.items(), key=lambda kv: len(kv[0]), reverse=True)
+        )
+        self.cwd: str = os.path.realpath(os.path.abspath(cwd))
+        self.protected_write_globs: tuple[str, ...] = tuple(protected_write_globs)
+
+    @classmethod
+    def from_settings(
+        cls,
+        workspace: str,
+        library_dir: str | None,
+        skills_dir: str | None,
+        additional_dirs: Sequence[str],
+        *,
+        protected_write_globs: Sequence[str] = DEFAULT_PROTECTED_WRITES,
+    ) -> PathSandbox:
+        """Build the sandbox from executor settings.
+
+        ``workspace`` is the working directory; it, ``library_dir`` and ``skills_dir`` are
+        writable (as in the seed); each additional dir is ``"PATH"`` (read-write),
+        ``"PATH:rw"`` or ``"PATH:ro"`` (read-only); relative ones are taken from the workspace.
+        """
+        roots = [Root(workspace, True)]
+        for extra in (library_dir, skills_dir):
+            if extra:
+                roots.append(Root(os.path.join(workspace, extra), True))
+        for spec in additional_dirs:
+            path, writable = spec, True
+            if spec.endswith(":ro"):
+                path, writable = spec[:-3], False
+            elif spec.endswith(":rw"):
+                path = spec[:-3]
+            if not path:
+                raise ValueError(f"invalid additional dir {spec!r}")
+            roots.append(Root(os.path.join(workspace, path), writable))
+        return cls(roots, workspace, protected_write_globs=protected_write_globs)
+
+    # --- queries -------------------------------------------------------------------
+
+    def root_for(self, resolved: str) -> Root | None:
+        """The most specific root containing the canonical path ``resolved``."""
+        for root in self.roots:
+            if _is_within(resolved, root.path):
+                return root
+        return None
+
+    def inside_cwd(self, resolved: str) -> bool:
+        """Whether the canonical path ``resolved`` lies inside the working directory."""
+        return _is_within(resolved, self.cwd)
+
+    def check(self, path: str, *, write: bool = False) -> PathDecision:
+        """Decide whether ``path`` may be read (or written, with ``write=True``)."""
+        try:
+            resolved = self._resolve(self._lexical(path))
+        except _Refusal as refusal:
+            return PathDecision(False, refusal.resolved, refusal.reason, None)
+        root = self.root_for(resolved)
+        if root is None:
+            return PathDecision(False, resolved, f"{resolved} is outside the allowed roots", None)
+        if write:
+            if not root.writable:
+                return PathDecision(False, resolved, f"{root.path} is read-only", root)
+            glob = is_protected_write(resolved, self.protected_write_globs)
+            if glob is not None:
+                return PathDecision(
+                    False,
+                    resolved,
+                    f"writes to {resolved} are refused: it matches the protected pattern "
+                    f"{glob!r} (files that make other programs run code)",
+                    root,
+                )
+        return PathDecision(True, resolved, f"inside {root.path}", root)
+
+    def require(self, path: str, *, write: bool = False) -> str:
+        """The canonical path of ``path``, or raise :class:`PathRefused`."""
+        decision = self.check(path, write=write)
+        if not decision.allowed:
+            raise PathRefused(decision.reason, path=path, resolved=decision.resolved)
+        return decision.resolved
+
+    # --- opening -------------------------------------------------------------------
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """Open ``path`` (checked like :meth:`check`) without following any symlink.
+
+        The canonical path has no symlinks left, so the open walks it from the root's
+        directory fd refusing every symlink: one swapped in after the check makes the open
+        fail (PathRefused) instead of redirecting it. Only regular files and directories
+        are opened (a FIFO would block the executor). Returns a new fd (O_CLOEXEC).
+        """
+        write = bool(flags & _WRITE_FLAGS)
+        decision = self.check(path, write=write)
+        if not decision.allowed or decision.root is None:
+            raise PathRefused(decision.reason, path=path, resolved=decision.resolved)
+        rel = os.path.relpath(decision.resolved, decision.root.path)
+        # O_NONBLOCK so that opening a FIFO planted in the workspace cannot hang us.
+        open_flags = flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+        try:
+            root_fd = os.open(decision.root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise PathRefused(
+                f"cannot open root {decision.root.path}: {exc.strerror}", path=path
+            ) from exc
+        try:
+            if openat2_available():
+                fd = _openat2(root_fd, rel, open_flags, mode)
+            else:
+                fd = self._walk_open(root_fd, rel, open_flags, mode)
+        except OSError as exc:
+            raise PathRefused(self._open_error(decision.resolved, exc), path=path) from exc
+        finally:
+            os.close(root_fd)
+        try:
+            st = os.fstat(fd)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise PathRefused(f"{decision.resolved} is not a regular file", path=path)
+            if not flags & os.O_NONBLOCK:
+                os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def makedirs(self, path: str) -> str:
+        """Create ``path`` and missing parents inside a writable root, race-free.
+
+        Each level is created with ``mkdirat`` relative to its parent's fd and re-opened
+        with ``O_NOFOLLOW``, so a symlink planted mid-way cannot redirect the creation.
+        Returns the canonical path.
+        """
+        decision = self.check(path, write=True)
+        if not decision.allowed or decision.root is None:
+            raise PathRefused(decision.reason, path=path, resolved=decision.resolved)
+        rel = os.path.relpath(decision.resolved, decision.root.path)
+        fd = os.open(decision.root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in [] if rel == "." else rel.split("/"):
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                try:
+                    nfd = os.open(
+                        part,
+                        os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=fd,
+                    )
+                except OSError as exc:
+                    raise PathRefused(self._open_error(decision.resolved, exc), path=path) from exc
+                os.close(fd)
+                fd = nfd
+        finally:
+            os.close(fd)
+        return decision.resolved
+
+    # --- internals -----------------------------------------------------------------
+
+    @staticmethod
+    def _open_error(resolved: str, exc: OSError) -> str:
+        if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
+            return f"{resolved} changed while being opened (a symlink appeared): refused"
+        return f"cannot open {resolved}: {exc.strerror or exc}"
+
+    @staticmethod
+    def _walk_open(root_fd: int, rel: str, flags: int, mode: int) -> int:
+        """Fallback for kernels without openat2: O_NOFOLLOW on every component."""
+        parts = [] if rel == "." else rel.split("/")
+        if not parts:
+            return os.open(".", flags & ~os.O_NOFOLLOW, mode, dir_fd=root_fd)
+        fd = os.dup(root_fd)
+        try:
+            for part in parts[:-1]:
+                nfd = os.open(
+                    part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
+                os.close(fd)
+                fd = nfd
+                # O_PATH|O_NOFOLLOW would hand us the symlink itself: insist on a directory.
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    raise OSError(errno.ELOOP, "symlink in path", part)
+            return os.open(parts[-1], flags, mode, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def _lexical(self, path: str) -> str:
+        """EXE-2: the syntactic checks, then an absolute, normalised path."""
+        if not isinstance(path, str) or not path:
+            raise _Refusal("empty path")
+        if "\0" in path:
+            raise _Refusal("path contains a NUL byte")
+        if path.startswith("~"):
+            raise _Refusal("paths starting with '~' are refused (home directory expansion)")
+        if ".." in path.split("/"):
+            raise _Refusal("paths with a '..' component are refused")
+        absolute = path if path.startswith("/") else os.path.join(self.cwd, path)
+        # normpath keeps a leading '//' (POSIX allows it to mean something else): collapse.
+        normalised = os.path.normpath(absolute)
+        if normalised.startswith("//"):
+            normalised = "/" + normalised.lstrip("/")
+        if _is_magic(normalised):
+            raise _Refusal(f"{normalised} goes through /proc or /dev/fd (magic links)")
+        return normalised
+
+    def _resolve(self, absolute: str) -> str:
+        """EXE-3: canonicalise, following symlinks one hop at a time.
+
+        Returns the canonical path (for a path that does not exist yet: the canonical
+        deepest existing ancestor plus the remaining components). Raises _Refusal for
+        loops, routes through magic links, unreadable directories, and symlinks that lead
+        out of the roots after the walk had entered one (a chain out and back in is
+        refused too: the outside hop can be changed by whoever controls it).
+        """
+        stack = list(reversed(absolute.split("/")))
+        current = "/"
+        hops = 0
+        exists = True
+        entered = False  # the walk reached a point inside a root
+        escaped = ""  # a symlink target that left the roots after entering one
+        while stack:
+            part = stack.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                # Only symlink targets bring '..' here; `current` is canonical, so its
+                # dirname is the real parent (what the kernel does).
+                current = os.path.dirname(current)
+                continue
+            candidate = os.path.join(current, part)
+            if _is_magic(candidate):
+                raise _Refusal(f"{candidate} goes through /proc or /dev/fd (magic links)")
+            if not exists:
+                current = candidate
+                continue
+            try:
+                st = os.lstat(candidate)
+            except (FileNotFoundError, NotADirectoryError):
+                exists = False
+                current = candidate
+                continue
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:
+                    raise _Refusal("path component too long") from exc
+                raise _Refusal(f"cannot resolve {candidate}: {exc.strerror}") from exc
+            if not stat.S_ISLNK(st.st_mode):
+                current = candidate
+                if self.root_for(current) is not None:
+                    entered = True
+                elif entered and not self._is_ancestor_of_root(current):
+                    escaped = escaped or current
+                continue
+            hops += 1
+            if hops > _MAX_SYMLINK_HOPS:
+                raise _Refusal(f"too many symlinks (a loop?) at {candidate}")
+            try:
+                target = os.readlink(candidate)
+            except OSError as exc:
+                raise _Refusal(f"cannot read symlink {candidate}: {exc.strerror}") from exc
+            if target.startswith("/"):
+                current = "/"
+            stack.extend(reversed(target.split("/")))
+        if escaped and self.root_for(current) is not None:
+            raise _Refusal(f"a symlink chain leaves the allowed roots (through {escaped})", current)
+        return current
+
+    def _is_ancestor_of_root(self, path: str) -> bool:
+        return any(_is_within(root.path, path) for root in self.roots)
