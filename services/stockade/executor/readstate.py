@@ -1,0 +1,102 @@
+"""What each session has read, for stale-write protection (SPEC EXE-11).
+
+An existing file may be overwritten or edited only after it was read in the same session
+and has not changed since (the seed's ``read_file_state``). The state is keyed by
+(session id, canonical path) and holds the file's size, mtime and SHA-256 at the read; the
+digest decides (a touch that leaves the bytes alone is not a change, a same-size rewrite
+within one mtime tick is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from stockade.errors import StaleWrite
+
+__all__ = ["FileStamp", "ReadState", "stamp_fd"]
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """A file's identity at one moment."""
+
+    mtime_ns: int
+    """Modification time in nanoseconds."""
+    size: int
+    """Size in bytes."""
+    sha256: str
+    """Hex SHA-256 of the content."""
+
+    @classmethod
+    def of_bytes(cls, data: bytes, st: os.stat_result) -> FileStamp:
+        """The stamp of content ``data`` whose fstat is ``st``."""
+        return cls(st.st_mtime_ns, len(data), hashlib.sha256(data).hexdigest())
+
+
+def stamp_fd(fd: int) -> tuple[FileStamp, bytes]:
+    """Read the whole file behind ``fd`` (from offset 0) and return its stamp and content."""
+    st = os.fstat(fd)
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    data = b"".join(chunks)
+    return FileStamp.of_bytes(data, st), data
+
+
+class ReadState:
+    """Per-session record of file reads; bounded (least recently used entries go first)."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        """Keep at most ``max_entries`` (session, path) records."""
+        self._entries: OrderedDict[tuple[str, str], FileStamp] = OrderedDict()
+        self._max = max_entries
+        # Tools may run in worker threads; the dict is shared across sessions.
+        self._lock = threading.Lock()
+
+    def record(self, session_id: str, path: str, stamp: FileStamp) -> None:
+        """Remember that ``session_id`` saw ``path`` (canonical) as ``stamp``."""
+        with self._lock:
+            key = (session_id, path)
+            self._entries[key] = stamp
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+
+    def get(self, session_id: str, path: str) -> FileStamp | None:
+        """The stamp recorded for ``path`` in ``session_id``, if any."""
+        with self._lock:
+            return self._entries.get((session_id, path))
+
+    def require_fresh(self, session_id: str, path: str, current: FileStamp) -> None:
+        """Raise :class:`StaleWrite` unless ``path`` was read in the session and is unchanged."""
+        seen = self.get(session_id, path)
+        if seen is None:
+            raise StaleWrite(
+                f"{path} exists but has not been read in this session: read it first",
+                path=path,
+            )
+        if seen.size != current.size or seen.sha256 != current.sha256:
+            raise StaleWrite(
+                f"{path} changed since it was last read: read it again before writing",
+                path=path,
+            )
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop everything recorded for ``session_id``."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == session_id]:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        """How many (session, path) records are held."""
+        with self._lock:
+            return len(self._entries)
