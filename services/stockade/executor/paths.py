@@ -31,6 +31,7 @@ __all__ = [
     "PathSandbox",
     "Root",
     "is_protected_write",
+    "matches_path_glob",
     "openat2_available",
 ]
 
@@ -136,7 +137,10 @@ def _glob_parts_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
 
 
 def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
-    """Return the first glob in ``globs`` that protects ``resolved`` from writes, or None."""
+    """Return the first glob in ``globs`` that matches the absolute path ``resolved``, or None.
+
+    Used for protected writes and for policy-denied reads alike.
+    """
     parts = [p for p in resolved.split("/") if p]
     for glob in globs:
         anchored = glob.startswith("/")
@@ -149,6 +153,11 @@ def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
         elif any(_glob_parts_match(pat, parts[i:]) for i in range(len(parts))):
             return glob
     return None
+
+
+def matches_path_glob(path: str, glob: str) -> bool:
+    """Whether the absolute ``path`` matches one sandbox glob (see DEFAULT_PROTECTED_WRITES)."""
+    return is_protected_write(path, (glob,)) is not None
 
 
 # --- openat2 (Linux >= 5.6) via ctypes ------------------------------------------------
@@ -225,8 +234,13 @@ class PathSandbox:
         cwd: str,
         *,
         protected_write_globs: Sequence[str] = DEFAULT_PROTECTED_WRITES,
+        denied_read_globs: Sequence[str] = (),
     ) -> None:
-        """Build a sandbox; root paths and ``cwd`` are canonicalised here."""
+        """Build a sandbox; root paths and ``cwd`` are canonicalised here.
+
+        ``denied_read_globs`` (same syntax as the protected writes) are paths nothing may
+        read, judged on both the path as given and its canonical form.
+        """
         canon: dict[str, bool] = {}
         for root in roots:
             if "\0" in root.path or not root.path:
@@ -242,27 +256,33 @@ class PathSandbox:
         )
         self.cwd: str = os.path.realpath(os.path.abspath(cwd))
         self.protected_write_globs: tuple[str, ...] = tuple(protected_write_globs)
+        self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
 
     @classmethod
     def from_settings(
         cls,
-        workspace: str,
-        library_dir: str | None,
-        skills_dir: str | None,
+        workspace: str | os.PathLike[str],
+        library_dir: str | os.PathLike[str] | None,
+        skills_dir: str | os.PathLike[str] | None,
         additional_dirs: Sequence[str],
         *,
         protected_write_globs: Sequence[str] = DEFAULT_PROTECTED_WRITES,
+        denied_read_globs: Sequence[str] = (),
     ) -> PathSandbox:
         """Build the sandbox from executor settings.
 
-        ``workspace`` is the working directory; it, ``library_dir`` and ``skills_dir`` are
-        writable (as in the seed); each additional dir is ``"PATH"`` (read-write),
-        ``"PATH:rw"`` or ``"PATH:ro"`` (read-only); relative ones are taken from the workspace.
+        ``workspace`` is the working directory and, with ``library_dir``, a writable root;
+        ``skills_dir`` is read-only (skills are instructions the agent loads: letting it
+        rewrite them would let one session plant instructions for the next). Each
+        additional dir is ``"PATH"`` (read-write), ``"PATH:rw"`` or ``"PATH:ro"``
+        (read-only); relative paths are taken from the workspace.
         """
-        roots = [Root(workspace, True)]
-        for extra in (library_dir, skills_dir):
-            if extra:
-                roots.append(Root(os.path.join(workspace, extra), True))
+        ws = os.fspath(workspace)
+        roots = [Root(ws, True)]
+        if library_dir:
+            roots.append(Root(os.path.join(ws, os.fspath(library_dir)), True))
+        if skills_dir:
+            roots.append(Root(os.path.join(ws, os.fspath(skills_dir)), False))
         for spec in additional_dirs:
             path, writable = spec, True
             if spec.endswith(":ro"):
@@ -271,8 +291,13 @@ class PathSandbox:
                 path = spec[:-3]
             if not path:
                 raise ValueError(f"invalid additional dir {spec!r}")
-            roots.append(Root(os.path.join(workspace, path), writable))
-        return cls(roots, workspace, protected_write_globs=protected_write_globs)
+            roots.append(Root(os.path.join(ws, path), writable))
+        return cls(
+            roots,
+            ws,
+            protected_write_globs=protected_write_globs,
+            denied_read_globs=denied_read_globs,
+        )
 
     # --- queries -------------------------------------------------------------------
 
@@ -290,12 +315,21 @@ class PathSandbox:
     def check(self, path: str, *, write: bool = False) -> PathDecision:
         """Decide whether ``path`` may be read (or written, with ``write=True``)."""
         try:
-            resolved = self._resolve(self._lexical(path))
+            lexical = self._lexical(path)
+            resolved = self._resolve(lexical)
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
         root = self.root_for(resolved)
         if root is None:
             return PathDecision(False, resolved, f"{resolved} is outside the allowed roots", None)
+        if not write and self.denied_read_globs:
+            glob = is_protected_write(resolved, self.denied_read_globs) or is_protected_write(
+                lexical, self.denied_read_globs
+            )
+            if glob is not None:
+                return PathDecision(
+                    False, resolved, f"reading {resolved} is denied by policy ({glob!r})", root
+                )
         if write:
             if not root.writable:
                 return PathDecision(False, resolved, f"{root.path} is read-only", root)
