@@ -1,0 +1,106 @@
+"""The hash chain that makes the audit log tamper-evident (AUD-5).
+
+``row_hash = sha256(prev_hash || "\\n" || canonical(row))`` where ``canonical`` is the
+compact JSON array ``[sequence, stored_ns, <event fields in EVENT_FIELDS order>]``. The
+first row links to the chain's anchor: ``GENESIS`` for a fresh log, or the hash of the
+last row that retention deleted. Editing, deleting, inserting or reordering rows breaks
+a link, and ``ChainChecker`` names the first broken one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from stockade.audit.model import EVENT_FIELDS, AuditEventRow, VerifyResult
+
+#: The anchor of a log that never had rows deleted.
+GENESIS = "0" * 64
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def canonical(sequence: int, stored_ns: int, event: AuditEventRow) -> bytes:
+    """The bytes a row's hash covers: its position, arrival time and every event field."""
+    values: list[object] = [sequence, stored_ns]
+    values.extend(getattr(event, name) for name in EVENT_FIELDS)
+    return _encode(values).encode()
+
+
+def link_hash(prev_hash: str, sequence: int, stored_ns: int, event: AuditEventRow) -> str:
+    """The hash of a row chained to ``prev_hash``."""
+    digest = hashlib.sha256(prev_hash.encode())
+    digest.update(b"\n")
+    digest.update(canonical(sequence, stored_ns, event))
+    return digest.hexdigest()
+
+
+def hash_values(prev_hash: str, values: Sequence[object]) -> str:
+    """The hash of a row given as ``[sequence, stored_ns, *event fields]`` (a table row)."""
+    digest = hashlib.sha256(prev_hash.encode())
+    digest.update(b"\n")
+    digest.update(_encode(list(values)).encode())
+    return digest.hexdigest()
+
+
+class ChainChecker:
+    """Checks rows fed in sequence order and remembers the first broken link."""
+
+    def __init__(self, anchor_sequence: int, anchor_hash: str) -> None:
+        """Start after the anchor: the next row must have ``anchor_sequence + 1``."""
+        self._expected_sequence = anchor_sequence + 1
+        self._prev_hash = anchor_hash
+        self.rows_checked = 0
+        self.broken: VerifyResult | None = None
+
+    def feed(self, values: Sequence[object], prev_hash: str, row_hash: str) -> bool:
+        """Check one row (``[sequence, stored_ns, *event fields]``); False once broken."""
+        if self.broken is not None:
+            return False
+        sequence = int(values[0])  # type: ignore[call-overload]
+        self.rows_checked += 1
+        problem = ""
+        if sequence != self._expected_sequence:
+            if sequence > self._expected_sequence:
+                problem = (
+                    f"rows {self._expected_sequence}..{sequence - 1} are missing"
+                    if sequence - 1 > self._expected_sequence
+                    else f"row {self._expected_sequence} is missing"
+                )
+            else:
+                problem = (
+                    f"sequence {sequence} is out of order (expected {self._expected_sequence})"
+                )
+        elif prev_hash != self._prev_hash:
+            problem = (
+                "prev_hash does not match the previous row's hash"
+                " (rows were reordered, removed or replaced)"
+            )
+        elif hash_values(prev_hash, values) != row_hash:
+            problem = "row_hash does not match the row's content (the row was edited)"
+        if problem:
+            self.broken = VerifyResult(False, self.rows_checked, sequence, problem)
+            return False
+        self._expected_sequence = sequence + 1
+        self._prev_hash = row_hash
+        return True
+
+    def finish(self, head_sequence: int, head_hash: str) -> VerifyResult:
+        """The result, after checking that the last row is the recorded head."""
+        if self.broken is not None:
+            return self.broken
+        last = self._expected_sequence - 1
+        if last == head_sequence and self._prev_hash == head_hash:
+            return VerifyResult(True, self.rows_checked)
+        if last < head_sequence:
+            detail = (
+                f"the log ends at row {last} but the recorded head is row {head_sequence}"
+                " (rows were removed from the end)"
+            )
+            return VerifyResult(False, self.rows_checked, last + 1, detail)
+        if last > head_sequence:
+            detail = f"rows after the recorded head {head_sequence} were added outside the store"
+            return VerifyResult(False, self.rows_checked, head_sequence + 1, detail)
+        detail = "the last row's hash differs from the recorded head (the chain was rewritten)"
+        return VerifyResult(False, self.rows_checked, last, detail)

@@ -1,0 +1,80 @@
+"""OpenTelemetry instruments of the audit service and its client (X-1, AUD-3).
+
+Instruments come from the global meter provider; the server plumbing installs the
+exporter, so without one they cost next to nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from opentelemetry import metrics
+
+
+@dataclass(frozen=True)
+class StoreInstruments:
+    """Instruments recorded by ``AuditStore``."""
+
+    #: Events handled, attribute ``outcome`` = ``accepted`` | ``duplicate``.
+    events_ingested: metrics.Counter
+    #: Milliseconds from a batch arriving to its commit.
+    ingest_latency: metrics.Histogram
+    #: Batches waiting for the single writer.
+    queue_depth: metrics.UpDownCounter
+
+
+@dataclass(frozen=True)
+class ClientInstruments:
+    """Instruments recorded by the audit client."""
+
+    #: Events held in memory, not yet sent.
+    queue_depth: metrics.UpDownCounter
+    #: Events in the local spool file, not yet acknowledged.
+    spool_size: metrics.UpDownCounter
+    #: Events acknowledged by the service.
+    events_sent: metrics.Counter
+
+
+@cache
+def store_instruments() -> StoreInstruments:
+    """The store's instruments (created once per process)."""
+    meter = metrics.get_meter("stockade.audit")
+    return StoreInstruments(
+        events_ingested=meter.create_counter(
+            "stockade.audit.events_ingested", unit="{event}", description="Audit events handled"
+        ),
+        ingest_latency=meter.create_histogram(
+            "stockade.audit.ingest_latency",
+            unit="ms",
+            description="Time from a batch arriving to its commit",
+        ),
+        queue_depth=meter.create_up_down_counter(
+            "stockade.audit.queue_depth",
+            unit="{batch}",
+            description="Batches waiting for the audit writer",
+        ),
+    )
+
+
+@cache
+def client_instruments() -> ClientInstruments:
+    """The audit client's instruments (created once per process)."""
+    meter = metrics.get_meter("stockade.audit.client")
+    return ClientInstruments(
+        queue_depth=meter.create_up_down_counter(
+            "stockade.audit.client.queue_depth",
+            unit="{event}",
+            description="Audit events held in memory by the client",
+        ),
+        spool_size=meter.create_up_down_counter(
+            "stockade.audit.client.spool_size",
+            unit="{event}",
+            description="Audit events spooled to disk while the service is unreachable",
+        ),
+        events_sent=meter.create_counter(
+            "stockade.audit.client.events_sent",
+            unit="{event}",
+            description="Audit events acknowledged by the service",
+        ),
+    )

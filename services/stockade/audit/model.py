@@ -1,0 +1,175 @@
+"""Value objects of the audit log: events as producers send them and rows as stored.
+
+The core works on plain strings and integers (no protobuf): ``status``, ``verdict`` and
+``rule_source`` hold enum member names without their prefix (``"OK"``, ``"ALLOW"``,
+``"MANAGED"``), which is also how they are stored, so the table reads like the seed's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+
+
+class AuditStatus(StrEnum):
+    """How an audited call ended; SESSION_STOP marks a session's summary row."""
+
+    OK = "OK"
+    FAIL = "FAIL"
+    DENIED = "DENIED"
+    CANCELLED = "CANCELLED"
+    SESSION_STOP = "SESSION_STOP"
+
+
+#: Verdict names accepted in ``AuditEventRow.verdict`` ("" = not recorded).
+VERDICTS = frozenset({"", "ALLOW", "ASK", "DENY"})
+#: Rule sources accepted in ``AuditEventRow.rule_source`` ("" = not recorded).
+RULE_SOURCES = frozenset(
+    {"", "MANAGED", "ENV", "PROJECT", "SESSION", "TOOL", "HOOK", "DEFAULT", "MODE"}
+)
+#: The tool name of SESSION_STOP summary rows.
+SESSION_TOOL = "session"
+#: Characters of tool output kept in ``output_preview`` (AUD-1); longer output is cut.
+PREVIEW_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEventRow:
+    """One audit event as a producer sends it (the columns of ``agent_audit_log``)."""
+
+    #: Unique id chosen by the producer; a repeated id is ignored (idempotent replay).
+    event_id: str
+    #: The agent session.
+    session_id: str
+    #: The ReAct loop step.
+    step: int
+    #: The tool; ``"session"`` for SESSION_STOP rows.
+    tool_name: str
+    #: An ``AuditStatus`` name.
+    status: str
+    #: Execution time in milliseconds.
+    elapsed_ms: int = 0
+    #: The first ``PREVIEW_CHARS`` characters of the output.
+    output_preview: str = ""
+    #: ``"lead"`` or the subagent's name.
+    agent_name: str = "lead"
+    #: When the event happened, nanoseconds since the Unix epoch; 0 = "use arrival time".
+    time_ns: int = 0
+    #: The tool call id.
+    call_id: str = ""
+    #: The decision's verdict name (``VERDICTS``).
+    verdict: str = ""
+    #: The pattern of the rule that decided.
+    matched_rule: str = ""
+    #: Where that rule came from (``RULE_SOURCES``).
+    rule_source: str = ""
+    #: The decision's conflict log as JSON ("" when none).
+    conflict_log: str = ""
+    #: The OpenTelemetry trace id, 32 lowercase hex characters or "".
+    trace_id: str = ""
+    #: For SESSION_STOP rows: why the session ended.
+    termination_reason: str = ""
+    #: The policy version the decision was made under.
+    policy_version: str = ""
+    #: The call's arguments as canonical JSON (after redaction), "" when not recorded.
+    arguments_json: str = ""
+
+
+#: Column names of the event part of a row, in table and hash order.
+EVENT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(AuditEventRow))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """A row of the log: the event plus its place in the hash chain."""
+
+    #: The event as stored (after truncation and defaulting).
+    event: AuditEventRow
+    #: Position in the log; strictly increasing, gap-free until retention cuts a prefix.
+    sequence: int
+    #: When the store accepted the row, nanoseconds since the epoch (drives retention).
+    stored_ns: int
+    #: ``row_hash`` of the previous row (hex), or the chain anchor for the first row.
+    prev_hash: str
+    #: sha256 over ``prev_hash`` and the canonical row (hex).
+    row_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What one ``append`` did."""
+
+    #: Events newly stored.
+    accepted: int
+    #: Events skipped because their id was already stored (or repeated in the batch).
+    duplicates: int
+    #: Sequence of the last stored row after the append (0 while the log is empty).
+    head_sequence: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """The outcome of checking the hash chain."""
+
+    #: True when every link holds.
+    ok: bool
+    #: Rows checked.
+    rows_checked: int
+    #: Sequence of the first row whose link is broken; 0 when ok.
+    first_broken_sequence: int = 0
+    #: What is wrong with it ("" when ok).
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFilters:
+    """Filters of a query; empty strings and ``None`` mean "any"."""
+
+    #: Only this session.
+    session_id: str = ""
+    #: Only this tool.
+    tool_name: str = ""
+    #: Only this ``AuditStatus`` name.
+    status: str = ""
+    #: Only this agent.
+    agent_name: str = ""
+    #: Rows whose event time is at or after this (ns since the epoch).
+    start_ns: int | None = None
+    #: Rows whose event time is before this (ns since the epoch).
+    end_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMetrics:
+    """Per-tool figures of one session."""
+
+    #: The tool.
+    tool_name: str
+    #: Calls recorded.
+    calls: int
+    #: Calls that failed.
+    errors: int
+    #: Calls denied.
+    denials: int
+    #: Mean elapsed milliseconds over the calls that ran (not denied), 0 when none ran.
+    mean_elapsed_ms: float
+    #: Largest elapsed milliseconds.
+    max_elapsed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMetrics:
+    """A per-session metrics snapshot (AUD-3)."""
+
+    #: The session.
+    session_id: str
+    #: Tool calls recorded (SESSION_STOP rows are not calls).
+    calls: int = 0
+    #: Calls that failed.
+    errors: int = 0
+    #: Calls denied.
+    denials: int = 0
+    #: Per-tool figures, ordered by tool name.
+    tools: tuple[ToolMetrics, ...] = field(default_factory=tuple)
+    #: Why the session ended (from its latest SESSION_STOP row); "" while it runs.
+    termination_reason: str = ""

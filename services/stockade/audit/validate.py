@@ -1,0 +1,109 @@
+"""Input rules for audit events: refuse what would be stored wrong, cut what may be cut.
+
+Only ``output_preview`` is ever shortened (to ``PREVIEW_CHARS`` characters, as AUD-1
+specifies); every other field that is missing, malformed or longer than its limit is
+refused with ``InvalidArgument`` naming the field, so nothing is stored silently wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+
+from stockade.audit.model import (
+    PREVIEW_CHARS,
+    RULE_SOURCES,
+    SESSION_TOOL,
+    VERDICTS,
+    AuditEventRow,
+    AuditStatus,
+)
+from stockade.errors import InvalidArgument
+
+#: Largest length, in characters, of each text field (``output_preview`` is cut instead).
+MAX_CHARS: dict[str, int] = {
+    "event_id": 128,
+    "session_id": 256,
+    "tool_name": 128,
+    "agent_name": 128,
+    "call_id": 256,
+    "matched_rule": 4096,
+    "conflict_log": 65536,
+    "trace_id": 32,
+    "termination_reason": 2048,
+    "policy_version": 128,
+    "arguments_json": 65536,
+}
+#: Events per ``append`` call; bigger batches are refused so one request cannot pin memory.
+MAX_BATCH_EVENTS = 10_000
+#: Fields that must not be empty.
+_REQUIRED = ("event_id", "session_id", "tool_name")
+#: Fields that, when set, must hold JSON.
+_JSON_FIELDS = ("conflict_log", "arguments_json")
+_STATUSES = frozenset(s.value for s in AuditStatus)
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_INT64_MAX = 2**63 - 1
+
+
+def _refuse(index: int, event: AuditEventRow, field: str, problem: str) -> InvalidArgument:
+    where = f"event {index}" + (f" ({event.event_id!r})" if event.event_id else "")
+    return InvalidArgument(
+        f"{where}: {field} {problem}", field=field, index=str(index), event_id=event.event_id
+    )
+
+
+def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditEventRow:
+    """Return the event as it will be stored, or raise ``InvalidArgument``.
+
+    The preview is cut to ``PREVIEW_CHARS`` characters and an unset time (0) becomes
+    ``now_ns``, the arrival time; nothing else is changed.
+    """
+    for name in _REQUIRED:
+        if not getattr(event, name):
+            raise _refuse(index, event, name, "is required")
+    for name, limit in MAX_CHARS.items():
+        if len(getattr(event, name)) > limit:
+            raise _refuse(index, event, name, f"is longer than {limit} characters")
+    if event.status not in _STATUSES:
+        raise _refuse(index, event, "status", f"must be one of {sorted(_STATUSES)}")
+    if (event.status == AuditStatus.SESSION_STOP) != (event.tool_name == SESSION_TOOL):
+        raise _refuse(
+            index, event, "status", f"SESSION_STOP goes with tool_name {SESSION_TOOL!r} only"
+        )
+    if event.verdict not in VERDICTS:
+        raise _refuse(index, event, "verdict", f"must be one of {sorted(VERDICTS)}")
+    if event.rule_source not in RULE_SOURCES:
+        raise _refuse(index, event, "rule_source", f"must be one of {sorted(RULE_SOURCES)}")
+    if not 0 <= event.step <= 2**31 - 1:
+        raise _refuse(index, event, "step", "must be between 0 and 2^31-1")
+    if not 0 <= event.elapsed_ms <= _INT64_MAX:
+        raise _refuse(index, event, "elapsed_ms", "must not be negative")
+    if not 0 <= event.time_ns <= _INT64_MAX:
+        raise _refuse(index, event, "time", "must not be before the Unix epoch")
+    if event.trace_id and not _TRACE_ID.fullmatch(event.trace_id):
+        raise _refuse(index, event, "trace_id", "must be 32 lowercase hex characters")
+    for name in _JSON_FIELDS:
+        text = getattr(event, name)
+        if text:
+            try:
+                json.loads(text)
+            except ValueError:
+                raise _refuse(index, event, name, "is not valid JSON") from None
+    changes: dict[str, object] = {}
+    if len(event.output_preview) > PREVIEW_CHARS:
+        changes["output_preview"] = event.output_preview[:PREVIEW_CHARS]
+    if event.time_ns == 0:
+        changes["time_ns"] = now_ns
+    return dataclasses.replace(event, **changes) if changes else event  # type: ignore[arg-type]
+
+
+def normalise_batch(events: Sequence[AuditEventRow], now_ns: int) -> list[AuditEventRow]:
+    """Normalise every event of a batch; one bad event refuses the whole batch."""
+    if len(events) > MAX_BATCH_EVENTS:
+        raise InvalidArgument(
+            f"a batch holds at most {MAX_BATCH_EVENTS} events, got {len(events)}",
+            field="events",
+        )
+    return [normalise_event(event, now_ns, i) for i, event in enumerate(events)]
