@@ -1,0 +1,404 @@
+"""The decision procedure: precedence (DEC-3), modes (DEC-4), subagents (DEC-5).
+
+``decide`` is a pipeline of small named steps. Collecting what matched happens once;
+then the precedence steps run in order and the first that settles the call wins:
+
+    P0 policy DENY → P1 tool DENY → P2 session DENY → P3 hook Block        (DENY)
+    P4 hook PermissionRequired → P5 policy/session ASK                     (ASK)
+    P6 tool ASK, settled by an explicit ALLOW (P7) unless bypass-immune    (ASK/ALLOW)
+    P7 explicit ALLOW → P8 implicit default                                (ALLOW)
+
+after which the mode and the subagent rule may change ASK (and plan mode non-read-only
+calls). Every other thing that matched goes into the conflict log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from stockade.decision.explain import Explanation, explain_call
+from stockade.decision.modes import EDIT_TOOLS, READ_ONLY_TOOLS, Mode
+from stockade.decision.rules import (
+    BASH_TOOL,
+    POLICY_SOURCES,
+    CallContent,
+    CompiledRule,
+    Effect,
+    Rule,
+    RuleIndex,
+    Source,
+    call_content,
+)
+
+
+class SignalKind(Enum):
+    """What a PreToolUse hook signalled."""
+
+    BLOCK = "block"
+    PERMISSION_REQUIRED = "permission_required"
+
+
+@dataclass(frozen=True)
+class HookSignal:
+    """A hook's Block (P3) or PermissionRequired (P4)."""
+
+    kind: SignalKind
+    hook_name: str
+    message: str = ""
+
+    def as_rule(self) -> Rule:
+        """The signal as a HOOK-sourced rule, for the winner field and conflict log."""
+        effect = Effect.DENY if self.kind is SignalKind.BLOCK else Effect.ASK
+        return Rule(effect=effect, pattern=self.hook_name, source=Source.HOOK, reason=self.message)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the executor's Inspect found about the call (all optional)."""
+
+    tool_rules: tuple[Rule, ...] = ()
+    """Tool-level DENY/ASK rules for this exact call (source TOOL)."""
+    sub_commands: tuple[str, ...] | None = None
+    """run_bash: each simple command's text; None when no analysis is available."""
+    inside_working_dir: bool | None = None
+    """The call's path lies inside the working directory (acceptEdits)."""
+    read_only: bool | None = None
+    """The call has no side effects (plan mode); None means unknown."""
+    needs_network: bool = False
+    """run_bash: the command needs the network."""
+    analysis_reasons: tuple[str, ...] = ()
+    """run_bash: the analyser's findings."""
+    explanation: Explanation | None = None
+    """The executor's own explanation, preferred over one derived here."""
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """One call to decide, with everything that bears on it."""
+
+    tool_name: str
+    arguments: Mapping[str, Any]
+    mode: Mode = Mode.DEFAULT
+    from_subagent: bool = False
+    facts: Facts = field(default_factory=Facts)
+    hook_signals: tuple[HookSignal, ...] = ()
+    session_rules: RuleIndex | None = None
+    """The session's own rules (SESSION source, including ALWAYS_ALLOW grants)."""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A matching rule or signal the winner overrode."""
+
+    rule: Rule
+    note: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome: data, never an error."""
+
+    verdict: Effect
+    reason: str
+    winning_rule: Rule
+    step: str
+    """Which step settled it: P0..P8, ``mode`` or ``subagent``."""
+    conflicts: tuple[Conflict, ...]
+    policy_version: str
+    explanation: Explanation
+    mode: Mode
+    allow_rules_used: tuple[Rule, ...] = ()
+    """The ALLOW rules that made the call allowed (grants among them lose a use)."""
+
+
+DEFAULT_RULE = Rule(Effect.ALLOW, "*", Source.DEFAULT, "no rule matched; allowed by default")
+
+
+@dataclass
+class _Matches:
+    """Everything that matched one call, split by precedence tier."""
+
+    policy_deny: list[Rule]
+    tool_deny: list[Rule]
+    session_deny: list[Rule]
+    hook_block: list[Rule]
+    hook_ask: list[Rule]
+    explicit_ask: list[Rule]
+    tool_ask: list[Rule]
+    allow: list[Rule]
+    allow_covers: bool
+    """True when the ALLOW rules cover the whole call (every sub-command for run_bash)."""
+
+    def tiers(self) -> list[tuple[str, list[Rule]]]:
+        """(step label, rules) in precedence order."""
+        return [
+            ("P0", self.policy_deny),
+            ("P1", self.tool_deny),
+            ("P2", self.session_deny),
+            ("P3", self.hook_block),
+            ("P4", self.hook_ask),
+            ("P5", self.explicit_ask),
+            ("P6", self.tool_ask),
+            ("P7", self.allow),
+        ]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    verdict: Effect
+    winner: Rule
+    step: str
+    reason: str
+
+
+_EMPTY: tuple[tuple[CompiledRule, ...], ...] = ((), (), ())
+
+
+def _collect(policy: RuleIndex, req: DecisionRequest, content: CallContent) -> _Matches:
+    """Find every policy, session, tool and hook rule that matches the call."""
+    p_deny, p_ask, p_allow = policy.for_tool(req.tool_name)
+    s_deny, s_ask, s_allow = (
+        req.session_rules.for_tool(req.tool_name) if req.session_rules is not None else _EMPTY
+    )
+    allow_compiled = sorted(
+        (*p_allow, *s_allow), key=lambda c: (c.rule.source is Source.SESSION, c.order)
+    )
+    allow, covers = _allow_matches(allow_compiled, content)
+    facts = req.facts
+    return _Matches(
+        policy_deny=[c.rule for c in p_deny if c.matches(content)],
+        tool_deny=[r for r in facts.tool_rules if r.effect is Effect.DENY],
+        session_deny=[c.rule for c in s_deny if c.matches(content)],
+        hook_block=[s.as_rule() for s in req.hook_signals if s.kind is SignalKind.BLOCK],
+        hook_ask=[
+            s.as_rule() for s in req.hook_signals if s.kind is SignalKind.PERMISSION_REQUIRED
+        ],
+        explicit_ask=[c.rule for c in (*p_ask, *s_ask) if c.matches(content)],
+        tool_ask=[r for r in facts.tool_rules if r.effect is Effect.ASK],
+        allow=allow,
+        allow_covers=covers,
+    )
+
+
+def _allow_matches(rules: Sequence[CompiledRule], content: CallContent) -> tuple[list[Rule], bool]:
+    """ALLOW rules that match, and whether they cover the call (DEC-2 for run_bash)."""
+    if content.tool_name != BASH_TOOL or "command" not in content.fields:
+        hits = [c.rule for c in rules if c.allows(content)]
+        return hits, bool(hits)
+    used: list[Rule] = []
+    # An ALLOW written for the whole command (e.g. an ALWAYS_ALLOW grant) covers it as is.
+    for c in rules:
+        if c.is_literal and c.allows_command(content.whole_command):
+            return [c.rule], True
+    subs = content.allow_sub_commands
+    if not subs:
+        return [], False
+    covered = True
+    for sub in subs:
+        hit = next((c for c in rules if c.allows_command(sub)), None)
+        if hit is None:
+            covered = False
+        elif hit.rule not in used:
+            used.append(hit.rule)
+    return used, covered and bool(used)
+
+
+def _step_deny(m: _Matches) -> _Outcome | None:
+    """P0–P3: any DENY wins and can never be overridden."""
+    for step, rules in (
+        ("P0", m.policy_deny),
+        ("P1", m.tool_deny),
+        ("P2", m.session_deny),
+        ("P3", m.hook_block),
+    ):
+        if rules:
+            r = rules[0]
+            what = {"P0": "policy rule", "P1": "tool check", "P2": "session rule"}.get(step, "hook")
+            return _Outcome(Effect.DENY, r, step, _reason(r, f"denied by {what} {r.pattern}"))
+    return None
+
+
+def _step_explicit_ask(m: _Matches) -> _Outcome | None:
+    """P4 hook PermissionRequired, then P5 policy/session ASK: ASK even if an ALLOW matches."""
+    if m.hook_ask:
+        r = m.hook_ask[0]
+        return _Outcome(Effect.ASK, r, "P4", _reason(r, f"hook {r.pattern} requires approval"))
+    if m.explicit_ask:
+        r = m.explicit_ask[0]
+        return _Outcome(Effect.ASK, r, "P5", _reason(r, f"rule {r.pattern} requires approval"))
+    return None
+
+
+def _step_tool_ask(m: _Matches) -> _Outcome | None:
+    """P6: a tool-level ASK stands unless an explicit ALLOW settles it (not if bypass-immune)."""
+    if not m.tool_ask:
+        return None
+    immune = [r for r in m.tool_ask if r.bypass_immune]
+    if immune:
+        r = immune[0]
+        return _Outcome(Effect.ASK, r, "P6", _reason(r, "tool check requires approval"))
+    if m.allow_covers:
+        return None
+    r = m.tool_ask[0]
+    return _Outcome(Effect.ASK, r, "P6", _reason(r, "tool check requires approval"))
+
+
+def _step_allow(m: _Matches) -> _Outcome:
+    """P7 explicit ALLOW, else P8 the implicit default."""
+    if m.allow_covers:
+        r = m.allow[0]
+        return _Outcome(Effect.ALLOW, r, "P7", _reason(r, f"allowed by rule {r.pattern}"))
+    return _Outcome(Effect.ALLOW, DEFAULT_RULE, "P8", DEFAULT_RULE.reason)
+
+
+_PRECEDENCE: tuple[Callable[[_Matches], _Outcome | None], ...] = (
+    _step_deny,
+    _step_explicit_ask,
+    _step_tool_ask,
+)
+
+
+def _precedence(m: _Matches) -> _Outcome:
+    for step in _PRECEDENCE:
+        outcome = step(m)
+        if outcome is not None:
+            return outcome
+    return _step_allow(m)
+
+
+def _reason(rule: Rule, fallback: str) -> str:
+    return rule.reason or fallback
+
+
+def _is_read_only(req: DecisionRequest) -> bool:
+    if req.facts.read_only is not None:
+        return req.facts.read_only
+    return req.tool_name in READ_ONLY_TOOLS
+
+
+def _mode_step(req: DecisionRequest, m: _Matches, out: _Outcome) -> _Outcome:
+    """DEC-4: the session's mode changes the verdict after precedence."""
+    mode = req.mode
+    immune = any(r.bypass_immune for r in m.tool_ask)
+    if mode is Mode.PLAN and out.verdict is not Effect.DENY and not _is_read_only(req):
+        return _mode_outcome(Effect.DENY, mode, f"plan mode: {req.tool_name} is not read-only")
+    if out.verdict is not Effect.ASK:
+        return out
+    if mode is Mode.DONT_ASK:
+        return _mode_outcome(Effect.DENY, mode, f"dontAsk mode: {out.reason}")
+    if mode is Mode.BYPASS_PERMISSIONS and not immune:
+        return _mode_outcome(Effect.ALLOW, mode, "bypassPermissions mode settles the approval")
+    if (
+        mode is Mode.ACCEPT_EDITS
+        and not immune
+        and req.tool_name in EDIT_TOOLS
+        and req.facts.inside_working_dir is True
+    ):
+        return _mode_outcome(
+            Effect.ALLOW, mode, "acceptEdits mode: edit inside the working directory"
+        )
+    return out
+
+
+def _mode_outcome(verdict: Effect, mode: Mode, reason: str) -> _Outcome:
+    rule = Rule(verdict, f"mode:{mode.value}", Source.MODE, reason)
+    return _Outcome(verdict, rule, "mode", reason)
+
+
+def _subagent_step(req: DecisionRequest, out: _Outcome) -> _Outcome:
+    """DEC-5: subagents cannot ask the user, so their ASK becomes DENY."""
+    if not req.from_subagent or out.verdict is not Effect.ASK:
+        return out
+    reason = f"subagents cannot ask the user ({out.reason})"
+    rule = Rule(Effect.DENY, "subagent", Source.MODE, reason)
+    return _Outcome(Effect.DENY, rule, "subagent", reason)
+
+
+def _conflicts(m: _Matches, final: _Outcome, precedence: _Outcome) -> tuple[Conflict, ...]:
+    """Everything that matched but did not decide, with why it lost."""
+    out: list[Conflict] = []
+    win = f"{final.verdict.name} ({final.step})"
+    for step, rules in m.tiers():
+        for r in rules:
+            if r is final.winner:
+                continue
+            if step == "P7" and not m.allow_covers:
+                note = f"ALLOW ({step}) did not cover every part of the call"
+            elif step == "P7" and final.step == "P7":
+                note = "ALLOW (P7) also matched part of the call"
+            else:
+                note = f"{r.effect.name} ({step}) overridden by {win}"
+            out.append(Conflict(r, note))
+    if final.winner is not precedence.winner and precedence.winner.source is not Source.DEFAULT:
+        if all(c.rule is not precedence.winner for c in out):
+            note = f"{precedence.verdict.name} ({precedence.step}) changed by {win}"
+            out.append(Conflict(precedence.winner, note))
+    return tuple(out)
+
+
+def _explanation(req: DecisionRequest, content: CallContent) -> Explanation:
+    f = req.facts
+    if f.explanation is not None and f.explanation.summary:
+        return f.explanation
+    return explain_call(
+        req.tool_name,
+        req.arguments,
+        sub_commands=content.sub_commands,
+        read_only=f.read_only,
+        needs_network=f.needs_network,
+        inside_working_dir=f.inside_working_dir,
+        analysis_reasons=f.analysis_reasons,
+    )
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    """The rules and settings of one loaded policy, compiled and versioned."""
+
+    index: RuleIndex
+    mode: Mode
+    version: str
+    denial_max_consecutive: int = 3
+    denial_max_total: int = 20
+    approval_timeout_seconds: float = 120.0
+    cwd: str = "/"
+    origin: str = ""
+    """Where the policy came from (file path, or "environment")."""
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The policy rules in evaluation order."""
+        return self.index.rules
+
+
+def decide(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
+    """Decide one call under ``policy``: precedence, then mode, then the subagent rule."""
+    content = call_content(
+        req.tool_name, req.arguments, cwd=policy.cwd, sub_commands=req.facts.sub_commands
+    )
+    matches = _collect(policy.index, req, content)
+    precedence = _precedence(matches)
+    final = _subagent_step(req, _mode_step(req, matches, precedence))
+    allow_used: tuple[Rule, ...] = ()
+    if final.verdict is Effect.ALLOW and precedence.step == "P7":
+        allow_used = tuple(matches.allow)
+    explanation = _explanation(req, content)
+    return Decision(
+        verdict=final.verdict,
+        reason=final.reason,
+        winning_rule=final.winner,
+        step=final.step,
+        conflicts=_conflicts(matches, final, precedence),
+        policy_version=policy.version,
+        explanation=explanation,
+        mode=req.mode,
+        allow_rules_used=allow_used,
+    )
+
+
+def is_policy_rule(rule: Rule) -> bool:
+    """True for MANAGED, ENV and PROJECT rules."""
+    return rule.source in POLICY_SOURCES

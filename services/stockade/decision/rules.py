@@ -1,0 +1,537 @@
+"""Permission rules: the pattern syntax, its compilation, and an index by tool name (DEC-1/2).
+
+A pattern is ``*``, ``tool``, ``tool(content)`` or ``*(content)``. Content is matched
+against the call's content fields: a DENY or ASK rule matches if any of ``command``,
+``file_path``, ``path``, ``pattern``, ``url`` matches; an ALLOW rule matches only on the
+tool's primary content field, and a bare (wildcard-free) ALLOW content must equal the
+whole content. ``*`` in content is a wildcard (``prefix*``, ``*suffix``, ``*mid*``);
+``\\*`` is a literal star. For path fields, both the call's path and the pattern are
+normalised, ``*`` stays within one directory, ``**`` crosses directories and a pattern
+without a slash matches the file's base name at any depth.
+
+Patterns are compiled once; ``RuleIndex`` keeps them by tool name so a decision only
+looks at rules that can apply to its tool.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from stockade.errors import InvalidPattern
+
+
+class Effect(Enum):
+    """What a rule does when it matches."""
+
+    DENY = "deny"
+    ASK = "ask"
+    ALLOW = "allow"
+
+
+class Source(Enum):
+    """Where a rule or signal came from (feeds precedence and the audit trail)."""
+
+    MANAGED = "managed"
+    ENV = "env"
+    PROJECT = "project"
+    SESSION = "session"
+    TOOL = "tool"
+    HOOK = "hook"
+    DEFAULT = "default"
+    MODE = "mode"
+
+
+POLICY_SOURCES = frozenset({Source.MANAGED, Source.ENV, Source.PROJECT})
+"""Sources whose rules make up the loaded policy (as opposed to session or call rules)."""
+
+CONTENT_FIELDS: tuple[str, ...] = ("command", "file_path", "path", "pattern", "url")
+"""Argument names a call's content is taken from, in this order."""
+
+PATH_FIELDS = frozenset({"file_path", "path"})
+"""Content fields that hold filesystem paths and are normalised before matching."""
+
+PRIMARY_FIELDS: Mapping[str, str] = {
+    "run_bash": "command",
+    "read_file": "file_path",
+    "file_write": "file_path",
+    "file_edit": "file_path",
+    "grep_files": "path",
+    "glob_files": "pattern",
+    "fetch": "url",
+    "web_fetch": "url",
+    "download_paper": "url",
+}
+"""The argument an ALLOW rule matches for the built-in tools (their ToolSpec's field)."""
+
+BASH_TOOL = "run_bash"
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+
+# Wrappers that run their argument as a command. The first group only changes how the
+# command runs, so an ALLOW rule may look through them; privilege and root changers are
+# looked through for DENY/ASK only (an ALLOW on `git status` must not allow `sudo git status`).
+_BENIGN_WRAPPERS = frozenset(
+    {"env", "command", "builtin", "exec", "nohup", "time", "nice", "ionice", "stdbuf", "timeout"}
+)
+_PRIVILEGE_WRAPPERS = frozenset({"sudo", "doas", "su", "pkexec", "chroot", "xargs", "setsid"})
+_WRAPPER_OPTS_WITH_VALUE: Mapping[str, frozenset[str]] = {
+    "nice": frozenset({"-n", "--adjustment"}),
+    "ionice": frozenset({"-c", "-n", "-p", "--class", "--classdata"}),
+    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
+    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"}),
+    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir"}),
+    "stdbuf": frozenset({"-i", "-o", "-e"}),
+    "xargs": frozenset({"-I", "-n", "-P", "-L", "-s", "-d", "-E", "-a"}),
+}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
+    """Return ``text`` with leading assignments and wrappers removed and the name's path cut.
+
+    ``/tmp/git status``, ``env git status`` and ``GIT_DIR=x git status`` all become
+    ``git status``. Whitespace runs collapse to one space.
+    """
+    tokens = text.split()
+    wrappers = (
+        _BENIGN_WRAPPERS | _PRIVILEGE_WRAPPERS if look_through_privilege else _BENIGN_WRAPPERS
+    )
+    changed = True
+    while tokens and changed:
+        changed = False
+        while tokens and _ASSIGNMENT.match(tokens[0]):
+            tokens.pop(0)
+            changed = True
+        if not tokens:
+            break
+        name = posixpath.basename(tokens[0]) or tokens[0]
+        if name in wrappers and len(tokens) > 1:
+            tokens = _skip_wrapper(name, tokens[1:])
+            changed = True
+    if tokens:
+        tokens[0] = posixpath.basename(tokens[0]) or tokens[0]
+    return " ".join(tokens)
+
+
+def _skip_wrapper(name: str, rest: list[str]) -> list[str]:
+    """Drop a wrapper's own options (and a timeout's duration) from the front of ``rest``."""
+    with_value = _WRAPPER_OPTS_WITH_VALUE.get(name, frozenset())
+    i = 0
+    while i < len(rest) and rest[i].startswith("-") and rest[i] != "--":
+        i += 2 if rest[i] in with_value else 1
+    if i < len(rest) and rest[i] == "--":
+        i += 1
+    if name == "timeout" and i < len(rest):
+        i += 1  # the duration
+    return rest[i:]
+
+
+def normalize_path(path: str, cwd: str) -> str:
+    """Make ``path`` absolute against ``cwd`` and fold ``.``, ``..`` and duplicate slashes."""
+    joined = posixpath.join(cwd or "/", path)
+    folded = posixpath.normpath(joined)
+    # normpath keeps a leading "//" (POSIX allows it to mean something else); we do not.
+    return re.sub(r"/+", "/", folded)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One permission rule as configured (DEC-1)."""
+
+    effect: Effect
+    """What the rule does on a match."""
+    pattern: str
+    """The pattern text, e.g. ``run_bash(git *)``."""
+    source: Source
+    """Where the rule came from."""
+    reason: str = ""
+    """Optional human reason shown when the rule decides."""
+    rule_id: str = ""
+    """Server-assigned id for session rules and grants."""
+    bypass_immune: bool = False
+    """For tool-level ASKs: neither ALLOW rules nor bypass mode may settle it."""
+
+    def describe(self) -> str:
+        """A short label, e.g. ``deny run_bash(rm *) [managed]``."""
+        return f"{self.effect.value} {self.pattern} [{self.source.value}]"
+
+
+@dataclass(frozen=True)
+class ParsedPattern:
+    """A pattern split into its tool part and content part."""
+
+    tool: str | None
+    """The tool name, or None for ``*``."""
+    content: str | None
+    """The content between the parentheses, or None when absent."""
+
+
+def parse_pattern(pattern: str) -> ParsedPattern:
+    """Split and validate a pattern; raise ``InvalidPattern`` naming it and the problem."""
+    text = pattern.strip()
+    if not text:
+        raise InvalidPattern("empty rule pattern", pattern=pattern, problem="empty")
+    if "(" in text:
+        name, _, rest = text.partition("(")
+        if not rest.endswith(")"):
+            raise InvalidPattern(
+                f"rule pattern {pattern!r}: missing closing ')'",
+                pattern=pattern,
+                problem="unbalanced parenthesis",
+            )
+        content = rest[:-1]
+        if not content.strip():
+            raise InvalidPattern(
+                f"rule pattern {pattern!r}: empty content between parentheses",
+                pattern=pattern,
+                problem="empty content",
+            )
+    else:
+        if ")" in text:
+            raise InvalidPattern(
+                f"rule pattern {pattern!r}: ')' without '('",
+                pattern=pattern,
+                problem="unbalanced parenthesis",
+            )
+        name, content = text, None
+    name = name.strip()
+    if name != "*" and not _TOOL_NAME.match(name):
+        raise InvalidPattern(
+            f"rule pattern {pattern!r}: tool name {name!r} must be '*' or letters, digits, _ . : -",
+            pattern=pattern,
+            problem="bad tool name",
+        )
+    if content is not None and content.strip() == "*" and name != "*":
+        # `tool(*)` means the same as `tool`; accept it but store the simpler form.
+        content = None
+    return ParsedPattern(tool=None if name == "*" else name, content=content)
+
+
+def escape_content(text: str) -> str:
+    """Escape a literal content so it matches only itself (used for ALWAYS_ALLOW grants)."""
+    return text.replace("\\", "\\\\").replace("*", "\\*")
+
+
+def _split_glob(content: str) -> list[str | None]:
+    """Split content into literal chunks and ``None`` for each unescaped ``*``."""
+    parts: list[str | None] = []
+    buf: list[str] = []
+    i = 0
+    while i < len(content):
+        ch = content[i]
+        if ch == "\\" and i + 1 < len(content) and content[i + 1] in "*\\":
+            buf.append(content[i + 1])
+            i += 2
+            continue
+        if ch == "*":
+            if buf:
+                parts.append("".join(buf))
+                buf = []
+            parts.append(None)
+        else:
+            buf.append(ch)
+        i += 1
+    if buf:
+        parts.append("".join(buf))
+    return parts
+
+
+class _TextMatcher:
+    """Matches free text (commands, globs, URLs): wildcards anchor, bare text is substring/equal."""
+
+    __slots__ = ("literal", "regex", "exact")
+
+    def __init__(self, content: str, *, exact: bool) -> None:
+        parts = _split_glob(content)
+        self.exact = exact
+        if all(p is not None for p in parts):
+            self.literal: str | None = "".join(p for p in parts if p is not None)
+            self.regex: re.Pattern[str] | None = None
+        else:
+            self.literal = None
+            body = "".join(".*" if p is None else re.escape(p) for p in parts)
+            self.regex = re.compile(body, re.DOTALL)
+
+    def __call__(self, text: str) -> bool:
+        if self.literal is not None:
+            return text == self.literal if self.exact else self.literal in text
+        assert self.regex is not None
+        return self.regex.fullmatch(text) is not None
+
+
+class _PathMatcher:
+    """Matches normalised absolute paths with ``*`` (one segment) and ``**`` (any depth)."""
+
+    __slots__ = ("literal", "regex", "exact")
+
+    def __init__(self, content: str, *, exact: bool, cwd: str) -> None:
+        self.exact = exact
+        parts = _split_glob(content)
+        if all(p is not None for p in parts):
+            lit = "".join(p for p in parts if p is not None)
+            # A bare DENY/ASK content is a substring of the path; a bare ALLOW equals it.
+            self.literal: str | None = normalize_path(lit, cwd) if exact else lit
+            self.regex: re.Pattern[str] | None = None
+            return
+        self.literal = None
+        raw = content
+        anchored = raw.startswith("/")
+        if not anchored and "/" in raw.rstrip("/") and not raw.startswith("**"):
+            if exact:
+                # ALLOW never matches more than written: a relative pattern means the cwd.
+                raw, anchored = posixpath.join(cwd or "/", raw), True
+        body = _path_glob_regex(raw)
+        if anchored:
+            regex = body
+        elif "/" not in raw:
+            regex = r"(?:.*/)?" + body  # base-name match at any depth
+        else:
+            regex = r"(?:.*/)?" + body.removeprefix(r"(?:.*/)?")
+        self.regex = re.compile(regex, re.DOTALL)
+
+    def __call__(self, path: str) -> bool:
+        if self.literal is not None:
+            return path == self.literal if self.exact else self.literal in path
+        assert self.regex is not None
+        return self.regex.fullmatch(path) is not None
+
+
+def _path_glob_regex(glob: str) -> str:
+    """Translate a path glob: ``**/`` → any directories, ``**`` → anything, ``*`` → one segment."""
+    glob = re.sub(r"/+", "/", glob)
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append(r"(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "\\" and i + 1 < len(glob) and glob[i + 1] in "*\\":
+            out.append(re.escape(glob[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class CallContent:
+    """The matchable content of one call, computed once per decision."""
+
+    tool_name: str
+    fields: Mapping[str, str]
+    """Raw content fields present in the arguments (command, file_path, path, pattern, url)."""
+    paths: Mapping[str, str]
+    """Normalised absolute paths for the path fields present."""
+    sub_commands: tuple[str, ...] = ()
+    """For run_bash: each simple command's text, names normalised (DENY/ASK form)."""
+    allow_sub_commands: tuple[str, ...] = ()
+    """For run_bash: the same with privilege wrappers kept (ALLOW form)."""
+    whole_command: str = ""
+    """For run_bash: the whole command with whitespace collapsed."""
+
+    @property
+    def primary_field(self) -> str | None:
+        """The field an ALLOW rule matches: the tool's declared one, else the first present."""
+        declared = PRIMARY_FIELDS.get(self.tool_name)
+        if declared is not None:
+            return declared
+        for name in CONTENT_FIELDS:
+            if name in self.fields:
+                return name
+        return None
+
+    @property
+    def primary_content(self) -> str | None:
+        """The primary field's raw value, if present."""
+        name = self.primary_field
+        return None if name is None else self.fields.get(name)
+
+
+_CRUDE_SPLIT = re.compile(r"\|\||&&|[;&|\n`()]|\$\(")
+
+
+def crude_split(command: str) -> tuple[str, ...]:
+    """Split a command on every operator character, without a parser.
+
+    Used only when no executor analysis is available. It over-splits (inside quotes too),
+    which is the safe direction: DENY/ASK see more pieces, ALLOW must cover every piece.
+    """
+    pieces = [p.strip() for p in _CRUDE_SPLIT.split(command)]
+    return tuple(p for p in pieces if p)
+
+
+def call_content(
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    *,
+    cwd: str,
+    sub_commands: Sequence[str] | None = None,
+) -> CallContent:
+    """Extract and normalise the content of a call.
+
+    ``sub_commands`` are the executor's simple-command texts for run_bash; when None the
+    command is split crudely (see ``crude_split``).
+    """
+    fields = {k: v for k in CONTENT_FIELDS if isinstance(v := arguments.get(k), str)}
+    paths = {k: normalize_path(v, cwd) for k, v in fields.items() if k in PATH_FIELDS and v}
+    if tool_name != BASH_TOOL or "command" not in fields:
+        return CallContent(tool_name=tool_name, fields=fields, paths=paths)
+    command = fields["command"]
+    raw_subs = tuple(sub_commands) if sub_commands is not None else crude_split(command)
+    subs = tuple(normalize_command(s) for s in raw_subs)
+    allow_subs = tuple(normalize_command(s, look_through_privilege=False) for s in raw_subs)
+    return CallContent(
+        tool_name=tool_name,
+        fields=fields,
+        paths=paths,
+        sub_commands=tuple(s for s in subs if s),
+        allow_sub_commands=tuple(s for s in allow_subs if s),
+        whole_command=" ".join(command.split()),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledRule:
+    """A rule with its pattern parsed and its matchers built, ready to test calls."""
+
+    rule: Rule
+    tool: str | None
+    content: str | None
+    order: int
+    """Position in evaluation order (lower is earlier)."""
+    _text: _TextMatcher | None = field(default=None, repr=False)
+    _path: _PathMatcher | None = field(default=None, repr=False)
+    _command: _TextMatcher | None = field(default=None, repr=False)
+
+    @property
+    def effect(self) -> Effect:
+        """The rule's effect."""
+        return self.rule.effect
+
+    @property
+    def is_literal(self) -> bool:
+        """True when the rule has no content, or content without wildcards."""
+        return self._command is None or self._command.literal is not None
+
+    def applies_to_tool(self, tool_name: str) -> bool:
+        """True if the tool part matches."""
+        return self.tool is None or self.tool == tool_name
+
+    def matches(self, call: CallContent) -> bool:
+        """DENY/ASK semantics: the tool matches and any content field matches (DEC-1/2)."""
+        if self.tool is not None and self.tool != call.tool_name:
+            return False
+        if self.content is None:
+            return True
+        assert self._text is not None and self._path is not None and self._command is not None
+        for name, value in call.fields.items():
+            if name in PATH_FIELDS:
+                norm = call.paths.get(name)
+                if (norm is not None and self._path(norm)) or self._text(value):
+                    return True
+            elif name == "command" and call.tool_name == BASH_TOOL:
+                if self._text(value) or any(self._command(s) for s in call.sub_commands):
+                    return True
+            elif self._text(value):
+                return True
+        return False
+
+    def allows(self, call: CallContent) -> bool:
+        """ALLOW semantics for non-bash content: the primary field matches exactly as written."""
+        if self.tool is not None and self.tool != call.tool_name:
+            return False
+        if self.content is None:
+            return True
+        field_name = call.primary_field
+        if field_name is None or field_name not in call.fields:
+            return False
+        assert self._text is not None and self._path is not None
+        if field_name in PATH_FIELDS:
+            return self._path(call.paths[field_name])
+        return self._text(call.fields[field_name])
+
+    def allows_command(self, text: str) -> bool:
+        """ALLOW semantics for one bash sub-command (or the whole command)."""
+        if self.content is None:
+            return True
+        assert self._command is not None
+        return self._command(text)
+
+
+def compile_rule(rule: Rule, order: int, *, cwd: str = "/") -> CompiledRule:
+    """Parse and compile one rule; raise ``InvalidPattern`` if its pattern is bad."""
+    parsed = parse_pattern(rule.pattern)
+    if parsed.content is None:
+        return CompiledRule(rule=rule, tool=parsed.tool, content=None, order=order)
+    exact = rule.effect is Effect.ALLOW
+    content = parsed.content
+    command_content = content
+    if parsed.tool in (None, BASH_TOOL):
+        command_content = _normalize_pattern_command(content, exact=exact)
+    return CompiledRule(
+        rule=rule,
+        tool=parsed.tool,
+        content=content,
+        order=order,
+        _text=_TextMatcher(content, exact=exact),
+        _path=_PathMatcher(content, exact=exact, cwd=cwd),
+        _command=_TextMatcher(command_content, exact=exact),
+    )
+
+
+def _normalize_pattern_command(content: str, *, exact: bool) -> str:
+    """Normalise a command pattern's name like calls are, so `/usr/bin/rm *` means `rm *`."""
+    first, _, rest = content.strip().partition(" ")
+    if "*" in first or "\\" in first:
+        return content
+    name = normalize_command(first, look_through_privilege=not exact) or first
+    return " ".join(f"{name} {rest}".split()) if rest else name
+
+
+class RuleIndex:
+    """Compiled rules kept by tool name, in evaluation order, split by effect."""
+
+    def __init__(self, rules: Iterable[Rule], *, cwd: str = "/", start: int = 0) -> None:
+        self.cwd = cwd
+        self.compiled: tuple[CompiledRule, ...] = tuple(
+            compile_rule(r, start + i, cwd=cwd) for i, r in enumerate(rules)
+        )
+        self._by_tool: dict[str, list[CompiledRule]] = {}
+        self._any_tool: list[CompiledRule] = []
+        for c in self.compiled:
+            if c.tool is None:
+                self._any_tool.append(c)
+            else:
+                self._by_tool.setdefault(c.tool, []).append(c)
+        self._cache: dict[str, tuple[tuple[CompiledRule, ...], ...]] = {}
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules in evaluation order."""
+        return tuple(c.rule for c in self.compiled)
+
+    def for_tool(self, tool_name: str) -> tuple[tuple[CompiledRule, ...], ...]:
+        """Rules that may apply to ``tool_name``, as (deny, ask, allow) tuples in order."""
+        hit = self._cache.get(tool_name)
+        if hit is not None:
+            return hit
+        merged = sorted(self._by_tool.get(tool_name, []) + self._any_tool, key=lambda c: c.order)
+        result = tuple(tuple(c for c in merged if c.effect is e) for e in Effect)
+        if len(self._cache) < 4096:  # tool names come from callers; bound the memo
+            self._cache[tool_name] = result
+        return result
+
+    def __len__(self) -> int:
+        return len(self.compiled)
