@@ -1,0 +1,297 @@
+"""The built-in hooks (AGT-4): Cancellation, Redaction, Metrics and AuditLog.
+
+``standard_hooks`` returns them in the order that makes their guarantees hold: Cancellation
+first (a cancelled turn runs nothing else), Redaction before Metrics and AuditLog (neither
+the model nor the log sees a secret), AuditLog last (it records the final output).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from google.protobuf import timestamp_pb2
+from opentelemetry import metrics
+from stockade.agent.hooks import (
+    CONTINUE,
+    Block,
+    CallStatus,
+    Hook,
+    LifecycleEvent,
+    LifecycleKind,
+    MutateOutput,
+    PostAction,
+    PreAction,
+    ToolCallContext,
+    ToolResultContext,
+)
+from stockade.agent.redaction import redact, redact_value
+from stockade.v1 import audit_service_pb2 as audit_pb2
+from stockade.v1 import common_pb2
+
+log = logging.getLogger(__name__)
+
+
+class CancelRegistry:
+    """Which sessions' running turns were cancelled (the seed's ``cancelled_runs``)."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def begin(self, session_id: str) -> asyncio.Event:
+        """Register a running turn; returns the event set when it is cancelled."""
+        event = asyncio.Event()
+        self._events[session_id] = event
+        return event
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel the running turn of ``session_id``; False when none is running."""
+        event = self._events.get(session_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def is_cancelled(self, session_id: str) -> bool:
+        """True when the session's running turn was cancelled."""
+        event = self._events.get(session_id)
+        return event is not None and event.is_set()
+
+    def event(self, session_id: str) -> asyncio.Event | None:
+        """The running turn's cancel event, if any."""
+        return self._events.get(session_id)
+
+    def end(self, session_id: str) -> None:
+        """Forget the session's turn (called on session stop)."""
+        self._events.pop(session_id, None)
+
+
+class CancellationHook(Hook):
+    """Blocks every tool call of a cancelled turn; clears the state when the turn stops."""
+
+    name = "cancellation"
+
+    def __init__(self, registry: CancelRegistry) -> None:
+        self._registry = registry
+
+    async def pre_tool_use(self, call: ToolCallContext) -> PreAction:
+        """Block when the session's turn was cancelled."""
+        if self._registry.is_cancelled(call.session_id):
+            return Block("the turn was cancelled by the user")
+        return CONTINUE
+
+    async def on_event(self, event: LifecycleEvent) -> None:
+        """Forget the cancellation when the lead's session stops."""
+        if event.kind is LifecycleKind.SESSION_STOP and event.agent_name == "lead":
+            self._registry.end(event.session_id)
+
+
+class RedactionHook(Hook):
+    """Masks secrets in every tool output before the model or the log sees it."""
+
+    name = "redaction"
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        """Replace the output when it holds a secret."""
+        redacted = redact(result.content)
+        if redacted.kinds:
+            log.info("redacted %s in %s output", ",".join(redacted.kinds), result.call.tool_name)
+            return MutateOutput(redacted.text)
+        return CONTINUE
+
+
+@dataclass
+class SessionMetrics:
+    """A local per-session snapshot (the seed's ``MetricsData``)."""
+
+    calls: int = 0
+    """Tool calls that ended."""
+    errors: int = 0
+    """Calls that did not end OK."""
+    per_tool: Counter[str] = field(default_factory=Counter)
+    """Calls per tool."""
+    denials: int = 0
+    """Denied calls."""
+    steps: int = 0
+    """Completed steps."""
+    termination_reason: str = ""
+    """Why the session stopped."""
+
+
+class MetricsHook(Hook):
+    """OpenTelemetry counters and histograms for tool calls, steps and endings."""
+
+    name = "metrics"
+    fail_closed = False  # metrics must never block or hide a call
+
+    def __init__(self, meter: metrics.Meter | None = None) -> None:
+        meter = meter or metrics.get_meter("stockade.agent")
+        self._calls = meter.create_counter(
+            "stockade.agent.tool_calls", unit="{call}", description="Tool calls by tool and status"
+        )
+        self._duration = meter.create_histogram(
+            "stockade.agent.tool_duration", unit="ms", description="Tool call wall time"
+        )
+        self._steps = meter.create_counter(
+            "stockade.agent.steps", unit="{step}", description="Completed model steps"
+        )
+        self._stops = meter.create_counter(
+            "stockade.agent.sessions_stopped", unit="{turn}", description="Turn endings by reason"
+        )
+        self._sessions: dict[str, SessionMetrics] = {}
+
+    def snapshot(self, session_id: str) -> SessionMetrics:
+        """The local metrics of one session."""
+        return self._sessions.setdefault(session_id, SessionMetrics())
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        """Count the call and record its duration."""
+        attributes = {"tool": result.call.tool_name, "status": result.status.value}
+        self._calls.add(1, attributes)
+        self._duration.record(result.elapsed_ms, attributes)
+        data = self.snapshot(result.call.session_id)
+        data.calls += 1
+        data.per_tool[result.call.tool_name] += 1
+        data.errors += result.is_error
+        data.denials += result.status is CallStatus.DENIED
+        return CONTINUE
+
+    async def on_event(self, event: LifecycleEvent) -> None:
+        """Count steps and endings."""
+        if event.kind is LifecycleKind.STEP_COMPLETE:
+            self._steps.add(1, {"agent": event.agent_name})
+            self.snapshot(event.session_id).steps += 1
+        elif event.kind is LifecycleKind.SESSION_STOP:
+            reason = str(event.details.get("reason", ""))
+            self._stops.add(1, {"reason": reason, "agent": event.agent_name})
+            self.snapshot(event.session_id).termination_reason = reason
+
+
+class AuditSink(Protocol):
+    """The audit client's non-blocking side: queue an event and return at once."""
+
+    def enqueue(self, event: audit_pb2.AuditEvent) -> None:
+        """Queue ``event`` for delivery (spooled if the audit service is down)."""
+        ...
+
+
+_STATUS = {
+    CallStatus.OK: audit_pb2.AUDIT_STATUS_OK,
+    CallStatus.FAIL: audit_pb2.AUDIT_STATUS_FAIL,
+    CallStatus.DENIED: audit_pb2.AUDIT_STATUS_DENIED,
+    CallStatus.CANCELLED: audit_pb2.AUDIT_STATUS_CANCELLED,
+}
+PREVIEW_CHARS = 200
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(time.time_ns())
+    return stamp
+
+
+def _verdict(name: str) -> common_pb2.Verdict.ValueType:
+    try:
+        return common_pb2.Verdict.Value(f"VERDICT_{name.upper()}")
+    except ValueError:
+        return common_pb2.VERDICT_UNSPECIFIED
+
+
+def _rule_source(name: str) -> common_pb2.RuleSource.ValueType:
+    try:
+        return common_pb2.RuleSource.Value(f"RULE_SOURCE_{name.upper()}")
+    except ValueError:
+        return common_pb2.RULE_SOURCE_UNSPECIFIED
+
+
+class AuditLogHook(Hook):
+    """Sends one audit row per finished call and a SESSION_STOP row per ending (AUD-1).
+
+    The sink's ``enqueue`` never waits on the network (AUD-2); an exception from it is
+    logged and swallowed so that the audit path can never break a turn.
+    """
+
+    name = "audit_log"
+    fail_closed = False
+
+    def __init__(self, sink: AuditSink) -> None:
+        self._sink = sink
+
+    def _send(self, event: audit_pb2.AuditEvent) -> None:
+        try:
+            self._sink.enqueue(event)
+        except Exception as exc:
+            log.error("audit enqueue failed for %s: %s", event.event_id, exc)
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        """Record the call (arguments and preview redacted)."""
+        call, decision = result.call, result.decision
+        arguments = json.dumps(
+            redact_value(dict(call.arguments)), sort_keys=True, separators=(",", ":")
+        )
+        self._send(
+            audit_pb2.AuditEvent(
+                event_id=str(uuid.uuid4()),
+                session_id=call.session_id,
+                step=call.step,
+                tool_name=call.tool_name,
+                status=_STATUS[result.status],
+                elapsed_ms=result.elapsed_ms,
+                output_preview=redact(result.content).text[:PREVIEW_CHARS],
+                agent_name=call.agent_name,
+                time=_now(),
+                call_id=call.call_id,
+                verdict=_verdict(decision.verdict),
+                matched_rule=decision.matched_rule,
+                rule_source=_rule_source(decision.rule_source),
+                conflict_log=decision.conflict_log,
+                trace_id=result.trace_id,
+                policy_version=decision.policy_version,
+                arguments_json=arguments,
+            )
+        )
+        return CONTINUE
+
+    async def on_event(self, event: LifecycleEvent) -> None:
+        """Write the SESSION_STOP summary row with the termination reason."""
+        if event.kind is not LifecycleKind.SESSION_STOP:
+            return
+        reason = str(event.details.get("reason", ""))
+        detail = str(event.details.get("detail", ""))
+        self._send(
+            audit_pb2.AuditEvent(
+                event_id=str(uuid.uuid4()),
+                session_id=event.session_id,
+                step=int(event.details.get("step", 0)),
+                tool_name="session",
+                status=audit_pb2.AUDIT_STATUS_SESSION_STOP,
+                agent_name=event.agent_name,
+                time=_now(),
+                output_preview=redact(detail).text[:PREVIEW_CHARS],
+                termination_reason=reason,
+                trace_id=str(event.details.get("trace_id", "")),
+            )
+        )
+
+
+def standard_hooks(
+    cancel_registry: CancelRegistry,
+    audit_sink: AuditSink | None = None,
+    *,
+    meter: metrics.Meter | None = None,
+    extra: list[Hook] | None = None,
+) -> list[Hook]:
+    """The built-in hooks in their safe order, with embedder hooks between Redaction and
+    the recorders (so recorders see what embedders changed)."""
+    hooks: list[Hook] = [CancellationHook(cancel_registry), RedactionHook()]
+    hooks.extend(extra or [])
+    hooks.append(MetricsHook(meter))
+    if audit_sink is not None:
+        hooks.append(AuditLogHook(audit_sink))
+    return hooks

@@ -1,0 +1,262 @@
+"""Hook pipeline semantics (AGT-3) and the built-in hooks (AGT-4)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from stockade.agent.builtin_hooks import (
+    AuditLogHook,
+    CancellationHook,
+    CancelRegistry,
+    MetricsHook,
+    RedactionHook,
+    standard_hooks,
+)
+from stockade.agent.hooks import (
+    CONTINUE,
+    Block,
+    CallStatus,
+    DecisionInfo,
+    Hook,
+    HookPipeline,
+    LifecycleEvent,
+    LifecycleKind,
+    MutateInput,
+    MutateOutput,
+    PermissionRequired,
+    PostAction,
+    PreAction,
+    ToolCallContext,
+    ToolResultContext,
+)
+from stockade.v1 import audit_service_pb2 as audit_pb2
+from stockade.v1 import common_pb2
+
+CALL = ToolCallContext(session_id="s1", call_id="c1", tool_name="read_file", arguments={"a": 1})
+AWS = "AKIAIOSFODNN7EXAMPLE"
+
+
+class Fixed(Hook):
+    """Answers a fixed action and records what it saw."""
+
+    def __init__(self, name: str, pre: PreAction = CONTINUE, post: PostAction = CONTINUE) -> None:
+        self.name = name
+        self.pre = pre
+        self.post = post
+        self.seen_args: list[dict[str, Any]] = []
+        self.seen_content: list[str] = []
+
+    async def pre_tool_use(self, call: ToolCallContext) -> PreAction:
+        self.seen_args.append(dict(call.arguments))
+        return self.pre
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        self.seen_content.append(result.content)
+        return self.post
+
+
+class Raising(Hook):
+    def __init__(self, fail_closed: bool) -> None:
+        self.name = "raising"
+        self.fail_closed = fail_closed
+
+    async def pre_tool_use(self, call: ToolCallContext) -> PreAction:
+        raise RuntimeError("boom")
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        raise RuntimeError("boom")
+
+    async def on_event(self, event: LifecycleEvent) -> None:
+        raise RuntimeError("boom")
+
+
+async def test_first_block_short_circuits() -> None:
+    after = Fixed("after")
+    pipeline = HookPipeline(
+        [Fixed("a", Block("first")), Fixed("b", Block("second")), after],
+    )
+    result = await pipeline.run_pre_tool_use(CALL)
+    assert result.blocked and result.block_reason == "first" and result.blocked_by == "a"
+    assert after.seen_args == []
+
+
+async def test_contexts_accumulate_and_last_mutation_wins() -> None:
+    late = Fixed("late")
+    pipeline = HookPipeline(
+        [
+            Fixed("m1", MutateInput({"a": 2}, "ctx one")),
+            Fixed("only_ctx", MutateInput(None, "ctx two")),
+            Fixed("m2", MutateInput({"a": 3}, "")),
+            late,
+        ]
+    )
+    result = await pipeline.run_pre_tool_use(CALL)
+    assert not result.blocked
+    assert result.arguments == {"a": 3}
+    assert result.additional_context == ("ctx one", "ctx two")
+    assert result.mutated_by == ("m1", "m2")
+    assert late.seen_args == [{"a": 3}]  # later hooks see the mutated arguments
+
+
+async def test_permission_required_survives_a_later_continue_and_mutation() -> None:
+    pipeline = HookPipeline(
+        [
+            Fixed("p", PermissionRequired("needs a human")),
+            Fixed("c"),
+            Fixed("m", MutateInput({"a": 9})),
+            Fixed("c2"),
+        ]
+    )
+    result = await pipeline.run_pre_tool_use(CALL)
+    assert result.permission_required == ("needs a human",)
+    assert result.arguments == {"a": 9}
+    assert not result.blocked
+
+
+async def test_block_after_permission_required_still_blocks() -> None:
+    pipeline = HookPipeline([Fixed("p", PermissionRequired("x")), Fixed("b", Block("no"))])
+    result = await pipeline.run_pre_tool_use(CALL)
+    assert result.blocked and result.permission_required == ("x",)
+
+
+async def test_failing_hooks_follow_their_policy() -> None:
+    closed = await HookPipeline([Raising(True)]).run_pre_tool_use(CALL)
+    assert closed.blocked and "raising failed" in closed.block_reason
+    opened = await HookPipeline([Raising(False)]).run_pre_tool_use(CALL)
+    assert not opened.blocked
+    post = await HookPipeline([Raising(True)]).run_post_tool_use(
+        ToolResultContext(call=CALL, content="secret stuff")
+    )
+    assert "secret stuff" not in post.content and "withheld" in post.content
+    post_open = await HookPipeline([Raising(False)]).run_post_tool_use(
+        ToolResultContext(call=CALL, content="keep")
+    )
+    assert post_open.content == "keep"
+    await HookPipeline([Raising(True)]).emit(LifecycleEvent(LifecycleKind.SESSION_START, "s1"))
+
+
+async def test_mutate_output_chains() -> None:
+    second = Fixed("second", post=MutateOutput("two"))
+    third = Fixed("third")
+    pipeline = HookPipeline([Fixed("first", post=MutateOutput("one")), second, third])
+    result = await pipeline.run_post_tool_use(ToolResultContext(call=CALL, content="zero"))
+    assert result.content == "two"
+    assert second.seen_content == ["one"] and third.seen_content == ["two"]
+    assert result.mutated_by == ("first", "second")
+
+
+async def test_cancellation_hook_blocks_a_cancelled_turn_and_clears_on_stop() -> None:
+    registry = CancelRegistry()
+    hook = CancellationHook(registry)
+    pipeline = HookPipeline([hook])
+    assert not registry.cancel("s1")  # nothing running yet
+    registry.begin("s1")
+    assert not (await pipeline.run_pre_tool_use(CALL)).blocked
+    assert registry.cancel("s1")
+    result = await pipeline.run_pre_tool_use(CALL)
+    assert result.blocked and "cancelled" in result.block_reason
+    # A subagent stopping does not clear the lead's cancellation.
+    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", agent_name="sub-1"))
+    assert registry.is_cancelled("s1")
+    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1"))
+    assert not registry.is_cancelled("s1")
+    assert not (await pipeline.run_pre_tool_use(CALL)).blocked
+
+
+class Sink:
+    def __init__(self, fail: bool = False) -> None:
+        self.events: list[audit_pb2.AuditEvent] = []
+        self.fail = fail
+
+    def enqueue(self, event: audit_pb2.AuditEvent) -> None:
+        if self.fail:
+            raise ConnectionError("down")
+        self.events.append(event)
+
+
+async def test_redaction_runs_before_the_audit_log_sees_output_and_arguments() -> None:
+    sink = Sink()
+    pipeline = HookPipeline(standard_hooks(CancelRegistry(), sink))
+    call = ToolCallContext(
+        session_id="s1",
+        call_id="c9",
+        tool_name="run_bash",
+        arguments={"command": f"echo {AWS}"},
+        agent_name="lead",
+        step=2,
+    )
+    decision = DecisionInfo(verdict="ALLOW", matched_rule="run_bash(echo *)", rule_source="ENV")
+    result = await pipeline.run_post_tool_use(
+        ToolResultContext(call=call, content=f"key={AWS}", elapsed_ms=7, decision=decision)
+    )
+    assert AWS not in result.content and "[REDACTED:aws_access_key]" in result.content
+    (event,) = sink.events
+    assert AWS not in event.output_preview and AWS not in event.arguments_json
+    assert json.loads(event.arguments_json)["command"].startswith("echo [REDACTED")
+    assert event.status == audit_pb2.AUDIT_STATUS_OK
+    assert event.verdict == common_pb2.VERDICT_ALLOW
+    assert event.rule_source == common_pb2.RULE_SOURCE_ENV
+    assert (event.step, event.call_id, event.elapsed_ms) == (2, "c9", 7)
+
+
+async def test_audit_log_rows_for_denials_and_session_stop() -> None:
+    sink = Sink()
+    hook = AuditLogHook(sink)
+    await hook.post_tool_use(
+        ToolResultContext(
+            call=CALL, content="x" * 500, status=CallStatus.DENIED, decision=DecisionInfo("DENY")
+        )
+    )
+    await hook.on_event(
+        LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", details={"reason": "MAX_STEPS"})
+    )
+    await hook.on_event(LifecycleEvent(LifecycleKind.STEP_COMPLETE, "s1"))
+    denied, stop = sink.events
+    assert denied.status == audit_pb2.AUDIT_STATUS_DENIED and len(denied.output_preview) == 200
+    assert stop.tool_name == "session" and stop.status == audit_pb2.AUDIT_STATUS_SESSION_STOP
+    assert stop.termination_reason == "MAX_STEPS"
+    assert denied.event_id != stop.event_id
+
+
+async def test_audit_failure_never_breaks_the_call() -> None:
+    pipeline = HookPipeline([AuditLogHook(Sink(fail=True))])
+    result = await pipeline.run_post_tool_use(ToolResultContext(call=CALL, content="ok"))
+    assert result.content == "ok"
+
+
+async def test_metrics_hook_exports_through_opentelemetry() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    hook = MetricsHook(provider.get_meter("test"))
+    pipeline = HookPipeline([hook])
+    await pipeline.run_post_tool_use(ToolResultContext(call=CALL, content="", elapsed_ms=3))
+    await pipeline.run_post_tool_use(
+        ToolResultContext(call=CALL, content="", status=CallStatus.DENIED)
+    )
+    await pipeline.emit(LifecycleEvent(LifecycleKind.STEP_COMPLETE, "s1"))
+    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", details={"reason": "X"}))
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points[metric.name] = list(metric.data.data_points)
+    calls = {p.attributes["status"]: p.value for p in points["stockade.agent.tool_calls"]}
+    assert calls == {"OK": 1, "DENIED": 1}
+    assert points["stockade.agent.steps"][0].value == 1
+    assert points["stockade.agent.sessions_stopped"][0].attributes["reason"] == "X"
+    snap = hook.snapshot("s1")
+    assert (snap.calls, snap.errors, snap.denials, snap.steps) == (2, 1, 1, 1)
+    assert snap.termination_reason == "X"
+    provider.shutdown()
+
+
+async def test_redaction_hook_leaves_clean_output_alone() -> None:
+    result = await HookPipeline([RedactionHook()]).run_post_tool_use(
+        ToolResultContext(call=CALL, content="hello world")
+    )
+    assert result.content == "hello world" and result.mutated_by == ()
