@@ -31,6 +31,7 @@ __all__ = [
     "PathSandbox",
     "Root",
     "is_protected_write",
+    "match_relative_glob",
     "matches_path_glob",
     "openat2_available",
 ]
@@ -160,6 +161,14 @@ def matches_path_glob(path: str, glob: str) -> bool:
     return is_protected_write(path, (glob,)) is not None
 
 
+def match_relative_glob(pattern: str, rel: str) -> bool:
+    """Whether the relative path ``rel`` matches the whole of ``pattern`` (``**`` spans dirs)."""
+    return _glob_parts_match(
+        [p for p in pattern.split("/") if p not in ("", ".")],
+        [p for p in rel.split("/") if p not in ("", ".")],
+    )
+
+
 # --- openat2 (Linux >= 5.6) via ctypes ------------------------------------------------
 
 _SYS_OPENAT2 = 437  # same number on x86_64 and aarch64 (unified syscall table)
@@ -181,11 +190,16 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 
+_O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
+
+
 def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
     """``openat2`` confined beneath ``dir_fd`` with no symlinks at all; raises OSError."""
     how = _OpenHow(
         flags=flags,
-        mode=mode if flags & (os.O_CREAT | getattr(os, "O_TMPFILE", 0)) else 0,
+        # openat2 rejects a mode unless it creates; O_TMPFILE includes the O_DIRECTORY bit,
+        # so test for all of its bits.
+        mode=mode if flags & os.O_CREAT or (_O_TMPFILE and flags & _O_TMPFILE == _O_TMPFILE) else 0,
         resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
     )
     fd = _syscall(
@@ -353,15 +367,19 @@ class PathSandbox:
 
     # --- opening -------------------------------------------------------------------
 
-    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+    def open(self, path: str, flags: int, mode: int = 0o644, *, write: bool | None = None) -> int:
         """Open ``path`` (checked like :meth:`check`) without following any symlink.
+
+        ``write`` says which check applies; by default it follows from ``flags`` (any of
+        O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND is a write).
 
         The canonical path has no symlinks left, so the open walks it from the root's
         directory fd refusing every symlink: one swapped in after the check makes the open
         fail (PathRefused) instead of redirecting it. Only regular files and directories
         are opened (a FIFO would block the executor). Returns a new fd (O_CLOEXEC).
         """
-        write = bool(flags & _WRITE_FLAGS)
+        if write is None:
+            write = bool(flags & _WRITE_FLAGS)
         decision = self.check(path, write=write)
         if not decision.allowed or decision.root is None:
             raise PathRefused(decision.reason, path=path, resolved=decision.resolved)

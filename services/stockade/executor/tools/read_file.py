@@ -1,0 +1,115 @@
+"""read_file: a file's lines, numbered like ``cat -n``, with offset and limit (EXE-11)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from stockade.errors import PathRefused
+from stockade.executor.readstate import stamp_fd
+from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.support import (
+    ArgError,
+    error_result,
+    get_read_state,
+    get_sandbox,
+    int_arg,
+    ok_result,
+    refused_result,
+    str_arg,
+)
+
+__all__ = ["MAX_READ_BYTES", "ReadFileTool", "format_lines", "is_binary"]
+
+DEFAULT_LIMIT = 2000
+MAX_LINE_CHARS = 2000
+MAX_READ_BYTES = 32 * 1024 * 1024
+_SNIFF_BYTES = 8192
+
+
+def is_binary(data: bytes) -> bool:
+    """Binary detection as git and grep do it: a NUL byte in the first 8 KiB."""
+    return b"\0" in data[:_SNIFF_BYTES]
+
+
+def format_lines(lines: list[str], first_number: int) -> str:
+    """``cat -n`` style: right-aligned line number, a tab, the line (long lines cut)."""
+    out = []
+    for number, line in enumerate(lines, start=first_number):
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} characters]"
+        out.append(f"{number:>6}\t{line}")
+    return "\n".join(out)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines without their terminators (``\\n`` or ``\\r\\n``); no phantom last line."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+class ReadFileTool:
+    """Reads a text file inside the roots and records the read for stale-write checks."""
+
+    name = "read_file"
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        """Yield the one result (reads are small and fast enough not to stream)."""
+        yield await asyncio.to_thread(self._run, args, ctx)
+
+    def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        try:
+            file_path = str_arg(args, "file_path")
+            offset = int_arg(args, "offset", default=1, minimum=0)
+            limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1)
+        except ArgError as exc:
+            return error_result(str(exc))
+        sandbox = get_sandbox(ctx)
+        decision = sandbox.check(file_path)
+        if not decision.allowed:
+            return refused_result(decision.reason)
+        if not os.path.lexists(decision.resolved):
+            return error_result(f"{decision.resolved} does not exist")
+        try:
+            fd = sandbox.open(file_path, os.O_RDONLY)
+        except PathRefused as exc:
+            return refused_result(exc.message)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                return error_result(f"{decision.resolved} is a directory: use glob_files")
+            if st.st_size > MAX_READ_BYTES:
+                return error_result(
+                    f"{decision.resolved} is {st.st_size} bytes, over the "
+                    f"{MAX_READ_BYTES} byte limit of read_file"
+                )
+            stamp, data = stamp_fd(fd)
+        finally:
+            os.close(fd)
+        get_read_state(ctx).record(ctx.session_id, decision.resolved, stamp)
+        if is_binary(data):
+            return error_result(
+                f"{decision.resolved} is a binary file ({len(data)} bytes); not shown"
+            )
+        lines = split_lines(data.decode("utf-8", errors="replace"))
+        start = max(offset, 1)
+        if not lines:
+            return ok_result(ctx, f"({decision.resolved} is empty)")
+        if start > len(lines):
+            return ok_result(
+                ctx,
+                f"({decision.resolved} has {len(lines)} lines; offset {start} is past the end)",
+            )
+        chosen = lines[start - 1 : start - 1 + limit]
+        text = format_lines(chosen, start)
+        remaining = len(lines) - (start - 1 + len(chosen))
+        if remaining > 0:
+            text += f"\n... ({remaining} more lines; read on with offset={start + len(chosen)})"
+        return ok_result(ctx, text)

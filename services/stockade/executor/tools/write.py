@@ -1,0 +1,78 @@
+"""file_write: create or overwrite a file, with a size limit and stale-write protection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from stockade.errors import PathRefused, StaleWrite
+from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.support import (
+    DEFAULT_MAX_FILE_WRITE_BYTES,
+    ArgError,
+    atomic_write,
+    error_result,
+    get_read_state,
+    get_sandbox,
+    load_existing,
+    ok_result,
+    refused_result,
+    setting,
+    str_arg,
+)
+
+__all__ = ["FileWriteTool"]
+
+
+class FileWriteTool:
+    """Writes ``content`` to ``file_path``.
+
+    A new file (and its missing parent folders) is created; an existing one is replaced
+    only if this session read it and it has not changed since (EXE-11).
+    """
+
+    name = "file_write"
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        """Yield the one result."""
+        yield await asyncio.to_thread(self._run, args, ctx)
+
+    def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        try:
+            file_path = str_arg(args, "file_path")
+            content = str_arg(args, "content")
+        except ArgError as exc:
+            return error_result(str(exc))
+        data = content.encode("utf-8", errors="surrogatepass")
+        limit = int(setting(ctx, "max_file_write_bytes", DEFAULT_MAX_FILE_WRITE_BYTES))
+        if len(data) > limit:
+            return refused_result(
+                f"content is {len(data)} bytes, over the {limit} byte limit of file_write"
+            )
+        sandbox = get_sandbox(ctx)
+        decision = sandbox.check(file_path, write=True)
+        if not decision.allowed:
+            return refused_result(decision.reason)
+        read_state = get_read_state(ctx)
+        try:
+            existing = load_existing(sandbox, decision.resolved)
+            if existing is not None:
+                read_state.require_fresh(ctx.session_id, decision.resolved, existing[0])
+            atomic_write(
+                sandbox,
+                decision.resolved,
+                data,
+                read_state=read_state,
+                session_id=ctx.session_id,
+            )
+        except PathRefused as exc:
+            return refused_result(exc.message)
+        except StaleWrite as exc:
+            return error_result(exc.message)
+        except OSError as exc:
+            return error_result(f"cannot write {decision.resolved}: {exc.strerror or exc}")
+        verb = "Updated" if existing is not None else "Created"
+        return ok_result(ctx, f"{verb} {decision.resolved} ({len(data)} bytes)")
