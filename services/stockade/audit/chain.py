@@ -18,7 +18,29 @@ from stockade.audit.model import EVENT_FIELDS, AuditEventRow, VerifyResult
 #: The anchor of a log that never had rows deleted.
 GENESIS = "0" * 64
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _refuse_type(value: object) -> object:
+    raise TypeError(f"a hashed row holds only str and int, not {type(value).__name__}")
+
+
+# The C encoder built once: same output as ``_encode_json`` (checked by a unit test) but
+# without rebuilding the encoder per row, which is a third of the hashing cost.
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_iterencode = (
+    _c_encoder(
+        None, _refuse_type, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    if _c_encoder is not None
+    else None
+)
+
+
+def _encode(values: Sequence[object]) -> str:
+    if _iterencode is None:
+        return _encode_json(values)
+    return "".join(_iterencode(values, 0))
 
 
 def canonical(sequence: int, stored_ns: int, event: AuditEventRow) -> bytes:
@@ -30,18 +52,14 @@ def canonical(sequence: int, stored_ns: int, event: AuditEventRow) -> bytes:
 
 def link_hash(prev_hash: str, sequence: int, stored_ns: int, event: AuditEventRow) -> str:
     """The hash of a row chained to ``prev_hash``."""
-    digest = hashlib.sha256(prev_hash.encode())
-    digest.update(b"\n")
-    digest.update(canonical(sequence, stored_ns, event))
-    return digest.hexdigest()
+    return hashlib.sha256(
+        prev_hash.encode() + b"\n" + canonical(sequence, stored_ns, event)
+    ).hexdigest()
 
 
 def hash_values(prev_hash: str, values: Sequence[object]) -> str:
     """The hash of a row given as ``[sequence, stored_ns, *event fields]`` (a table row)."""
-    digest = hashlib.sha256(prev_hash.encode())
-    digest.update(b"\n")
-    digest.update(_encode(list(values)).encode())
-    return digest.hexdigest()
+    return hashlib.sha256(f"{prev_hash}\n{_encode(values)}".encode()).hexdigest()
 
 
 class ChainChecker:

@@ -39,27 +39,43 @@ def _enum_number(enum: object, name: str, prefix: str) -> int:
     return number
 
 
+def _names(enum: object, prefix: str) -> dict[int, str]:
+    values: dict[str, int] = dict(enum.items())  # type: ignore[attr-defined]
+    return {number: name.removeprefix(prefix) for name, number in values.items() if number}
+
+
+# Number -> stored name, looked up per event (EnumTypeWrapper.Name is several times slower).
+_STATUS_NAMES = _names(a_pb2.AuditStatus, _STATUS_PREFIX)
+_VERDICT_NAMES = _names(common_pb2.Verdict, _VERDICT_PREFIX)
+_SOURCE_NAMES = _names(common_pb2.RuleSource, _SOURCE_PREFIX)
+
+
+def _lookup(names: dict[int, str], number: int, field: str) -> str:
+    if not number:
+        return ""
+    name = names.get(number)
+    if name is None:
+        raise InvalidArgument(f"{field} has unknown value {number}", field=field)
+    return name
+
+
 def row_from_proto(event: a_pb2.AuditEvent) -> AuditEventRow:
     """The core row for a protobuf event (validation happens in the store)."""
-    status = _enum_name(a_pb2.AuditStatus, event.status, _STATUS_PREFIX, "status")
+    time = event.time
     return AuditEventRow(
         event_id=event.event_id,
         session_id=event.session_id,
         step=event.step,
         tool_name=event.tool_name,
-        status=status,
+        status=_lookup(_STATUS_NAMES, event.status, "status"),
         elapsed_ms=event.elapsed_ms,
         output_preview=event.output_preview,
         agent_name=event.agent_name,
-        time_ns=event.time.seconds * 1_000_000_000 + event.time.nanos
-        if event.HasField("time")
-        else 0,
+        time_ns=time.seconds * 1_000_000_000 + time.nanos,
         call_id=event.call_id,
-        verdict=_enum_name(common_pb2.Verdict, event.verdict, _VERDICT_PREFIX, "verdict"),
+        verdict=_lookup(_VERDICT_NAMES, event.verdict, "verdict"),
         matched_rule=event.matched_rule,
-        rule_source=_enum_name(
-            common_pb2.RuleSource, event.rule_source, _SOURCE_PREFIX, "rule_source"
-        ),
+        rule_source=_lookup(_SOURCE_NAMES, event.rule_source, "rule_source"),
         conflict_log=event.conflict_log,
         trace_id=event.trace_id,
         termination_reason=event.termination_reason,

@@ -12,11 +12,12 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
 import aiosqlite
+
 from stockade.audit.chain import GENESIS, ChainChecker, hash_values
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
@@ -76,6 +77,7 @@ class AuditStore:
         writer: aiosqlite.Connection,
         reader: aiosqlite.Connection,
         head: tuple[int, str, int],
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         """Use ``open`` instead; this wires already opened connections."""
         self._path = path
@@ -86,13 +88,21 @@ class AuditStore:
         self._watch = HeadWatch(self._head_sequence)
         self._instruments = store_instruments()
         self._synchronous = "NORMAL"
+        self._clock = clock
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> AuditStore:
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        clock: Callable[[], int] = time.time_ns,
+    ) -> AuditStore:
         """Open (creating if needed) the log at ``path`` in WAL mode.
 
         ``synchronous=NORMAL`` survives a killed process (the failure AUD-4 is about);
-        pass ``"FULL"`` to also survive power loss at some cost in throughput.
+        pass ``"FULL"`` to also survive power loss at some cost in throughput. ``clock``
+        gives wall time in nanoseconds (arrival times and retention; tests pass a fake).
         """
         if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise InvalidArgument(f"unknown synchronous mode {synchronous!r}")
@@ -113,7 +123,8 @@ class AuditStore:
         except BaseException:
             await writer.close()
             raise
-        store = cls(os.fspath(path), writer, reader, (int(head[0]), str(head[1]), int(head[2])))
+        head_values = (int(head[0]), str(head[1]), int(head[2]))
+        store = cls(os.fspath(path), writer, reader, head_values, clock)
         store._synchronous = synchronous
         return store
 
@@ -152,7 +163,7 @@ class AuditStore:
         arrived = time.monotonic()
         if not events:
             return AppendResult(0, 0, self._head_sequence)
-        rows = normalise_batch(events, time.time_ns())
+        rows = normalise_batch(events, self._clock())
         unique, duplicates = _dedupe(rows)
         # Shielded: once a batch reaches SQLite it must finish (or fail) as a whole and
         # leave the in-memory head right, even if the caller is cancelled meanwhile.
@@ -189,7 +200,7 @@ class AuditStore:
         """Chain and insert ``rows`` in one transaction; the caller holds the lock."""
         if not rows:
             return 0
-        stored_ns = max(time.time_ns(), self._head_stored_ns)
+        stored_ns = max(self._clock(), self._head_stored_ns)
         sequence, prev = self._head_sequence, self._head_hash
         params: list[tuple[Any, ...]] = []
         for row in rows:
@@ -231,7 +242,7 @@ class AuditStore:
         """
         if days < 0:
             raise InvalidArgument("retention days must not be negative", field="days")
-        cutoff = (time.time_ns() if now_ns is None else now_ns) - int(days * _NS_PER_DAY)
+        cutoff = (self._clock() if now_ns is None else now_ns) - int(days * _NS_PER_DAY)
         return await asyncio.shield(self._delete_before(cutoff))
 
     async def _delete_before(self, cutoff: int) -> int:

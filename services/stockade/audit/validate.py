@@ -44,7 +44,9 @@ _REQUIRED = ("event_id", "session_id", "tool_name")
 _JSON_FIELDS = ("conflict_log", "arguments_json")
 _STATUSES = frozenset(s.value for s in AuditStatus)
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
+# Bounds of the fast path in normalise_event; kept equal to MAX_CHARS by a unit test.
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 
 
 def _refuse(index: int, event: AuditEventRow, field: str, problem: str) -> InvalidArgument:
@@ -60,6 +62,48 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
     The preview is cut to ``PREVIEW_CHARS`` characters and an unset time (0) becomes
     ``now_ns``, the arrival time; nothing else is changed.
     """
+    # The common case is checked with plain comparisons (this runs per ingested event);
+    # only a failing event goes through the slower search for the precise message.
+    if (
+        event.event_id
+        and event.session_id
+        and event.tool_name
+        and len(event.event_id) <= 128
+        and len(event.session_id) <= 256
+        and len(event.tool_name) <= 128
+        and len(event.agent_name) <= 128
+        and len(event.call_id) <= 256
+        and len(event.matched_rule) <= 4096
+        and len(event.conflict_log) <= 65536
+        and len(event.termination_reason) <= 2048
+        and len(event.policy_version) <= 128
+        and len(event.arguments_json) <= 65536
+        and event.status in _STATUSES
+        and (event.status == "SESSION_STOP") == (event.tool_name == SESSION_TOOL)
+        and event.verdict in VERDICTS
+        and event.rule_source in RULE_SOURCES
+        and 0 <= event.step <= _INT32_MAX
+        and 0 <= event.elapsed_ms <= _INT64_MAX
+        and 0 <= event.time_ns <= _INT64_MAX
+        and (not event.trace_id or _TRACE_ID.fullmatch(event.trace_id))
+        and not event.conflict_log
+        and not event.arguments_json
+    ):
+        pass
+    else:
+        _check_slowly(event, index)
+    if event.time_ns and len(event.output_preview) <= PREVIEW_CHARS:
+        return event
+    changes: dict[str, object] = {}
+    if len(event.output_preview) > PREVIEW_CHARS:
+        changes["output_preview"] = event.output_preview[:PREVIEW_CHARS]
+    if event.time_ns == 0:
+        changes["time_ns"] = now_ns
+    return dataclasses.replace(event, **changes)  # type: ignore[arg-type]
+
+
+def _check_slowly(event: AuditEventRow, index: int) -> None:
+    """Every rule, one by one, raising for the first that fails."""
     for name in _REQUIRED:
         if not getattr(event, name):
             raise _refuse(index, event, name, "is required")
@@ -76,7 +120,7 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
         raise _refuse(index, event, "verdict", f"must be one of {sorted(VERDICTS)}")
     if event.rule_source not in RULE_SOURCES:
         raise _refuse(index, event, "rule_source", f"must be one of {sorted(RULE_SOURCES)}")
-    if not 0 <= event.step <= 2**31 - 1:
+    if not 0 <= event.step <= _INT32_MAX:
         raise _refuse(index, event, "step", "must be between 0 and 2^31-1")
     if not 0 <= event.elapsed_ms <= _INT64_MAX:
         raise _refuse(index, event, "elapsed_ms", "must not be negative")
@@ -91,12 +135,6 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
                 json.loads(text)
             except ValueError:
                 raise _refuse(index, event, name, "is not valid JSON") from None
-    changes: dict[str, object] = {}
-    if len(event.output_preview) > PREVIEW_CHARS:
-        changes["output_preview"] = event.output_preview[:PREVIEW_CHARS]
-    if event.time_ns == 0:
-        changes["time_ns"] = now_ns
-    return dataclasses.replace(event, **changes) if changes else event  # type: ignore[arg-type]
 
 
 def normalise_batch(events: Sequence[AuditEventRow], now_ns: int) -> list[AuditEventRow]:

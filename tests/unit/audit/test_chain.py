@@ -1,0 +1,227 @@
+"""Tamper evidence (AUD-5): edits, deletions, insertions and reordering done with sqlite3
+directly are caught by verify, which names the first broken link; retention keeps the
+retained log verifiable."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from stockade.audit.chain import GENESIS, _encode_json, canonical, hash_values, link_hash
+from stockade.audit.model import EVENT_FIELDS, QueryFilters
+from stockade.audit.store import AuditStore
+
+from .conftest import BASE_NS, EventFactory
+
+
+async def _filled(db_path: Path, make_event: EventFactory, n: int = 10) -> AuditStore:
+    store = await AuditStore.open(db_path)
+    await store.append([make_event(i) for i in range(1, n + 1)])
+    return store
+
+
+def _sql(db_path: Path, *statements: str) -> None:
+    with sqlite3.connect(db_path) as db:
+        for statement in statements:
+            db.execute(statement)
+
+
+async def test_untouched_log_verifies(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        result = await store.verify()
+        assert (result.ok, result.rows_checked, result.first_broken_sequence) == (True, 10, 0)
+    finally:
+        await store.close()
+
+
+async def test_empty_log_verifies(store: AuditStore) -> None:
+    result = await store.verify()
+    assert (result.ok, result.rows_checked) == (True, 0)
+
+
+async def test_edited_row_is_named(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        _sql(
+            db_path,
+            "UPDATE agent_audit_log SET status = 'OK', output_preview = 'clean' WHERE sequence = 4",
+        )
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 4)
+        assert "edited" in result.detail
+    finally:
+        await store.close()
+
+
+async def test_edited_row_with_recomputed_hash_breaks_the_next_link(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        with sqlite3.connect(db_path) as db:
+            row = db.execute(
+                f"SELECT sequence, stored_ns, {', '.join(EVENT_FIELDS)}, prev_hash"
+                " FROM agent_audit_log WHERE sequence = 6"
+            ).fetchone()
+            values = list(row[:-1])
+            values[2 + EVENT_FIELDS.index("status")] = "OK"
+            values[2 + EVENT_FIELDS.index("tool_name")] = "harmless"
+            forged = hash_values(row[-1], values)
+            db.execute(
+                "UPDATE agent_audit_log SET status = 'OK', tool_name = 'harmless', row_hash = ?"
+                " WHERE sequence = 6",
+                (forged,),
+            )
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 7)
+        assert "prev_hash" in result.detail
+    finally:
+        await store.close()
+
+
+async def test_deleted_row_is_named(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        _sql(db_path, "DELETE FROM agent_audit_log WHERE sequence = 5")
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 6)
+        assert "row 5 is missing" in result.detail
+        assert result.rows_checked == 5
+    finally:
+        await store.close()
+
+
+async def test_deleted_rows_with_renumbering_are_named(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        _sql(
+            db_path,
+            "DELETE FROM agent_audit_log WHERE sequence = 3",
+            "UPDATE agent_audit_log SET sequence = sequence - 1 WHERE sequence > 3",
+        )
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 3)
+    finally:
+        await store.close()
+
+
+async def test_deleted_tail_is_named(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        _sql(db_path, "DELETE FROM agent_audit_log WHERE sequence >= 9")
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 9)
+        assert "removed from the end" in result.detail
+    finally:
+        await store.close()
+
+
+async def test_swapped_rows_are_named(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        _sql(
+            db_path,
+            "UPDATE agent_audit_log SET sequence = -1 WHERE sequence = 7",
+            "UPDATE agent_audit_log SET sequence = 7 WHERE sequence = 8",
+            "UPDATE agent_audit_log SET sequence = 8 WHERE sequence = -1",
+        )
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 7)
+    finally:
+        await store.close()
+
+
+async def test_swapped_contents_are_named(db_path: Path, make_event: EventFactory) -> None:
+    store = await _filled(db_path, make_event)
+    try:
+        columns = ", ".join(
+            f"{name} = (SELECT {name} FROM agent_audit_log WHERE sequence = 3)"
+            for name in EVENT_FIELDS
+            if name != "event_id"
+        )
+        _sql(db_path, f"UPDATE agent_audit_log SET {columns} WHERE sequence = 2")
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 2)
+    finally:
+        await store.close()
+
+
+async def test_row_added_outside_the_store_is_named(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    store = await _filled(db_path, make_event, 3)
+    try:
+        with sqlite3.connect(db_path) as db:
+            columns = [c[1] for c in db.execute("PRAGMA table_info(agent_audit_log)")]
+            row = list(db.execute("SELECT * FROM agent_audit_log WHERE sequence = 3").fetchone())
+            row[columns.index("sequence")] = 4
+            row[columns.index("event_id")] = "forged"
+            row[columns.index("prev_hash")] = row[columns.index("row_hash")]
+            marks = ", ".join("?" for _ in row)
+            db.execute(f"INSERT INTO agent_audit_log VALUES ({marks})", row)
+        result = await store.verify()
+        assert (result.ok, result.first_broken_sequence) == (False, 4)
+    finally:
+        await store.close()
+
+
+async def test_retention_deletes_a_prefix_and_keeps_the_chain_verifiable(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    store = await _filled(db_path, make_event, 6)
+    try:
+        _sql(db_path, "UPDATE audit_chain SET head_stored_ns = 0")  # harmless to retention
+        with sqlite3.connect(db_path) as db:
+            stored_ns = db.execute("SELECT stored_ns FROM agent_audit_log LIMIT 1").fetchone()[0]
+        # Nothing is older than a day yet.
+        assert await store.apply_retention(1) == 0
+        deleted = await store.apply_retention(1, now_ns=stored_ns + 2 * 86_400 * 10**9)
+        assert deleted == 6
+        await store.append([make_event(i) for i in range(7, 10)])
+        result = await store.verify()
+        assert (result.ok, result.rows_checked) == (True, 3)
+        # Tampering with the anchor is still caught.
+        _sql(db_path, f"UPDATE audit_chain SET anchor_hash = '{GENESIS}'")
+        broken = await store.verify()
+        assert (broken.ok, broken.first_broken_sequence) == (False, 7)
+    finally:
+        await store.close()
+
+
+async def test_retention_only_deletes_rows_older_than_the_limit(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    day = 86_400 * 10**9
+    now = [BASE_NS]
+    store = await AuditStore.open(db_path, clock=lambda: now[0])
+    try:
+        await store.append([make_event(i) for i in range(1, 4)])
+        now[0] = BASE_NS + 2 * day
+        await store.append([make_event(i) for i in range(4, 8)])
+        now[0] = BASE_NS + 2 * day + day // 2
+        assert await store.apply_retention(1) == 3
+        assert await store.apply_retention(1) == 0
+        result = await store.verify()
+        assert (result.ok, result.rows_checked) == (True, 4)
+        now[0] = BASE_NS + 10 * day
+        assert await store.apply_retention(1) == 4
+        await store.append([make_event(8)])
+        rows, _ = await store.query(QueryFilters())
+        assert [row.sequence for row in rows] == [8]
+        assert (await store.verify()).ok
+    finally:
+        await store.close()
+
+
+def test_canonical_form_is_json_of_position_and_every_field(make_event: EventFactory) -> None:
+    event = make_event(1, output_preview='quote " and \u00e9 and \n newline')
+    raw = canonical(5, BASE_NS, event)
+    assert json.loads(raw) == [5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)]
+    assert raw.decode() == _encode_json([5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)])
+    values = [5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)]
+    assert link_hash(GENESIS, 5, BASE_NS, event) == hash_values(GENESIS, values)
+    assert hash_values(GENESIS, values) != hash_values("1" * 64, values)
