@@ -7,6 +7,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
 from stockade.agent.builtin_hooks import (
     AuditLogHook,
     CancellationHook,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from stockade.agent.redaction import redact, redact_text, redact_value
 
 PEM = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from stockade.agent import schema
 from stockade.agent.registry import (
     InterruptBehavior,

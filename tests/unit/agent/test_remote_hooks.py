@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 import pytest
+
 from stockade.agent.hooks import (
     HookPipeline,
     LifecycleEvent,
