@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -228,7 +229,11 @@ async def test_audit_failure_never_breaks_the_call() -> None:
     assert result.content == "ok"
 
 
-async def test_metrics_hook_exports_through_opentelemetry() -> None:
+async def test_metrics_hook_exports_through_opentelemetry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The suite disables the SDK globally; this test installs its own in-memory reader.
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     hook = MetricsHook(provider.get_meter("test"))
