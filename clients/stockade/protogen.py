@@ -50,17 +50,16 @@ def generate(out: Path) -> None:
 def generated_files(base: Path) -> dict[str, Path]:
     """Map each generated file's name to its path under ``base``."""
     folder = base / PACKAGE
-    return {
-        p.name: p for p in folder.iterdir() if p.suffix in {".py", ".pyi"} and "_pb2" in p.name
-    }
+    return {p.name: p for p in folder.iterdir() if p.suffix in {".py", ".pyi"} and "_pb2" in p.name}
 
 
-def check() -> list[str]:
-    """Return the names of generated files that differ from a fresh generation."""
+def check(committed_root: Path = ROOT / "clients") -> list[str]:
+    """Return the names of generated files under ``committed_root`` that differ from a
+    fresh generation (missing, extra or changed)."""
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp))
         fresh = generated_files(Path(tmp))
-        committed = generated_files(ROOT / "clients")
+        committed = generated_files(committed_root) if (committed_root / PACKAGE).is_dir() else {}
         problems = [f"missing: {n}" for n in sorted(fresh.keys() - committed.keys())]
         problems += [f"stale extra: {n}" for n in sorted(committed.keys() - fresh.keys())]
         for name in sorted(fresh.keys() & committed.keys()):

@@ -1,0 +1,1 @@
+"""Typed clients for the Stockade services (async first, with a small sync facade)."""

@@ -1,0 +1,130 @@
+"""Clients for the decision service, with the fail-closed rule built in.
+
+``decide`` never raises: if the service cannot be reached, errors or answers after the
+deadline, the result is a DENY whose reason says why (SPEC §0 "fail closed").
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from stockade.client.base import DEFAULT_DEADLINE_S, with_retries
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+from stockade.v1 import decision_service_pb2_grpc as d_grpc
+
+DECIDE_DEADLINE_S = 2.0
+
+
+def fail_closed(reason: str) -> d_pb2.DecideResponse:
+    """The DENY a caller must act on when no decision could be obtained."""
+    return d_pb2.DecideResponse(
+        verdict=c_pb2.VERDICT_DENY,
+        reason=f"denied (fail closed): {reason}",
+        winning_rule=c_pb2.Rule(
+            effect=c_pb2.RULE_EFFECT_DENY,
+            pattern="*",
+            source=c_pb2.RULE_SOURCE_DEFAULT,
+            reason="the decision service could not decide",
+        ),
+        explanation=c_pb2.Explanation(risk=c_pb2.RISK_LEVEL_HIGH, summary=reason),
+    )
+
+
+def _describe(err: grpc.RpcError) -> str:
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    name = code.name if code is not None else "UNKNOWN"
+    return f"decision service {name}: {details}"
+
+
+class DecisionClient:
+    """Async client for DecisionService."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        decide_deadline_s: float = DECIDE_DEADLINE_S,
+        admin_token: str = "",
+    ) -> None:
+        self._stub = d_grpc.DecisionServiceStub(channel)
+        self._decide_deadline = decide_deadline_s
+        self._metadata = (("authorization", f"Bearer {admin_token}"),) if admin_token else ()
+
+    @property
+    def stub(self) -> d_grpc.DecisionServiceStub:
+        """The raw stub, for RPCs without a wrapper."""
+        return self._stub
+
+    async def decide(self, request: d_pb2.DecideRequest) -> d_pb2.DecideResponse:
+        """Decide a call; any failure to decide is a DENY (fail closed)."""
+        try:
+            response: d_pb2.DecideResponse = await self._stub.Decide(
+                request, timeout=self._decide_deadline
+            )
+        except grpc.aio.AioRpcError as err:
+            return fail_closed(_describe(err))
+        if response.verdict == c_pb2.VERDICT_UNSPECIFIED:
+            return fail_closed("the decision service returned no verdict")
+        return response
+
+    async def create_session(
+        self, session_id: str = "", mode: int = c_pb2.PERMISSION_MODE_UNSPECIFIED
+    ) -> d_pb2.Session:
+        """Create (or fetch, if it exists) a session."""
+        req = d_pb2.CreateSessionRequest(session_id=session_id, mode=mode)  # type: ignore[arg-type]
+        resp: d_pb2.CreateSessionResponse = await with_retries(
+            lambda: self._stub.CreateSession(req, timeout=DEFAULT_DEADLINE_S)
+        )
+        return resp.session
+
+    async def await_approval(
+        self, approval_id: str, *, timeout_s: float
+    ) -> d_pb2.AwaitApprovalResponse:
+        """Wait for an approval's answer; a failure to get one is a DENY."""
+        try:
+            resp: d_pb2.AwaitApprovalResponse = await self._stub.AwaitApproval(
+                d_pb2.AwaitApprovalRequest(approval_id=approval_id), timeout=timeout_s
+            )
+            return resp
+        except grpc.aio.AioRpcError as err:
+            return d_pb2.AwaitApprovalResponse(
+                verdict=c_pb2.VERDICT_DENY, reason=f"denied (fail closed): {_describe(err)}"
+            )
+
+    async def resolve_approval(
+        self, request: d_pb2.ResolveApprovalRequest
+    ) -> d_pb2.ResolveApprovalResponse:
+        """Answer an approval (raises on error: the resolver must know it did not count)."""
+        resp: d_pb2.ResolveApprovalResponse = await self._stub.ResolveApproval(
+            request, timeout=DEFAULT_DEADLINE_S, metadata=self._metadata
+        )
+        return resp
+
+
+class SyncDecisionClient:
+    """Blocking facade over DecisionService for callers without an event loop."""
+
+    def __init__(self, channel: grpc.Channel, *, decide_deadline_s: float = DECIDE_DEADLINE_S):
+        self._stub = d_grpc.DecisionServiceStub(channel)
+        self._decide_deadline = decide_deadline_s
+
+    def decide(self, request: d_pb2.DecideRequest) -> d_pb2.DecideResponse:
+        """Decide a call; any failure to decide is a DENY (fail closed)."""
+        try:
+            response: d_pb2.DecideResponse = self._stub.Decide(
+                request, timeout=self._decide_deadline
+            )
+        except grpc.RpcError as err:
+            return fail_closed(_describe(err))
+        if response.verdict == c_pb2.VERDICT_UNSPECIFIED:
+            return fail_closed("the decision service returned no verdict")
+        return response
+
+    def get_session(self, session_id: str) -> d_pb2.Session:
+        """Fetch a session (raises grpc.RpcError on failure)."""
+        resp: d_pb2.GetSessionResponse = self._stub.GetSession(
+            d_pb2.GetSessionRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
+        )
+        return resp.session

@@ -1,0 +1,57 @@
+"""Clients for the executor service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from stockade.client.base import DEFAULT_DEADLINE_S, with_retries
+from stockade.v1 import decision_service_pb2 as d_pb2
+from stockade.v1 import executor_service_pb2 as x_pb2
+from stockade.v1 import executor_service_pb2_grpc as x_grpc
+
+INSPECT_DEADLINE_S = 2.0
+
+
+class ExecutorClient:
+    """Async client for ExecutorService."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = x_grpc.ExecutorServiceStub(channel)
+
+    @property
+    def stub(self) -> x_grpc.ExecutorServiceStub:
+        """The raw stub."""
+        return self._stub
+
+    async def inspect(self, request: x_pb2.InspectRequest) -> d_pb2.ToolInspection:
+        """Tool-level checks (side-effect free, so retried on UNAVAILABLE)."""
+        resp: x_pb2.InspectResponse = await with_retries(
+            lambda: self._stub.Inspect(request, timeout=INSPECT_DEADLINE_S)
+        )
+        return resp.inspection
+
+    async def execute(
+        self, request: x_pb2.ExecuteRequest, *, timeout_s: float
+    ) -> AsyncIterator[x_pb2.ExecuteResponse]:
+        """Run a call and stream its chunks and result (never retried: not idempotent)."""
+        call = self._stub.Execute(request, timeout=timeout_s)
+        async for message in call:
+            yield message
+
+    async def cancel(self, call_id: str) -> bool:
+        """Cancel a running call."""
+        resp: x_pb2.CancelResponse = await self._stub.Cancel(
+            x_pb2.CancelRequest(call_id=call_id), timeout=DEFAULT_DEADLINE_S
+        )
+        return resp.found
+
+    async def capabilities(self) -> x_pb2.GetCapabilitiesResponse:
+        """Which confinement layers are active."""
+        resp: x_pb2.GetCapabilitiesResponse = await with_retries(
+            lambda: self._stub.GetCapabilities(
+                x_pb2.GetCapabilitiesRequest(), timeout=DEFAULT_DEADLINE_S
+            )
+        )
+        return resp

@@ -1,0 +1,1 @@
+"""Assets of the scripted demo session (script and workspace files)."""

@@ -1,0 +1,150 @@
+"""Run the Stockade services as local subprocesses (for the demo, tests and laptops).
+
+``LocalStack`` starts ``python -m stockade.<service>`` for each service with its settings
+in environment variables, listening on unix sockets in a short temporary folder, waits
+until each reports SERVING through the standard health protocol, and stops them with
+SIGTERM (graceful drain) or SIGKILL. Each service logs to ``<base>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICES = ("decision", "executor", "audit", "agent")
+
+
+class StackError(RuntimeError):
+    """A service did not start or stop as expected."""
+
+
+class LocalStack:
+    """The four services (or a subset) as separate processes on unix sockets."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        env: Mapping[str, Mapping[str, str]] | None = None,
+        common_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.base_dir = base_dir.resolve()
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="stk-", dir="/tmp"))
+        self.log_dir = self.base_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.extra_env = {k: dict(v) for k, v in (env or {}).items()}
+        self.common_env = dict(common_env or {})
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.addresses = {name: f"unix://{self.sock_dir}/{name}.sock" for name in SERVICES}
+
+    def env_for(self, name: str) -> dict[str, str]:
+        """The environment a service process gets."""
+        prefix = f"STOCKADE_{name.upper()}_"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STOCKADE_")}
+        env.update(self.common_env)
+        env[f"{prefix}LISTEN"] = self.addresses[name]
+        env[f"{prefix}STATE_DIR"] = str(self.base_dir / "state" / name)
+        env.setdefault("OTEL_SDK_DISABLED", "true")
+        if name == "agent":
+            env["STOCKADE_AGENT_DECISION_ADDR"] = self.addresses["decision"]
+            env["STOCKADE_AGENT_EXECUTOR_ADDR"] = self.addresses["executor"]
+            env["STOCKADE_AGENT_AUDIT_ADDR"] = self.addresses["audit"]
+            env.setdefault("STOCKADE_AGENT_SPOOL_DIR", str(self.base_dir / "state" / "spool"))
+        env.update(self.extra_env.get(name, {}))
+        return env
+
+    async def start(self, names: Sequence[str] = SERVICES, *, timeout_s: float = 30.0) -> None:
+        """Start ``names`` (in parallel) and wait until each is SERVING."""
+        for name in names:
+            await self.spawn(name)
+        await asyncio.gather(*(self.wait_serving(n, timeout_s=timeout_s) for n in names))
+
+    async def spawn(self, name: str) -> asyncio.subprocess.Process:
+        """Start one service process without waiting for it."""
+        if name in self.procs and self.procs[name].returncode is None:
+            raise StackError(f"{name} is already running")
+        sock = Path(self.addresses[name][len("unix://") :])
+        sock.unlink(missing_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            f"stockade.{name}",
+            env=self.env_for(name),
+            stdout=log,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    async def health(self, name: str, *, timeout_s: float = 1.0) -> int:
+        """The overall health status of a service (a HealthCheckResponse.ServingStatus)."""
+        async with grpc.aio.insecure_channel(self.addresses[name]) as ch:
+            resp = await health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
+            )
+            return int(resp.status)
+
+    async def wait_serving(self, name: str, *, timeout_s: float = 30.0) -> None:
+        """Poll health until SERVING; fail early (with the log's tail) if the process died."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            proc = self.procs.get(name)
+            if proc is not None and proc.returncode is not None:
+                raise StackError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+            try:
+                if await self.health(name, timeout_s=0.5) == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.05)
+        raise StackError(f"{name} did not become SERVING in {timeout_s}s:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        """The last lines of a service's log."""
+        path = self.log_dir / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def stop(self, name: str, *, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        """Signal a service and wait for it to exit; returns its exit code."""
+        proc = self.procs.get(name)
+        if proc is None or proc.returncode is not None:
+            return proc.returncode if proc and proc.returncode is not None else 0
+        proc.send_signal(sig)
+        try:
+            return await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise StackError(
+                f"{name} did not stop within {timeout_s}s after signal {sig}"
+            ) from None
+
+    async def close(self) -> None:
+        """Stop every service (agent first) and remove the socket folder."""
+        for name in reversed(list(self.procs)):
+            try:
+                await self.stop(name)
+            except StackError:
+                pass
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    async def __aenter__(self) -> LocalStack:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,118 @@
+"""A deterministic provider that replays a script of model turns (AGT-9).
+
+Script files are YAML or JSON::
+
+    # what the "model" says and which tools it calls, one entry per model turn
+    turns:
+      - text: "Let me read the README."
+        tool_calls:
+          - name: read_file
+            arguments: {file_path: README.md}
+      - text: "The README describes Stockade."   # no tool_calls: the final answer
+
+Each ``complete`` returns the next turn. A forced final answer (``allow_tools=False``)
+returns the next turn's text without its tool calls. When the script runs out, the
+provider answers with a final text saying so. Tool call ids are ``call_<turn>_<index>``
+unless the script gives an ``id``. Token usage is estimated at four characters a token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, ToolSchema
+from stockade.errors import InvalidArgument
+
+SCRIPT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def parse_script(data: Any, *, source: str = "script") -> list[ModelTurn]:
+    """Validate a loaded script and return its turns; raise InvalidArgument on bad shape."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("turns"), Sequence):
+        raise InvalidArgument(f"{source}: a script is a mapping with a list 'turns'")
+    turns: list[ModelTurn] = []
+    for i, raw in enumerate(data["turns"]):
+        if not isinstance(raw, Mapping):
+            raise InvalidArgument(f"{source}: turn {i + 1} is not a mapping")
+        text = raw.get("text", "")
+        if not isinstance(text, str):
+            raise InvalidArgument(f"{source}: turn {i + 1} text must be a string")
+        calls = []
+        for j, call in enumerate(raw.get("tool_calls") or []):
+            if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+                raise InvalidArgument(f"{source}: turn {i + 1} tool call {j + 1} needs a name")
+            args = call.get("arguments", {})
+            if not isinstance(args, Mapping):
+                raise InvalidArgument(
+                    f"{source}: turn {i + 1} tool call {j + 1} arguments must be a mapping"
+                )
+            calls.append(
+                ModelToolCall(
+                    id=str(call.get("id") or f"call_{i + 1}_{j + 1}"),
+                    name=call["name"],
+                    arguments=dict(args),
+                )
+            )
+        turns.append(
+            ModelTurn(
+                text=text,
+                tool_calls=tuple(calls),
+                completion_tokens=_tokens(text + json.dumps([c.arguments for c in calls])),
+            )
+        )
+    return turns
+
+
+def load_script(script_dir: Path, name: str) -> list[ModelTurn]:
+    """Load ``name`` (``.yaml``, ``.yml`` or ``.json``) from ``script_dir``; names cannot
+    climb out of the folder."""
+    if not SCRIPT_NAME.match(name) or ".." in name:
+        raise InvalidArgument(f"script name {name!r} is not a plain file name")
+    for candidate in (name, f"{name}.yaml", f"{name}.yml", f"{name}.json"):
+        path = script_dir / candidate
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            try:
+                data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+            except (ValueError, yaml.YAMLError) as exc:
+                raise InvalidArgument(f"script {name!r} does not parse: {exc}") from None
+            return parse_script(data, source=f"script {name!r}")
+    raise InvalidArgument(f"no script named {name!r} in {script_dir}")
+
+
+class ScriptedProvider:
+    """Replays scripted turns in order."""
+
+    def __init__(self, turns: Sequence[ModelTurn]) -> None:
+        self._turns = list(turns)
+        self._next = 0
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSchema], *, allow_tools: bool = True
+    ) -> ModelTurn:
+        """The next scripted turn (without tool calls when tools are not allowed)."""
+        prompt = sum(_tokens(m.content) for m in messages)
+        if self._next >= len(self._turns):
+            return ModelTurn(text="(the script has no more turns)", prompt_tokens=prompt)
+        turn = self._turns[self._next]
+        self._next += 1
+        if not allow_tools:
+            return ModelTurn(
+                text=turn.text, prompt_tokens=prompt, completion_tokens=turn.completion_tokens
+            )
+        return ModelTurn(
+            text=turn.text,
+            tool_calls=turn.tool_calls,
+            prompt_tokens=prompt,
+            completion_tokens=turn.completion_tokens,
+        )

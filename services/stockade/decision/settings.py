@@ -1,0 +1,77 @@
+"""Decision service settings (``STOCKADE_DECISION_*`` plus the seed's ``AGENT_*`` names)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from stockade.server.settings import ServerSettings
+
+
+def split_patterns(value: object) -> object:
+    """Split a comma-separated rule list, keeping commas inside parentheses."""
+    if not isinstance(value, str):
+        return value
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in value:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+class DecisionSettings(ServerSettings):
+    """Settings of the decision service."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="STOCKADE_DECISION_")
+
+    listen: str = "127.0.0.1:50051"
+    policy_file: Path | None = None
+    """TOML or YAML policy file (reloaded on change or SIGHUP)."""
+    default_mode: str = Field(
+        "default",
+        validation_alias=AliasChoices("STOCKADE_DECISION_DEFAULT_MODE", "AGENT_PERMISSION_MODE"),
+    )
+    """Mode of new sessions: default, acceptEdits, bypassPermissions, dontAsk or plan."""
+    deny: Annotated[list[str], NoDecode] = Field(
+        [], validation_alias=AliasChoices("STOCKADE_DECISION_DENY", "AGENT_PERMISSIONS_DENY")
+    )
+    """DENY rule patterns, comma-separated."""
+    ask: Annotated[list[str], NoDecode] = Field(
+        [], validation_alias=AliasChoices("STOCKADE_DECISION_ASK", "AGENT_PERMISSIONS_ASK")
+    )
+    """ASK rule patterns, comma-separated."""
+    allow: Annotated[list[str], NoDecode] = Field(
+        [], validation_alias=AliasChoices("STOCKADE_DECISION_ALLOW", "AGENT_PERMISSIONS_ALLOW")
+    )
+    """ALLOW rule patterns, comma-separated."""
+    grant_private_key_file: Path | None = None
+    """Ed25519 private key that signs grants (PEM)."""
+    grant_ttl_s: float = 60.0
+    """How long a grant stays valid."""
+    admin_tokens: Annotated[list[str], NoDecode] = []
+    """Bearer tokens allowed to call admin RPCs, comma-separated."""
+
+    _split = field_validator("deny", "ask", "allow", "admin_tokens", mode="before")(
+        classmethod(lambda cls, v: split_patterns(v))
+    )
+
+    @field_validator("default_mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        allowed = {"default", "acceptEdits", "bypassPermissions", "dontAsk", "plan"}
+        if value not in allowed:
+            raise ValueError(f"{value!r} is not one of {', '.join(sorted(allowed))}")
+        return value

@@ -1,0 +1,58 @@
+"""Executor settings (``STOCKADE_EXECUTOR_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from stockade.server.settings import ServerSettings
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class ExecutorSettings(ServerSettings):
+    """Settings of the executor service."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="STOCKADE_EXECUTOR_")
+
+    listen: str = "127.0.0.1:50052"
+    workspace: Path = Path(".")
+    """The working directory: a read-write root; relative paths resolve against it."""
+    library_dir: Path | None = None
+    """A read-write root for the agent's library; large outputs go to its tool-results/."""
+    skills_dir: Path | None = None
+    """A read-only root holding skills."""
+    additional_dirs: Annotated[list[str], NoDecode] = []
+    """More roots, comma-separated: ``PATH`` (read-write) or ``PATH:ro`` (read-only)."""
+    network_enabled: bool = False
+    """Let commands use the network (otherwise network commands are refused)."""
+    default_timeout_s: float = 60.0
+    """Time limit of a call that names none."""
+    max_timeout_s: float = 120.0
+    """The largest time limit a call may ask for."""
+    max_output_chars: int = 4000
+    """Output the model sees; the rest is cut (head and tail kept) and persisted."""
+    max_file_write_bytes: int = 10 * 1024 * 1024
+    """Largest file file_write may write and the file-size rlimit for commands."""
+    denied_read_globs: Annotated[list[str], NoDecode] = []
+    """Paths nothing may read, comma-separated globs (masked for bash too), e.g. ``**/.env``."""
+    grant_public_key_file: Path | None = None
+    """Ed25519 public key that verifies the decision service's grants (PEM)."""
+
+    _split_lists = field_validator("additional_dirs", "denied_read_globs", mode="before")(
+        classmethod(lambda cls, v: _split(v))
+    )
+
+    @field_validator("default_timeout_s", "max_timeout_s")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be positive")
+        return value

@@ -1,0 +1,217 @@
+"""Building servers and running them until SIGTERM/SIGINT, draining in-flight calls.
+
+A service is a ``ServiceApp``: its settings plus an async context manager that opens its
+dependencies (SQLite, channels to other services …) and yields the servicers to
+register. ``run_apps`` runs one or several apps in one event loop (``stockade serve all``
+runs the four), each on its own listener, and on a signal marks every health status
+NOT_SERVING, stops accepting calls, lets in-flight calls finish within the grace period,
+then closes the dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+from stockade.server.interceptors import ContextInterceptor
+from stockade.server.settings import ServerSettings
+from stockade.server.telemetry import setup_logging, setup_telemetry
+
+log = logging.getLogger("stockade.server")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One gRPC service to register: the generated ``add_*_to_server`` and its servicer."""
+
+    add: Callable[[Any, grpc.aio.Server], None]
+    servicer: Any
+    service_name: str
+    """Full name, e.g. ``stockade.v1.DecisionService`` (health and reflection use it)."""
+
+
+class ServiceApp(Protocol):
+    """A runnable service."""
+
+    name: str
+
+    @property
+    def settings(self) -> ServerSettings:
+        """The service's settings."""
+        ...
+
+    def open(self) -> AbstractAsyncContextManager[list[Registration]]:
+        """Open dependencies and yield the registrations; close them on exit."""
+        ...
+
+
+@dataclass
+class RunningServer:
+    """A started server and what is needed to stop it."""
+
+    name: str
+    server: grpc.aio.Server
+    health: Any
+    """The grpc_health aio HealthServicer."""
+    address: str
+    grace: float
+    service_names: list[str] = field(default_factory=list)
+
+
+def _is_loopback(listen: str) -> bool:
+    if listen.startswith("unix://"):
+        return True
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    if not settings.tls_enabled:
+        return None
+    assert settings.tls_cert_file and settings.tls_key_file and settings.tls_ca_file
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        root_certificates=settings.tls_ca_file.read_bytes(),
+        require_client_auth=True,
+    )
+
+
+async def create_server(
+    name: str,
+    settings: ServerSettings,
+    registrations: Sequence[Registration],
+    *,
+    interceptors: Sequence[Any] = (),
+) -> RunningServer:
+    """Build, bind and start a server with tracing, request ids, error mapping, health
+    and reflection. Plaintext is refused on non-loopback addresses unless the settings
+    say ``allow_plaintext`` (X-3)."""
+    creds = _server_credentials(settings)
+    if creds is None and not _is_loopback(settings.listen) and not settings.allow_plaintext:
+        raise RuntimeError(
+            f"{name}: refusing plaintext on non-loopback address {settings.listen}; configure "
+            "tls_cert_file/tls_key_file/tls_ca_file or set allow_plaintext for a dev cluster"
+        )
+    server = grpc.aio.server(
+        interceptors=[
+            aio_server_interceptor(),  # type: ignore[no-untyped-call]
+            ContextInterceptor(),
+            *interceptors,
+        ],
+        options=[("grpc.so_reuseport", 0)],
+    )
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [r.service_name for r in registrations]
+    for reg in registrations:
+        reg.add(reg.servicer, server)
+    reflection.enable_server_reflection(
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    listen = settings.listen
+    if listen.startswith("unix://"):
+        Path(listen[len("unix://") :]).parent.mkdir(parents=True, exist_ok=True)
+    port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
+    if not listen.startswith("unix://"):
+        if port == 0:
+            raise RuntimeError(f"{name}: could not bind {listen}")
+        address = f"{listen.rsplit(':', 1)[0]}:{port}"
+    else:
+        address = listen
+    await server.start()
+    for svc in ["", *names]:
+        await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s serving on %s%s", name, address, " (mTLS)" if creds else "")
+    return RunningServer(name, server, health_servicer, address, settings.grace_seconds, names)
+
+
+async def stop_server(running: RunningServer) -> None:
+    """Graceful stop: NOT_SERVING first, then drain in-flight calls within the grace."""
+    await running.health.enter_graceful_shutdown()
+    await running.server.stop(running.grace)
+    log.info("%s stopped", running.name)
+
+
+async def run_apps(
+    apps: Sequence[ServiceApp],
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[dict[str, str]], None] | None = None,
+) -> None:
+    """Run ``apps`` until ``stop`` is set or SIGTERM/SIGINT arrives, then shut down."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    running: list[RunningServer] = []
+    async with AsyncExitStack() as stack:
+        for app in apps:
+            registrations = await stack.enter_async_context(app.open())
+            srv = await create_server(app.name, app.settings, registrations)
+            running.append(srv)
+            # Later apps (the agent) may need the addresses of earlier ones.
+            _addresses[app.name] = srv.address
+        ready = {s.name: s.address for s in running}
+        _write_ready_file(ready)
+        if on_ready:
+            on_ready(ready)
+        try:
+            await stop.wait()
+        finally:
+            # Stop in reverse order: the agent drains before the services it calls.
+            for srv in reversed(running):
+                await stop_server(srv)
+
+
+_addresses: dict[str, str] = {}
+
+
+def bound_address(name: str) -> str | None:
+    """The address a service started earlier in this process is bound to."""
+    return _addresses.get(name)
+
+
+def _write_ready_file(ready: dict[str, str]) -> None:
+    path = os.environ.get("STOCKADE_READY_FILE")
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(f"{k}={v}" for k, v in ready.items()) + "\n")
+        os.replace(tmp, path)
+
+
+def serve(apps: Sequence[ServiceApp], *, log_level: str = "INFO") -> int:
+    """Process entry point: logging, telemetry, run until a signal. Returns the exit code."""
+    setup_logging(log_level)
+    telemetry = setup_telemetry(apps[0].name if len(apps) == 1 else "all")
+    try:
+        asyncio.run(run_apps(apps))
+    finally:
+        telemetry.shutdown()
+    return 0

@@ -1,0 +1,115 @@
+"""Server interceptors shared by every service.
+
+``ContextInterceptor`` gives each call a request id (from ``x-request-id`` metadata or a
+new one) in a context variable, and maps exceptions to statuses: a ``StockadeError``
+becomes its canonical code with ``google.rpc.ErrorInfo``; anything else becomes INTERNAL
+with the request id and no internals, while the traceback goes to the server log. So
+servicers hold no error or logging boilerplate.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from stockade.errors import StockadeError
+from stockade.server.errors import status_for
+
+log = logging.getLogger("stockade.server")
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+"""The current call's request id (empty outside a call)."""
+
+REQUEST_ID_KEY = "x-request-id"
+
+
+def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY and isinstance(value, str) and 0 < len(value) <= 128:
+            return value
+    return uuid.uuid4().hex[:16]
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext[Any, Any], exc: BaseException, method: str
+) -> None:
+    rid = request_id_var.get()
+    if isinstance(exc, StockadeError):
+        log.info("%s refused: %s (%s)", method, exc.message, exc.reason)
+    else:
+        log.error("%s failed (request id %s)", method, rid, exc_info=exc)
+    status = status_for(exc, request_id=rid)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def _wrap_unary(
+    behavior: Callable[..., Awaitable[Any]], method: str
+) -> Callable[..., Awaitable[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        request_id_var.set(_request_id(context))
+        try:
+            return await behavior(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a clean status
+            await _abort(context, exc, method)
+
+    return handler
+
+
+def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., AsyncIterator[Any]]:
+    async def handler(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        request_id_var.set(_request_id(context))
+        try:
+            result = behavior(request, context)
+            if inspect.isasyncgen(result):
+                async for item in result:
+                    yield item
+            else:
+                await result
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await _abort(context, exc, method)
+
+    return handler
+
+
+class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Request ids and exception → status mapping for every RPC."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, method), **kwargs
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(handler.stream_unary, method), **kwargs
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream, method), **kwargs
+            )
+        behavior: Any = handler.stream_stream
+        return grpc.stream_stream_rpc_method_handler(_wrap_stream(behavior, method), **kwargs)

@@ -1,0 +1,107 @@
+"""Typed settings: one pydantic-settings class per service, all built on ``ServerSettings``.
+
+Settings are read once at start-up from the environment (``STOCKADE_<SERVICE>_*``) and an
+optional ``.env``-style file, validated, frozen and passed in; handlers never read
+``os.environ``. A validation failure becomes a ``SettingsError`` whose message names each
+bad variable and why, so an operator can fix the deployment without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_LISTEN = re.compile(
+    r"^(unix://(?P<path>/.+)|(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5}))$"
+)
+
+
+class SettingsError(Exception):
+    """Settings could not be loaded; the message lists every problem by variable name."""
+
+
+class ServerSettings(BaseSettings):
+    """Settings every Stockade server shares. Subclasses set ``env_prefix``."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="STOCKADE_")
+
+    listen: str = "127.0.0.1:0"
+    """Where to listen: ``HOST:PORT`` (port 0 picks a free port) or ``unix:///abs/path``."""
+    grace_seconds: float = 10.0
+    """How long in-flight calls may run after SIGTERM before they are cancelled."""
+    log_level: str = "INFO"
+    """Python logging level name."""
+    state_dir: Path = Path(".stockade/state")
+    """Folder for this service's SQLite files and other local state."""
+    tls_cert_file: Path | None = None
+    """Server certificate (PEM). With key and CA set, the server requires mTLS."""
+    tls_key_file: Path | None = None
+    """Server private key (PEM)."""
+    tls_ca_file: Path | None = None
+    """CA bundle that client certificates must chain to (PEM)."""
+    allow_plaintext: bool = False
+    """Allow plaintext on a non-loopback address (dev clusters only; X-3)."""
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        match = _LISTEN.match(value)
+        if not match:
+            raise ValueError(
+                f"{value!r} is not HOST:PORT or unix:///absolute/path "
+                "(examples: 127.0.0.1:50051, 0.0.0.0:50051, unix:///run/stockade/decision.sock)"
+            )
+        if match.group("port") is not None and int(match.group("port")) > 65535:
+            raise ValueError(f"port {match.group('port')} is out of range (0-65535)")
+        return value
+
+    @field_validator("grace_seconds")
+    @classmethod
+    def _check_grace(cls, value: float) -> float:
+        if value < 0 or value > 3600:
+            raise ValueError("must be between 0 and 3600 seconds")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return upper
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ServerSettings:
+        files = [self.tls_cert_file, self.tls_key_file, self.tls_ca_file]
+        if any(files) and not all(files):
+            raise ValueError("tls_cert_file, tls_key_file and tls_ca_file must be set together")
+        for f in files:
+            if f is not None and not f.is_file():
+                raise ValueError(f"TLS file {f} does not exist")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when the server requires mutual TLS."""
+        return self.tls_cert_file is not None
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load_settings(cls: type[S], **overrides: Any) -> S:
+    """Build ``cls`` from the environment plus ``overrides``; raise a readable SettingsError."""
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(settings)"
+            var = f"{prefix}{loc}".upper() if err["loc"] else cls.__name__
+            lines.append(f"  {var}: {err['msg']}")
+        raise SettingsError(f"invalid {cls.__name__}:\n" + "\n".join(lines)) from None
