@@ -1,0 +1,130 @@
+"""Property: no generated path that resolves outside the roots is ever allowed (EXE-3)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stockade.executor.paths import PathSandbox, Root
+
+COMPONENTS = [
+    "f.txt",
+    "sub",
+    "g.txt",
+    "new",
+    "ws",
+    "ws2",
+    "ro",
+    "outside",
+    "secret.txt",
+    "in_link",
+    "out_link",
+    "out_dir",
+    "up_link",
+    "loop",
+    "ro_link",
+    "chain",
+    ".",
+    "..",
+    "",
+    "~",
+    "a..b",
+    "x~",
+    "proc",
+    "self",
+    "root",
+    "fd",
+    "0",
+]
+PREFIXES = [
+    "",
+    "/",
+    "{t}/",
+    "{t}/ws/",
+    "{t}/ro/",
+    "{t}/outside/",
+    "/proc/self/root{t}/ws/",
+    "/dev/fd/",
+    "/etc/",
+    "~/",
+]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PathSandbox]:
+    t = tmp_path_factory.mktemp("prop")
+    ws = t / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (t / "ws2").mkdir()
+    (t / "ro").mkdir()
+    (t / "outside" / "sub").mkdir(parents=True)
+    for f in (
+        ws / "f.txt",
+        ws / "sub" / "g.txt",
+        t / "ws2" / "f.txt",
+        t / "ro" / "f.txt",
+        t / "outside" / "secret.txt",
+    ):
+        f.write_text("x")
+    os.symlink("f.txt", ws / "in_link")
+    os.symlink("../outside/secret.txt", ws / "out_link")
+    os.symlink(t / "outside", ws / "out_dir")
+    os.symlink("..", ws / "up_link")
+    os.symlink("loop", ws / "loop")
+    os.symlink(t / "ro", ws / "ro_link")
+    os.symlink(t / "ws", t / "outside" / "chain")
+    os.symlink(t / "outside" / "chain", ws / "sub" / "chain")
+    os.symlink("../ws2", ws / "sub" / "ws2")
+    sb = PathSandbox([Root(str(ws), True), Root(str(t / "ro"), False)], str(ws))
+    return t, sb
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+paths = st.builds(
+    lambda prefix, parts, slash: prefix + "/".join(parts) + ("/" if slash else ""),
+    st.sampled_from(PREFIXES),
+    st.lists(st.sampled_from(COMPONENTS), min_size=0, max_size=6),
+    st.booleans(),
+)
+
+
+@settings(
+    max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(raw=paths, write=st.booleans())
+def test_allowed_paths_resolve_inside_roots(
+    world: tuple[Path, PathSandbox], raw: str, write: bool
+) -> None:
+    t, sb = world
+    path = raw.replace("{t}", str(t))
+    decision = sb.check(path, write=write)
+    if not decision.allowed:
+        return
+    # Independent oracle: the kernel-like resolution of the C library.
+    real = os.path.realpath(os.path.join(sb.cwd, path))
+    assert real == decision.resolved
+    assert any(_inside(real, r.path) for r in sb.roots)
+    assert ".." not in path.split("/") and not path.startswith("~") and "\0" not in path
+    assert not path.startswith(("/proc", "/dev/fd"))
+    if write:
+        assert not _inside(real, str(t / "ro"))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=st.text(min_size=1, max_size=40))
+def test_arbitrary_text_names_never_escape(world: tuple[Path, PathSandbox], name: str) -> None:
+    _, sb = world
+    decision = sb.check(name)
+    if "\0" in name or name.startswith("~") or ".." in name.split("/"):
+        assert not decision.allowed
+    if decision.allowed:
+        assert any(_inside(decision.resolved, r.path) for r in sb.roots)
