@@ -1,0 +1,182 @@
+"""The decision service's use cases, without gRPC: decide, approvals, sessions, denial limits.
+
+``DecisionCore`` ties the policy, the session store, the approval broker and the grant
+signer together so the servicer only maps protobuf to these calls and back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.decision.approvals import ApprovalBroker
+from stockade.decision.engine import (
+    CompiledPolicy,
+    Decision,
+    DecisionRequest,
+    Facts,
+    HookSignal,
+    decide,
+)
+from stockade.decision.grants import GrantSigner, SignedGrant
+from stockade.decision.modes import Mode
+from stockade.decision.policy import PolicyStore
+from stockade.decision.rules import Effect
+from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall, SessionStore
+from stockade.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """One tool call as the agent sends it."""
+
+    session_id: str
+    call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    from_subagent: bool = False
+    agent_name: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A decision plus what the service attached to it."""
+
+    decision: Decision
+    halt: bool = False
+    halt_reason: str = ""
+    grant: SignedGrant | None = None
+    approval_id: str = ""
+
+
+@dataclass(frozen=True)
+class AwaitOutcome:
+    """The end of an ask flow."""
+
+    verdict: Effect
+    reason: str
+    approval: ApprovalRecord
+    grant: SignedGrant | None = None
+
+
+class DecisionCore:
+    """Decides calls for sessions and runs the ask flow."""
+
+    def __init__(
+        self,
+        policies: PolicyStore,
+        store: SessionStore,
+        signer: GrantSigner,
+        *,
+        default_mode: Mode | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policies = policies
+        self.store = store
+        self.signer = signer
+        self.broker = ApprovalBroker(store, clock=clock)
+        self._default_mode = default_mode
+
+    @property
+    def policy(self) -> CompiledPolicy:
+        """The policy in force."""
+        return self.policies.current
+
+    @property
+    def default_mode(self) -> Mode:
+        """Mode of new sessions: the configured one, else the policy's."""
+        return self._default_mode or self.policy.mode
+
+    async def decide(
+        self, call: CallInput, facts: Facts, hook_signals: tuple[HookSignal, ...] = ()
+    ) -> Outcome:
+        """Decide one call; attach a grant (ALLOW), an approval (ASK) and the halt flag."""
+        if not call.tool_name:
+            raise InvalidArgument("call.tool_name is required")
+        if not call.session_id:
+            raise InvalidArgument("call.session_id is required")
+        policy = self.policy
+        # Unknown sessions are created on first use, so an agent need not pre-register.
+        session, _ = await self.store.create_session(call.session_id, self.default_mode)
+        rules = await self.store.session_rules(session.session_id, cwd=policy.cwd)
+        decision = decide(
+            policy,
+            DecisionRequest(
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+                mode=session.mode,
+                from_subagent=call.from_subagent,
+                facts=facts,
+                hook_signals=hook_signals,
+                session_rules=rules,
+            ),
+        )
+        grant = None
+        approval_id = ""
+        if decision.verdict is Effect.ALLOW:
+            await self.store.use_grants(session.session_id, decision.allow_rules_used)
+            grant = self.signer.sign(
+                session_id=call.session_id,
+                call_id=call.call_id,
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+            )
+        elif decision.verdict is Effect.ASK:
+            approval = await self.broker.create(
+                session.session_id,
+                PendingCall(
+                    call.call_id,
+                    call.tool_name,
+                    dict(call.arguments),
+                    call.from_subagent,
+                    call.agent_name,
+                ),
+                reason=decision.reason,
+                risk=decision.explanation.risk.value,
+                summary=decision.explanation.summary,
+                timeout_s=policy.approval_timeout_seconds,
+            )
+            approval_id = approval.approval_id
+        if decision.verdict is not Effect.ASK:
+            session = await self.store.record_outcome(
+                session.session_id, denied=decision.verdict is Effect.DENY
+            )
+        halt, halt_reason = self.halt_state(
+            session.consecutive_denials, session.total_denials, policy
+        )
+        return Outcome(decision, halt, halt_reason, grant, approval_id)
+
+    @staticmethod
+    def halt_state(consecutive: int, total: int, policy: CompiledPolicy) -> tuple[bool, str]:
+        """DEC-9: whether a denial limit is reached, and which."""
+        if consecutive >= policy.denial_max_consecutive:
+            return True, (
+                f"{consecutive} denials in a row (limit {policy.denial_max_consecutive}): "
+                "end the turn and ask the user how to proceed"
+            )
+        if total >= policy.denial_max_total:
+            return True, (
+                f"{total} denials in this session (limit {policy.denial_max_total}): "
+                "end the turn and ask the user how to proceed"
+            )
+        return False, ""
+
+    async def await_approval(self, approval_id: str) -> AwaitOutcome:
+        """Wait for an approval's answer; ALLOW carries a grant, a timeout is DENY."""
+        rec = await self.broker.wait(approval_id)
+        if rec.state is ApprovalState.ALLOWED:
+            grant = self.signer.sign(
+                session_id=rec.session_id,
+                call_id=rec.call.call_id,
+                tool_name=rec.call.tool_name,
+                arguments=rec.call.arguments,
+            )
+            return AwaitOutcome(
+                Effect.ALLOW, f"approved by {rec.resolver or 'a resolver'}", rec, grant
+            )
+        if rec.state is ApprovalState.EXPIRED:
+            return AwaitOutcome(Effect.DENY, "nobody answered the approval in time", rec)
+        why = f": {rec.resolve_reason}" if rec.resolve_reason else ""
+        return AwaitOutcome(Effect.DENY, f"denied by {rec.resolver or 'a resolver'}{why}", rec)

@@ -1,0 +1,513 @@
+"""Durable session state (DEC-6) in SQLite via aiosqlite.
+
+Sessions with their mode and denial counters, session rules, scoped "always allow"
+grants and approvals all live in one database file and survive a restart. Reads that
+every decision needs (the session's mode, counters and compiled rules) are served from
+an in-memory cache that every write keeps current, so a plain ALLOW costs no SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from stockade.decision.modes import Mode
+from stockade.decision.rules import Effect, Rule, RuleIndex, Source, compile_rule
+from stockade.errors import ApprovalNotFound, InvalidArgument, SessionNotFound
+
+_SCHEMA = """
+PRAGMA journal_mode=WAL;
+CREATE TABLE IF NOT EXISTS sessions (
+  session_id TEXT PRIMARY KEY,
+  mode TEXT NOT NULL,
+  create_time REAL NOT NULL,
+  consecutive_denials INTEGER NOT NULL DEFAULT 0,
+  total_denials INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS session_rules (
+  rule_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES sessions(session_id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  effect TEXT NOT NULL,
+  pattern TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  request_id TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS session_rules_request
+  ON session_rules(session_id, request_id) WHERE request_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS grants (
+  grant_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES sessions(session_id) ON DELETE CASCADE,
+  pattern TEXT NOT NULL,
+  remaining_uses INTEGER NOT NULL DEFAULT 0,
+  unlimited INTEGER NOT NULL DEFAULT 1,
+  expire_time REAL,
+  create_time REAL NOT NULL,
+  resolver TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS approvals (
+  approval_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES sessions(session_id) ON DELETE CASCADE,
+  call_json TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  risk TEXT NOT NULL,
+  summary TEXT NOT NULL,
+  state TEXT NOT NULL,
+  create_time REAL NOT NULL,
+  expire_time REAL NOT NULL,
+  resolver TEXT NOT NULL DEFAULT '',
+  resolution TEXT NOT NULL DEFAULT '',
+  resolve_reason TEXT NOT NULL DEFAULT ''
+);
+"""
+
+
+class ApprovalState(Enum):
+    """Where an approval stands."""
+
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session as stored."""
+
+    session_id: str
+    mode: Mode
+    create_time: float
+    consecutive_denials: int = 0
+    total_denials: int = 0
+
+
+@dataclass(frozen=True)
+class GrantRecord:
+    """A scoped "always allow" grant: a session ALLOW rule with uses and/or a deadline."""
+
+    grant_id: str
+    session_id: str
+    rule: Rule
+    remaining_uses: int
+    """Uses left; 0 means unlimited."""
+    expire_time: float | None
+    create_time: float
+    resolver: str
+
+    def live(self, now: float) -> bool:
+        """True while the deadline has not passed."""
+        return self.expire_time is None or now < self.expire_time
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """The call an approval is about."""
+
+    call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    from_subagent: bool = False
+    agent_name: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """An approval as stored."""
+
+    approval_id: str
+    session_id: str
+    call: PendingCall
+    reason: str
+    risk: str
+    summary: str
+    state: ApprovalState
+    create_time: float
+    expire_time: float
+    resolver: str = ""
+    resolution: str = ""
+    resolve_reason: str = ""
+
+
+@dataclass
+class _Cached:
+    record: SessionRecord
+    index: RuleIndex | None = None
+    index_expiry: float | None = None
+    grants_by_rule: dict[str, GrantRecord] | None = None
+
+
+def new_id(prefix: str) -> str:
+    """A random id with a readable prefix."""
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class SessionStore:
+    """Sessions, session rules, grants and approvals in one SQLite file."""
+
+    def __init__(self, db: aiosqlite.Connection, *, clock: Callable[[], float] = time.time):
+        self._db = db
+        self._clock = clock
+        self._cache: dict[str, _Cached] = {}
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, clock: Callable[[], float] = time.time
+    ) -> SessionStore:
+        """Open (and create if needed) the database at ``path``."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(str(path))
+        await db.executescript(_SCHEMA)
+        await db.execute("PRAGMA foreign_keys=ON")
+        await db.commit()
+        return cls(db, clock=clock)
+
+    async def close(self) -> None:
+        """Close the database."""
+        await self._db.close()
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create_session(
+        self, session_id: str | None, mode: Mode
+    ) -> tuple[SessionRecord, bool]:
+        """Create a session (or return the existing one with that id); True if created."""
+        sid = session_id or new_id("ses")
+        existing = await self.find_session(sid)
+        if existing is not None:
+            return existing, False
+        rec = SessionRecord(sid, mode, self._clock())
+        await self._db.execute(
+            "INSERT OR IGNORE INTO sessions (session_id, mode, create_time) VALUES (?, ?, ?)",
+            (sid, mode.value, rec.create_time),
+        )
+        await self._db.commit()
+        found = await self.find_session(sid)
+        assert found is not None
+        return found, True
+
+    async def find_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None."""
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            return cached.record
+        async with self._db.execute(
+            "SELECT session_id, mode, create_time, consecutive_denials, total_denials "
+            "FROM sessions WHERE session_id = ?",
+            (session_id,),
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        rec = SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4])
+        self._cache[session_id] = _Cached(rec)
+        return rec
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session; ``SessionNotFound`` if absent."""
+        rec = await self.find_session(session_id)
+        if rec is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+        return rec
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its rules, grants and approvals."""
+        self._cache.pop(session_id, None)
+        for table in ("session_rules", "grants", "approvals"):
+            await self._db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+        cur = await self._db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        await self._db.commit()
+        return cur.rowcount > 0
+
+    async def set_mode(self, session_id: str, mode: Mode) -> SessionRecord:
+        """Change a session's mode."""
+        rec = await self.get_session(session_id)
+        await self._db.execute(
+            "UPDATE sessions SET mode = ? WHERE session_id = ?", (mode.value, session_id)
+        )
+        await self._db.commit()
+        return self._update_cached(replace(rec, mode=mode))
+
+    def _update_cached(self, rec: SessionRecord) -> SessionRecord:
+        cached = self._cache.get(rec.session_id)
+        if cached is None:
+            self._cache[rec.session_id] = _Cached(rec)
+        else:
+            cached.record = rec
+        return rec
+
+    async def record_outcome(self, session_id: str, denied: bool) -> SessionRecord:
+        """Update the denial counters (DEC-9): a denial counts, anything allowed resets the run."""
+        rec = await self.get_session(session_id)
+        if denied:
+            new = replace(
+                rec,
+                consecutive_denials=rec.consecutive_denials + 1,
+                total_denials=rec.total_denials + 1,
+            )
+        elif rec.consecutive_denials == 0:
+            return rec  # nothing changes: no write on the common ALLOW path
+        else:
+            new = replace(rec, consecutive_denials=0)
+        await self._db.execute(
+            "UPDATE sessions SET consecutive_denials = ?, total_denials = ? WHERE session_id = ?",
+            (new.consecutive_denials, new.total_denials, session_id),
+        )
+        await self._db.commit()
+        return self._update_cached(new)
+
+    # -- rules --------------------------------------------------------------------------
+
+    async def add_rule(
+        self, session_id: str, effect: Effect, pattern: str, reason: str = "", request_id: str = ""
+    ) -> Rule:
+        """Add a SESSION rule (idempotent by request_id); ``InvalidPattern`` if it is bad."""
+        await self.get_session(session_id)
+        rule = Rule(effect, pattern.strip(), Source.SESSION, reason, new_id("rule"))
+        compile_rule(rule, 0)  # reject bad patterns before storing them
+        if request_id:
+            async with self._db.execute(
+                "SELECT rule_id, effect, pattern, reason FROM session_rules "
+                "WHERE session_id = ? AND request_id = ?",
+                (session_id, request_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                return Rule(Effect(row[1]), row[2], Source.SESSION, row[3], row[0])
+        await self._db.execute(
+            "INSERT INTO session_rules (rule_id, session_id, seq, effect, pattern, reason, "
+            "request_id) VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_rules), "
+            "?, ?, ?, ?)",
+            (rule.rule_id, session_id, effect.value, rule.pattern, reason, request_id or None),
+        )
+        await self._db.commit()
+        self._invalidate(session_id)
+        return rule
+
+    async def remove_rule(self, session_id: str, rule_id: str) -> bool:
+        """Remove a session rule by id."""
+        cur = await self._db.execute(
+            "DELETE FROM session_rules WHERE session_id = ? AND rule_id = ?", (session_id, rule_id)
+        )
+        await self._db.commit()
+        self._invalidate(session_id)
+        return cur.rowcount > 0
+
+    async def list_rules(self, session_id: str) -> list[Rule]:
+        """The session's own rules in order (grants are listed by ``list_grants``)."""
+        async with self._db.execute(
+            "SELECT rule_id, effect, pattern, reason FROM session_rules WHERE session_id = ? "
+            "ORDER BY seq",
+            (session_id,),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rows]
+
+    def _invalidate(self, session_id: str) -> None:
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            cached.index = None
+            cached.grants_by_rule = None
+
+    async def session_rules(self, session_id: str, *, cwd: str = "/") -> RuleIndex:
+        """The session's rules and live grants, compiled (cached until something changes)."""
+        rec = await self.get_session(session_id)
+        cached = self._cache[rec.session_id]
+        now = self._clock()
+        if cached.index is not None and (cached.index_expiry is None or now < cached.index_expiry):
+            return cached.index
+        rules = await self.list_rules(session_id)
+        grants = [g for g in await self.list_grants(session_id) if g.live(now)]
+        expiries = [g.expire_time for g in grants if g.expire_time is not None]
+        cached.index = RuleIndex([*rules, *(g.rule for g in grants)], cwd=cwd)
+        cached.index_expiry = min(expiries) if expiries else None
+        cached.grants_by_rule = {g.rule.rule_id: g for g in grants}
+        return cached.index
+
+    # -- grants -------------------------------------------------------------------------
+
+    async def add_grant(
+        self,
+        session_id: str,
+        pattern: str,
+        *,
+        remaining_uses: int = 0,
+        expire_time: float | None = None,
+        resolver: str = "",
+    ) -> GrantRecord:
+        """Add a scoped ALLOW grant for the session."""
+        if remaining_uses < 0:
+            raise InvalidArgument("scope.remaining_uses must not be negative")
+        gid = new_id("grant")
+        rule = Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", gid)
+        compile_rule(rule, 0)
+        now = self._clock()
+        await self._db.execute(
+            "INSERT INTO grants (grant_id, session_id, pattern, remaining_uses, unlimited, "
+            "expire_time, create_time, resolver) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (gid, session_id, pattern, remaining_uses, int(remaining_uses == 0), expire_time, now,
+             resolver),
+        )  # fmt: skip
+        await self._db.commit()
+        self._invalidate(session_id)
+        return GrantRecord(gid, session_id, rule, remaining_uses, expire_time, now, resolver)
+
+    async def list_grants(self, session_id: str) -> list[GrantRecord]:
+        """The session's live grants."""
+        now = self._clock()
+        async with self._db.execute(
+            "SELECT grant_id, pattern, remaining_uses, expire_time, create_time, resolver "
+            "FROM grants WHERE session_id = ? ORDER BY create_time",
+            (session_id,),
+        ) as cur:
+            rows = await cur.fetchall()
+        out = []
+        for gid, pattern, uses, exp, created, resolver in rows:
+            rule = Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", gid)
+            g = GrantRecord(gid, session_id, rule, uses, exp, created, resolver)
+            if g.live(now):
+                out.append(g)
+        return out
+
+    async def revoke_grant(self, grant_id: str) -> bool:
+        """Delete a grant; True if it existed."""
+        async with self._db.execute(
+            "SELECT session_id FROM grants WHERE grant_id = ?", (grant_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return False
+        await self._db.execute("DELETE FROM grants WHERE grant_id = ?", (grant_id,))
+        await self._db.commit()
+        self._invalidate(row[0])
+        return True
+
+    async def use_grants(self, session_id: str, rules: tuple[Rule, ...]) -> None:
+        """Spend one use of each counted grant among ``rules``; delete those used up."""
+        cached = self._cache.get(session_id)
+        grants = cached.grants_by_rule if cached is not None else None
+        if not grants:
+            return
+        changed = False
+        for rule in rules:
+            g = grants.get(rule.rule_id)
+            if g is None or g.remaining_uses == 0:
+                continue
+            if g.remaining_uses <= 1:
+                await self._db.execute("DELETE FROM grants WHERE grant_id = ?", (g.grant_id,))
+            else:
+                await self._db.execute(
+                    "UPDATE grants SET remaining_uses = remaining_uses - 1 WHERE grant_id = ?",
+                    (g.grant_id,),
+                )
+            changed = True
+        if changed:
+            await self._db.commit()
+            self._invalidate(session_id)
+
+    # -- approvals ----------------------------------------------------------------------
+
+    async def insert_approval(self, rec: ApprovalRecord) -> None:
+        """Store a new pending approval."""
+        call = {
+            "call_id": rec.call.call_id,
+            "tool_name": rec.call.tool_name,
+            "arguments": dict(rec.call.arguments),
+            "from_subagent": rec.call.from_subagent,
+            "agent_name": rec.call.agent_name,
+        }
+        await self._db.execute(
+            "INSERT INTO approvals (approval_id, session_id, call_json, reason, risk, summary, "
+            "state, create_time, expire_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (rec.approval_id, rec.session_id, json.dumps(call), rec.reason, rec.risk,
+             rec.summary, rec.state.value, rec.create_time, rec.expire_time),
+        )  # fmt: skip
+        await self._db.commit()
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """One approval; ``ApprovalNotFound`` if absent."""
+        async with self._db.execute(
+            _APPROVAL_SELECT + " WHERE approval_id = ?", (approval_id,)
+        ) as c:
+            row = await c.fetchone()
+        if row is None:
+            raise ApprovalNotFound(
+                f"approval {approval_id!r} does not exist", approval_id=approval_id
+            )
+        return _approval(row)
+
+    async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
+        """Pending approvals, oldest first, optionally of one session."""
+        sql = _APPROVAL_SELECT + " WHERE state = 'pending'"
+        params: tuple[str, ...] = ()
+        if session_id:
+            sql += " AND session_id = ?"
+            params = (session_id,)
+        async with self._db.execute(sql + " ORDER BY create_time", params) as cur:
+            rows = await cur.fetchall()
+        return [_approval(r) for r in rows]
+
+    async def finish_approval(
+        self,
+        approval_id: str,
+        state: ApprovalState,
+        *,
+        resolver: str = "",
+        resolution: str = "",
+        reason: str = "",
+    ) -> bool:
+        """Move a pending approval to ``state``; False if it was no longer pending.
+
+        One conditional UPDATE is the atomic "first answer wins": SQLite applies
+        statements one at a time, so exactly one of two racing resolvers sees a row change.
+        """
+        try:
+            cur = await self._db.execute(
+                "UPDATE approvals SET state = ?, resolver = ?, resolution = ?, resolve_reason = ? "
+                "WHERE approval_id = ? AND state = 'pending'",
+                (state.value, resolver, resolution, reason, approval_id),
+            )
+            await self._db.commit()
+        except sqlite3.Error:
+            await self._db.rollback()
+            raise
+        return cur.rowcount == 1
+
+
+_APPROVAL_SELECT = (
+    "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
+    "expire_time, resolver, resolution, resolve_reason FROM approvals"
+)
+
+
+def _approval(row: Any) -> ApprovalRecord:
+    call = json.loads(row[2])
+    return ApprovalRecord(
+        approval_id=row[0],
+        session_id=row[1],
+        call=PendingCall(
+            call_id=call["call_id"],
+            tool_name=call["tool_name"],
+            arguments=call["arguments"],
+            from_subagent=bool(call.get("from_subagent")),
+            agent_name=call.get("agent_name", ""),
+        ),
+        reason=row[3],
+        risk=row[4],
+        summary=row[5],
+        state=ApprovalState(row[6]),
+        create_time=row[7],
+        expire_time=row[8],
+        resolver=row[9],
+        resolution=row[10],
+        resolve_reason=row[11],
+    )
