@@ -1,0 +1,361 @@
+"""The OpenAI-compatible provider against a real local HTTP server speaking the wire format."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from stockade.agent.providers.base import Message, ModelToolCall, ProviderError, ToolSchema
+from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider, retry_after_seconds
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP answer."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[bytes] | None = None  # SSE: written one by one, then the connection closes
+
+
+@dataclass
+class FakeServer:
+    url: str
+    replies: list[Reply]
+    requests: list[dict[str, Any]]
+
+
+def completion(message: dict[str, Any], usage: tuple[int, int] = (11, 7)) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+            },
+        }
+    ).encode()
+
+
+def sse(*events: dict[str, Any] | str) -> list[bytes]:
+    return [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    replies: list[Reply] = []
+    requests: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", "0"))
+            requests.append(
+                {
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": json.loads(self.rfile.read(length)),
+                }
+            )
+            reply = replies.pop(0) if replies else Reply(500, b'{"error":{"message":"no script"}}')
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            if reply.chunks is None:
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+                return
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in reply.chunks:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            self.close_connection = True
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield FakeServer(f"http://127.0.0.1:{httpd.server_address[1]}/v1", replies, requests)
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+class Sleeps:
+    """Records backoff waits instead of sleeping (keeps the tests quick and exact)."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+TOOLS = [
+    ToolSchema(
+        "read_file",
+        "Read a file.",
+        {"type": "object", "properties": {"file_path": {"type": "string"}}},
+    )
+]
+HISTORY = [
+    Message("system", "sys"),
+    Message("user", "read a.txt"),
+    Message(
+        "assistant",
+        "",
+        tool_calls=(ModelToolCall("call_1", "read_file", {"file_path": "a.txt"}),),
+    ),
+    Message("tool", "hello", tool_call_id="call_1", name="read_file"),
+]
+
+
+def provider(server: FakeServer, sleeps: Sleeps | None = None, **kw: Any) -> OpenAIProvider:
+    config = OpenAIConfig(
+        base_url=server.url, model="test-model", api_key="sk-test", backoff_base_s=0.01, **kw
+    )
+    return OpenAIProvider(config, sleep=sleeps or Sleeps())
+
+
+async def test_tool_calling_round_trip_in_wire_format(server: FakeServer) -> None:
+    server.replies.append(
+        Reply(
+            body=completion(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_9",
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": '{"file_path":"b"}'},
+                        }
+                    ],
+                }
+            )
+        )
+    )
+    p = provider(server)
+    turn = await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert turn.tool_calls == (ModelToolCall("call_9", "read_file", {"file_path": "b"}),)
+    assert (turn.prompt_tokens, turn.completion_tokens) == (11, 7)
+    request = server.requests[0]
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["Authorization"] == "Bearer sk-test"
+    body = request["body"]
+    assert body["model"] == "test-model" and body["tool_choice"] == "auto"
+    assert body["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": TOOLS[0].parameters,
+        },
+    }
+    assistant, tool = body["messages"][2], body["messages"][3]
+    assert assistant["tool_calls"][0]["function"] == {
+        "name": "read_file",
+        "arguments": '{"file_path":"a.txt"}',
+    }
+    assert assistant["tool_calls"][0]["type"] == "function" and assistant["content"] is None
+    assert tool == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "hello",
+        "name": "read_file",
+    }
+
+
+async def test_forced_final_answer_sends_no_tools_and_drops_stray_calls(
+    server: FakeServer,
+) -> None:
+    server.replies.append(
+        Reply(
+            body=completion(
+                {
+                    "role": "assistant",
+                    "content": "final",
+                    "tool_calls": [
+                        {
+                            "id": "x",
+                            "type": "function",
+                            "function": {"name": "t", "arguments": "{}"},
+                        }
+                    ],
+                }
+            )
+        )
+    )
+    p = provider(server)
+    turn = await p.complete(HISTORY, TOOLS, allow_tools=False)
+    await p.aclose()
+    assert turn.text == "final" and turn.tool_calls == ()
+    assert "tools" not in server.requests[0]["body"]
+
+
+async def test_streaming_assembles_text_and_tool_calls_by_index(server: FakeServer) -> None:
+    def tc(index: int, **function: str) -> dict[str, Any]:
+        call: dict[str, Any] = {"index": index, "function": function}
+        if "name" in function:
+            call |= {"id": f"call_{index}", "type": "function"}
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+    server.replies.append(
+        Reply(
+            chunks=[
+                b": keep-alive comment\n\n",
+                *sse(
+                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let "}}]},
+                    {"choices": [{"index": 0, "delta": {"content": "me look."}}]},
+                    tc(0, name="read_file", arguments=""),
+                    tc(1, name="grep_files", arguments='{"pat'),
+                    tc(0, arguments='{"file_path":'),
+                    tc(1, arguments='tern":"x"}'),
+                    tc(0, arguments='"a.txt"}'),
+                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+                    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}},
+                    "[DONE]",
+                ),
+            ]
+        )
+    )
+    p = provider(server, stream=True)
+    turn = await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert turn.text == "Let me look."
+    assert turn.tool_calls == (
+        ModelToolCall("call_0", "read_file", {"file_path": "a.txt"}),
+        ModelToolCall("call_1", "grep_files", {"pattern": "x"}),
+    )
+    assert (turn.prompt_tokens, turn.completion_tokens) == (5, 3)
+    body = server.requests[0]["body"]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+async def test_truncated_stream_is_a_clear_error(server: FakeServer) -> None:
+    server.replies.append(
+        Reply(chunks=sse({"choices": [{"index": 0, "delta": {"content": "partial"}}]}))
+    )
+    p = provider(server, stream=True)
+    with pytest.raises(ProviderError, match="truncated"):
+        await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+
+
+@pytest.mark.parametrize(
+    ("reply", "match"),
+    [
+        (Reply(body=b'{"choices": [{"message": {"content": "x"'), "not valid JSON"),
+        (Reply(body=b"[]"), "not a JSON object"),
+        (Reply(body=b'{"choices": []}'), "no choices"),
+        (
+            Reply(
+                body=completion(
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": '{"file_path": '},
+                            }
+                        ],
+                    }
+                )
+            ),
+            "arguments are not valid JSON",
+        ),
+        (
+            Reply(
+                body=completion(
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"id": "c", "function": {"name": "read_file", "arguments": "[1]"}}
+                        ],
+                    }
+                )
+            ),
+            "must be a JSON object",
+        ),
+        (Reply(400, b'{"error": {"message": "bad model name"}}'), "HTTP 400: bad model name"),
+        (Reply(401, b"unauthorised"), "HTTP 401: unauthorised"),
+        (Reply(chunks=sse("{not json")), "stream chunk is not valid JSON"),
+    ],
+)
+async def test_malformed_answers_raise_at_once(
+    server: FakeServer, reply: Reply, match: str
+) -> None:
+    server.replies.append(reply)
+    p = provider(server, stream=reply.chunks is not None)
+    with pytest.raises(ProviderError, match=match):
+        await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_429_honours_retry_after_then_succeeds(server: FakeServer) -> None:
+    server.replies += [
+        Reply(429, b'{"error":{"message":"slow down"}}', {"Retry-After": "3"}),
+        Reply(503, b"busy"),
+        Reply(body=completion({"role": "assistant", "content": "ok"})),
+    ]
+    sleeps = Sleeps()
+    p = provider(server, sleeps)
+    turn = await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert turn.text == "ok"
+    assert len(server.requests) == 3
+    assert sleeps.delays[0] == 3.0
+    assert 0 < sleeps.delays[1] <= 0.02  # exponential backoff without Retry-After
+
+
+async def test_500s_exhaust_the_retries(server: FakeServer) -> None:
+    server.replies += [Reply(500, b'{"error":{"message":"boom"}}') for _ in range(3)]
+    sleeps = Sleeps()
+    p = provider(server, sleeps, max_retries=2)
+    with pytest.raises(ProviderError, match="after 3 attempts: HTTP 500: boom"):
+        await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert len(server.requests) == 3 and len(sleeps.delays) == 2
+
+
+async def test_connection_errors_are_retried_then_reported() -> None:
+    sleeps = Sleeps()
+    config = OpenAIConfig(base_url="http://127.0.0.1:1/v1", model="m", max_retries=1)
+    p = OpenAIProvider(config, sleep=sleeps)
+    with pytest.raises(ProviderError, match="after 2 attempts: connection error"):
+        await p.complete(HISTORY, TOOLS)
+    await p.aclose()
+    assert len(sleeps.delays) == 1
+
+
+def test_retry_after_parsing() -> None:
+    assert retry_after_seconds("7") == 7.0
+    assert retry_after_seconds("-1") == 0.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) == 10.0
+    assert retry_after_seconds("soon") is None
+    assert retry_after_seconds(None) is None
+
+
+def test_api_key_is_not_in_the_config_repr() -> None:
+    assert "sk-secret" not in repr(OpenAIConfig(base_url="u", model="m", api_key="sk-secret"))
