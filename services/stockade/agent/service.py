@@ -12,7 +12,7 @@ from stockade.agent.providers.base import Provider
 from stockade.agent.providers.scripted import ScriptedProvider, load_script
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
-from stockade.client.base import aio_channel
+from stockade.client.base import TlsConfig, aio_channel
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.errors import InvalidArgument
@@ -44,9 +44,16 @@ class AgentApp:
     async def open(self) -> AsyncIterator[list[Registration]]:
         """Open channels to the other services; close them after the server drained."""
         s = self.settings
-        decision_ch = aio_channel(s.decision_addr)
-        executor_ch = aio_channel(s.executor_addr)
-        audit_ch = aio_channel(s.audit_addr)
+        # With mTLS configured, the agent's own certificate is its client identity too
+        # (the executor accepts Execute only from it).
+        tls = (
+            TlsConfig(s.tls_cert_file, s.tls_key_file, s.tls_ca_file)
+            if s.tls_cert_file and s.tls_key_file and s.tls_ca_file
+            else None
+        )
+        decision_ch = aio_channel(s.decision_addr, tls=tls)
+        executor_ch = aio_channel(s.executor_addr, tls=tls)
+        audit_ch = aio_channel(s.audit_addr, tls=tls)
         audit = AuditSink(audit_ch)
         core = AgentCore(
             decision=DecisionClient(decision_ch, decide_deadline_s=s.decide_deadline_s),

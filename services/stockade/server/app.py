@@ -15,7 +15,7 @@ import ipaddress
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,8 @@ class Registration:
     servicer: Any
     service_name: str
     """Full name, e.g. ``stockade.v1.DecisionService`` (health and reflection use it)."""
+    method_identities: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """RPC name → certificate identities allowed to call it; enforced when mTLS is on (X-3)."""
 
 
 class ServiceApp(Protocol):
@@ -69,6 +71,9 @@ class RunningServer:
     address: str
     grace: float
     service_names: list[str] = field(default_factory=list)
+    health_server: grpc.aio.Server | None = None
+    """The plaintext health-only listener (``health_listen``), if any."""
+    health_address: str = ""
 
 
 def _is_loopback(listen: str) -> bool:
@@ -110,10 +115,19 @@ async def create_server(
             f"{name}: refusing plaintext on non-loopback address {settings.listen}; configure "
             "tls_cert_file/tls_key_file/tls_ca_file or set allow_plaintext for a dev cluster"
         )
+    identities = (
+        {
+            f"/{reg.service_name}/{rpc}": frozenset(allowed)
+            for reg in registrations
+            for rpc, allowed in reg.method_identities.items()
+        }
+        if creds is not None
+        else {}
+    )
     server = grpc.aio.server(
         interceptors=[
             aio_server_interceptor(),  # type: ignore[no-untyped-call]
-            ContextInterceptor(),
+            ContextInterceptor(identities),
             *interceptors,
         ],
         options=[("grpc.so_reuseport", 0)],
@@ -142,16 +156,27 @@ async def create_server(
     else:
         address = listen
     await server.start()
+    running = RunningServer(name, server, health_servicer, address, settings.grace_seconds, names)
+    if settings.health_listen:
+        # Kubelet gRPC probes cannot present a client certificate: under mTLS they use a
+        # plaintext listener that serves the same health statuses and nothing else.
+        running.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, running.health_server)
+        hport = running.health_server.add_insecure_port(settings.health_listen)
+        running.health_address = f"{settings.health_listen.rsplit(':', 1)[0]}:{hport}"
+        await running.health_server.start()
     for svc in ["", *names]:
         await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("%s serving on %s%s", name, address, " (mTLS)" if creds else "")
-    return RunningServer(name, server, health_servicer, address, settings.grace_seconds, names)
+    return running
 
 
 async def stop_server(running: RunningServer) -> None:
     """Graceful stop: NOT_SERVING first, then drain in-flight calls within the grace."""
     await running.health.enter_graceful_shutdown()
     await running.server.stop(running.grace)
+    if running.health_server is not None:
+        await running.health_server.stop(0)
     log.info("%s stopped", running.name)
 
 

@@ -13,12 +13,12 @@ import contextvars
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 
-from stockade.errors import StockadeError
+from stockade.errors import NotAuthorized, StockadeError
 from stockade.server.errors import status_for
 
 log = logging.getLogger("stockade.server")
@@ -48,12 +48,39 @@ async def _abort(
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
+def peer_identity(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    """The common name of the caller's verified client certificate (None without mTLS)."""
+    auth = context.auth_context() or {}
+    names = list(auth.get("x509_common_name") or [])
+    return names[0].decode() if names else None
+
+
+def _authorize(
+    context: grpc.aio.ServicerContext[Any, Any], method: str, allowed: frozenset[str] | None
+) -> None:
+    """Refuse a caller whose certificate identity is not allowed for ``method``.
+
+    Only enforced on mTLS servers (``allowed`` is None otherwise): without client
+    certificates there is no identity, and such servers listen on loopback only.
+    """
+    if allowed is None:
+        return
+    who = peer_identity(context)
+    if who not in allowed:
+        raise NotAuthorized(
+            f"{method} is not allowed for caller {who or '(no identity)'}",
+            caller=who or "",
+            method=method,
+        )
+
+
 def _wrap_unary(
-    behavior: Callable[..., Awaitable[Any]], method: str
+    behavior: Callable[..., Awaitable[Any]], method: str, allowed: frozenset[str] | None
 ) -> Callable[..., Awaitable[Any]]:
     async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         request_id_var.set(_request_id(context))
         try:
+            _authorize(context, method, allowed)
             return await behavior(request, context)
         except grpc.aio.AbortError:
             raise
@@ -63,12 +90,15 @@ def _wrap_unary(
     return handler
 
 
-def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., AsyncIterator[Any]]:
+def _wrap_stream(
+    behavior: Callable[..., Any], method: str, allowed: frozenset[str] | None
+) -> Callable[..., AsyncIterator[Any]]:
     async def handler(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         request_id_var.set(_request_id(context))
         try:
+            _authorize(context, method, allowed)
             result = behavior(request, context)
             if inspect.isasyncgen(result):
                 async for item in result:
@@ -84,7 +114,14 @@ def _wrap_stream(behavior: Callable[..., Any], method: str) -> Callable[..., Asy
 
 
 class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Request ids and exception → status mapping for every RPC."""
+    """Request ids, caller identity checks and exception → status mapping for every RPC.
+
+    ``method_identities`` maps full method names (``/pkg.Service/Method``) to the
+    certificate identities allowed to call them; it is only given on mTLS servers.
+    """
+
+    def __init__(self, method_identities: Mapping[str, frozenset[str]] | None = None) -> None:
+        self._identities = dict(method_identities or {})
 
     async def intercept_service(
         self,
@@ -95,21 +132,22 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None:
             return handler
         method = handler_call_details.method
+        allowed = self._identities.get(method)
         kwargs = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method), **kwargs
+                _wrap_unary(handler.unary_unary, method, allowed), **kwargs
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method), **kwargs
+                _wrap_unary(handler.stream_unary, method, allowed), **kwargs
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method), **kwargs
+                _wrap_stream(handler.unary_stream, method, allowed), **kwargs
             )
         behavior: Any = handler.stream_stream
-        return grpc.stream_stream_rpc_method_handler(_wrap_stream(behavior, method), **kwargs)
+        return grpc.stream_stream_rpc_method_handler(_wrap_stream(behavior, method, allowed), **kwargs)

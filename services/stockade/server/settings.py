@@ -43,12 +43,17 @@ class ServerSettings(BaseSettings):
     """Server private key (PEM)."""
     tls_ca_file: Path | None = None
     """CA bundle that client certificates must chain to (PEM)."""
+    health_listen: str | None = None
+    """Optional plaintext ``HOST:PORT`` serving only grpc.health.v1 (for kubelet probes
+    when the main listener requires mTLS)."""
     allow_plaintext: bool = False
     """Allow plaintext on a non-loopback address (dev clusters only; X-3)."""
 
-    @field_validator("listen")
+    @field_validator("listen", "health_listen")
     @classmethod
-    def _check_listen(cls, value: str) -> str:
+    def _check_listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         match = _LISTEN.match(value)
         if not match:
             raise ValueError(

@@ -1,0 +1,129 @@
+"""mTLS and caller identities over real TLS connections (X-3)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from stockade import devcerts
+from stockade.client.base import TlsConfig, aio_channel
+from stockade.server.app import Registration, RunningServer, create_server, stop_server
+from stockade.server.errors import error_info
+from stockade.server.settings import ServerSettings
+
+SERVICE = "stockade.test.Guarded"
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    return request
+
+
+def _add(servicer: object, server: grpc.aio.Server) -> None:
+    handlers = {
+        "Execute": grpc.unary_unary_rpc_method_handler(_echo),
+        "Open": grpc.unary_unary_rpc_method_handler(_echo),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pki")
+    devcerts.generate(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("other-pki")
+    devcerts.generate(out)
+    return out
+
+
+@pytest.fixture
+async def server(pki: Path) -> AsyncIterator[RunningServer]:
+    settings = ServerSettings(
+        listen="127.0.0.1:0",
+        health_listen="127.0.0.1:0",
+        tls_cert_file=pki / "executor.crt",
+        tls_key_file=pki / "executor.key",
+        tls_ca_file=pki / "ca.crt",
+        grace_seconds=0,
+    )
+    reg = Registration(_add, None, SERVICE, method_identities={"Execute": frozenset({"agent"})})
+    srv = await create_server("guarded", settings, [reg])
+    yield srv
+    await stop_server(srv)
+
+
+def _tls(pki: Path, who: str, ca: Path | None = None) -> TlsConfig:
+    return TlsConfig(pki / f"{who}.crt", pki / f"{who}.key", ca or pki / "ca.crt")
+
+
+async def _call(address: str, method: str, tls: TlsConfig | None) -> bytes:
+    async with aio_channel(address, tls=tls) as ch:
+        result: bytes = await ch.unary_unary(f"/{SERVICE}/{method}")(b"ping", timeout=5)
+        return result
+
+
+async def test_the_allowed_identity_may_call(server: RunningServer, pki: Path) -> None:
+    assert await _call(server.address, "Execute", _tls(pki, "agent")) == b"ping"
+
+
+async def test_a_valid_certificate_with_the_wrong_identity_is_refused(
+    server: RunningServer, pki: Path
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(server.address, "Execute", _tls(pki, "audit"))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    detail = error_info(info.value)
+    assert detail is not None and detail.reason == "NOT_AUTHORIZED"
+    assert detail.metadata["caller"] == "audit"
+
+
+async def test_unrestricted_methods_take_any_valid_identity(
+    server: RunningServer, pki: Path
+) -> None:
+    assert await _call(server.address, "Open", _tls(pki, "audit")) == b"ping"
+
+
+async def test_missing_client_certificate_is_refused(server: RunningServer, pki: Path) -> None:
+    creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.crt").read_bytes())
+    async with grpc.aio.secure_channel(server.address, creds) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await ch.unary_unary(f"/{SERVICE}/Open")(b"ping", timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_certificate_from_another_ca_is_refused(
+    server: RunningServer, pki: Path, other_pki: Path
+) -> None:
+    # The client trusts the server's CA but presents a certificate signed by a stranger.
+    tls = TlsConfig(other_pki / "agent.crt", other_pki / "agent.key", pki / "ca.crt")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(server.address, "Execute", tls)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_plaintext_client_is_refused(server: RunningServer) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(server.address, "Open", None)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_health_only_listener_is_plaintext_and_serves_nothing_else(
+    server: RunningServer,
+) -> None:
+    async with grpc.aio.insecure_channel(server.health_address) as ch:
+        resp = await health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service=SERVICE), timeout=5
+        )
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await ch.unary_unary(f"/{SERVICE}/Open")(b"ping", timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
