@@ -1,0 +1,150 @@
+"""Every overlay renders with ``kubectl kustomize`` and every object validates against the
+Kubernetes OpenAPI schemas shipped with kubernetes-validate (strict: unknown fields are
+errors). No cluster and no network are involved."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import kubernetes_validate
+import pytest
+
+from .conftest import DEPLOY, OVERLAYS, STOCKADE_SERVICES, Manifest, render, workloads
+
+# The oldest Kubernetes minor these manifests promise to support: native gRPC probes (GA
+# 1.27), preStop sleep (1.30), and the schemas kubernetes-validate ships.
+K8S_VERSION = "1.33.0"
+
+
+def _validate(obj: Manifest) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_validates_against_the_schemas(
+    rendered: dict[str, list[Manifest]], overlay: str
+) -> None:
+    objs = rendered[overlay]
+    assert objs, f"{overlay} rendered nothing"
+    failures = []
+    for obj in objs:
+        try:
+            _validate(obj)
+        except (
+            kubernetes_validate.ValidationError,
+            kubernetes_validate.SchemaNotFoundError,
+        ) as exc:
+            name = f"{obj['kind']}/{obj['metadata']['name']}"
+            failures.append(f"{name}: {getattr(exc, 'message', exc)}")
+    assert not failures, "\n".join(failures)
+
+
+def test_validator_rejects_what_the_api_server_would(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    """The schema check is not vacuous: typos and wrong types in a real object fail."""
+    deployment = next(o for o in rendered["prod"] if o["kind"] == "Deployment")
+    typo = copy.deepcopy(deployment)
+    typo["spec"]["template"]["spec"]["containers"][0]["securityContxt"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(typo)
+    wrong_type = copy.deepcopy(deployment)
+    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "x"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(wrong_type)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_objects_are_unique_and_namespaced(
+    rendered: dict[str, list[Manifest]], overlay: str
+) -> None:
+    objs = rendered[overlay]
+    keys = Counter((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert [k for k, n in keys.items() if n > 1] == []
+    for obj in objs:
+        if obj["kind"] == "Namespace":
+            assert obj["metadata"]["name"] == "stockade"
+            continue
+        assert obj["metadata"].get("namespace") == "stockade", obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_stockade_service_is_deployed(
+    rendered: dict[str, list[Manifest]], overlay: str
+) -> None:
+    names = {w["metadata"]["name"] for w in workloads(rendered[overlay])}
+    assert set(STOCKADE_SERVICES) <= names
+    assert "otel-collector" in names
+
+
+def test_namespace_enforces_restricted_pod_security(rendered: dict[str, list[Manifest]]) -> None:
+    for overlay in OVERLAYS:
+        ns = next(o for o in rendered[overlay] if o["kind"] == "Namespace")
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_prod_image_is_pinned_and_dev_is_local(rendered: dict[str, list[Manifest]]) -> None:
+    for overlay in OVERLAYS:
+        for obj in workloads(rendered[overlay]):
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                image = container["image"]
+                assert ":" in image.rsplit("/", 1)[-1], f"{image} has no tag"
+                assert not image.endswith(":latest"), image
+    prod_images = {
+        c["image"]
+        for w in workloads(rendered["prod"])
+        if w["metadata"]["name"] in STOCKADE_SERVICES
+        for c in w["spec"]["template"]["spec"]["containers"]
+    }
+    assert prod_images == {"registry.example.com/stockade/stockade:0.1.0"}
+
+
+def test_prod_adds_the_production_objects(rendered: dict[str, list[Manifest]]) -> None:
+    prod = rendered["prod"]
+    kinds = Counter(o["kind"] for o in prod)
+    assert kinds["HorizontalPodAutoscaler"] == 2
+    assert kinds["PodDisruptionBudget"] >= 2
+    assert kinds["NetworkPolicy"] >= 5
+    hpa_targets = {
+        o["spec"]["scaleTargetRef"]["name"] for o in prod if o["kind"] == "HorizontalPodAutoscaler"
+    }
+    assert hpa_targets == {"agent", "executor"}
+    for obj in prod:
+        if obj["kind"] == "HorizontalPodAutoscaler":
+            assert obj["spec"]["minReplicas"] >= 2
+            ref = obj["spec"]["scaleTargetRef"]
+            target = next(w for w in workloads(prod) if w["metadata"]["name"] == ref["name"])
+            assert target["kind"] == ref["kind"]
+            # The HPA owns the replica count; a fixed one would fight it on every apply.
+            assert "replicas" not in target["spec"]
+    # Dev stays small and open for local clusters: no HPA, no NetworkPolicy.
+    dev_kinds = Counter(o["kind"] for o in rendered["dev"])
+    assert dev_kinds["HorizontalPodAutoscaler"] == 0
+
+
+def test_every_pdb_selects_a_scaled_out_workload(rendered: dict[str, list[Manifest]]) -> None:
+    prod = rendered["prod"]
+    hpa_min = {
+        o["spec"]["scaleTargetRef"]["name"]: o["spec"]["minReplicas"]
+        for o in prod
+        if o["kind"] == "HorizontalPodAutoscaler"
+    }
+    for pdb in (o for o in prod if o["kind"] == "PodDisruptionBudget"):
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        matches = [
+            w
+            for w in workloads(prod)
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(matches) == 1, pdb["metadata"]["name"]
+        name = matches[0]["metadata"]["name"]
+        replicas = hpa_min.get(name, matches[0]["spec"].get("replicas", 1))
+        # minAvailable must leave room for a drain, or the PDB blocks every node upgrade.
+        assert pdb["spec"]["minAvailable"] < replicas, name
+
+
+def test_each_base_and_component_folder_renders_alone() -> None:
+    """The base renders by itself (components are exercised through the overlays)."""
+    objs = render(DEPLOY / "k8s" / "base")
+    assert {o["kind"] for o in objs} >= {"Deployment", "StatefulSet", "Service", "ConfigMap"}
