@@ -1,0 +1,105 @@
+"""The agent's side of remote tools: ToolProvider discovery and calls (AGT-1 ``remote``).
+
+At start the agent asks each configured provider for its tools (ListTools) and merges them
+into its registry (a provider may serve remote tools but never replace an executor or
+built-in tool); after the permission checks it runs a call with CallTool under a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from stockade.agent.registry import ToolRegistry, ToolSpec, merge_remote
+from stockade.agent.toolspec_proto import dict_to_struct, spec_from_proto
+from stockade.v1 import common_pb2
+from stockade.v1 import tool_provider_pb2 as tp_pb2
+from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    """What a remote tool answered."""
+
+    content: str
+    """The result text for the model."""
+    is_error: bool
+    """True when the tool (or the call to it) failed."""
+
+
+class ToolProviderClient:
+    """Calls one ToolProvider."""
+
+    def __init__(
+        self, address: str, channel: grpc.aio.Channel | None = None, *, timeout_s: float = 30.0
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = channel or grpc.aio.insecure_channel(address)
+        self._owns_channel = channel is None
+        self._stub = tp_grpc.ToolProviderStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the channel if this client opened it."""
+        if self._owns_channel:
+            await self._channel.close(None)
+
+    async def list_tools(self) -> list[ToolSpec]:
+        """The provider's tools as registry entries."""
+        response = await self._stub.ListTools(tp_pb2.ListToolsRequest(), timeout=self.timeout_s)
+        return [spec_from_proto(tool, provider=self.address) for tool in response.tools]
+
+    async def call_tool(
+        self,
+        *,
+        session_id: str,
+        call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        agent_name: str = "lead",
+        from_subagent: bool = False,
+        timeout_s: float | None = None,
+    ) -> RemoteResult:
+        """Run one call; transport failures become an error result, never an exception."""
+        call = common_pb2.ToolCall(
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=dict_to_struct(arguments),
+            session_id=session_id,
+            from_subagent=from_subagent,
+            agent_name=agent_name,
+        )
+        try:
+            response = await self._stub.CallTool(
+                tp_pb2.CallToolRequest(call=call), timeout=timeout_s or self.timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            detail = exc.details() or ""
+            return RemoteResult(
+                f"Error: tool provider {self.address} failed ({exc.code().name}: {detail})", True
+            )
+        return RemoteResult(response.content, response.is_error)
+
+
+async def discover(
+    registry: ToolRegistry, clients: Iterable[ToolProviderClient]
+) -> dict[str, list[str]]:
+    """Merge every reachable provider's tools into ``registry``; returns tools per provider.
+
+    An unreachable provider is logged and skipped: its tools are simply not offered.
+    """
+    taken: dict[str, list[str]] = {}
+    for client in clients:
+        try:
+            specs = await client.list_tools()
+        except grpc.aio.AioRpcError as exc:
+            log.warning("tool provider %s unavailable: %s", client.address, exc.code().name)
+            continue
+        taken[client.address] = merge_remote(registry, specs, client.address)
+    return taken
