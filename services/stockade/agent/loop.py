@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
+from opentelemetry import trace
 
 from stockade.agent.auditsink import AuditSink
 from stockade.agent.events import EventFactory
@@ -27,6 +28,8 @@ from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
+
+tracer = trace.get_tracer("stockade.agent")
 
 SYSTEM_PROMPT = "You are a careful assistant. Use tools only when needed."
 PREVIEW = 200
@@ -116,8 +119,14 @@ class AgentCore:
             for call in turn.tool_calls:
                 pb_call = _to_pb_call(call, session_id)
                 yield events.make(tool_call_started=a_pb2.ToolCallStartedEvent(call=pb_call))
-                outcome = await self._run_call(pb_call)
-                self._record(pb_call, step, outcome)
+                # One tool call is one trace: Inspect, Decide, Execute and the audit
+                # event all happen inside this span.
+                with tracer.start_as_current_span(
+                    f"tool_call {call.name}",
+                    attributes={"stockade.call_id": call.id, "stockade.session_id": session_id},
+                ):
+                    outcome = await self._run_call(pb_call)
+                    self._record(pb_call, step, outcome)
                 yield events.make(
                     tool_call_finished=a_pb2.ToolCallFinishedEvent(
                         call_id=call.id,
@@ -215,6 +224,7 @@ class AgentCore:
                 verdict=outcome.verdict,  # type: ignore[arg-type]
                 matched_rule=outcome.rule.pattern,
                 rule_source=outcome.rule.source,
+                trace_id=_trace_id(),
                 conflict_log=outcome.conflicts,
                 policy_version=outcome.policy_version,
             )
@@ -232,6 +242,11 @@ class AgentCore:
                 termination_reason=reason,
             )
         )
+
+
+def _trace_id() -> str:
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
 
 
 def _now() -> timestamp_pb2.Timestamp:
