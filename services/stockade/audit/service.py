@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +18,20 @@ from stockade.v1 import audit_service_pb2_grpc as a_grpc
 
 SERVICE_NAME = a_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name
 
+log = logging.getLogger("stockade.audit")
+
+
+async def retention_loop(store: AuditStore, days: float, interval_s: float) -> None:
+    """Apply retention now and every ``interval_s`` seconds until cancelled."""
+    while True:
+        try:
+            deleted = await store.apply_retention(days)
+            if deleted:
+                log.info("retention: deleted %d rows older than %s days", deleted, days)
+        except Exception:  # a failed sweep must not stop the service; the next one retries
+            log.exception("retention sweep failed")
+        await asyncio.sleep(interval_s)
+
 
 @dataclass
 class AuditApp:
@@ -25,11 +42,25 @@ class AuditApp:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[list[Registration]]:
-        """Open the SQLite store; close it after the server drained."""
+        """Open the SQLite store (and the retention sweep); close them after the drain."""
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        store = await AuditStore.open(self.settings.db_path)
+        store = await AuditStore.open(self.settings.db_path, synchronous=self.settings.synchronous)
+        sweeper: asyncio.Task[None] | None = None
+        if self.settings.retention_days > 0:
+            sweeper = asyncio.create_task(
+                retention_loop(
+                    store, self.settings.retention_days, self.settings.retention_interval_s
+                )
+            )
         try:
-            servicer = AuditServicer(store)  # type: ignore[abstract]  # first cut
-            yield [Registration(a_grpc.add_AuditServiceServicer_to_server, servicer, SERVICE_NAME)]
+            yield [
+                Registration(
+                    a_grpc.add_AuditServiceServicer_to_server, AuditServicer(store), SERVICE_NAME
+                )
+            ]
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             await store.close()

@@ -1,41 +1,112 @@
 """AuditService: maps protobuf to the audit store and back (kept thin).
 
-First cut (foundation): Record stores one event. The other RPCs come with the audit
-issue and answer UNIMPLEMENTED until then.
+Domain errors raised by the store (``InvalidArgument``, ``InvalidPageToken`` …) become
+gRPC statuses in the shared exception interceptor.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import grpc
 
-from stockade.audit.convert import row_from_proto
+from stockade.audit.convert import (
+    filters_from_proto,
+    metrics_to_proto,
+    record_to_proto,
+    row_from_proto,
+)
+from stockade.audit.model import AppendResult
 from stockade.audit.store import AuditStore
-from stockade.errors import NotImplementedYet
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2_grpc as a_grpc
 
+Context = grpc.aio.ServicerContext[Any, Any]
+
 
 class AuditServicer(a_grpc.AuditServiceServicer):
-    """First-cut Record."""
+    """The AuditService over one ``AuditStore``."""
 
     def __init__(self, store: AuditStore) -> None:
+        """Serve ``store``."""
         self.store = store
 
     async def Record(  # noqa: N802 - generated name
-        self, request: a_pb2.RecordRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self, request: a_pb2.RecordRequest, context: Context
     ) -> a_pb2.RecordResponse:
+        """Store one event; report whether its id was already stored."""
         result = await self.store.append([row_from_proto(request.event)])
         return a_pb2.RecordResponse(duplicate=result.duplicates > 0)
 
+    async def RecordBatch(  # noqa: N802 - generated name
+        self, request_iterator: AsyncIterable[a_pb2.RecordBatchRequest], context: Context
+    ) -> a_pb2.RecordBatchResponse:
+        """Store each streamed batch in its own transaction.
 
-def _unimplemented(rpc: str) -> Any:
-    async def handler(self: AuditServicer, request: Any, context: Any) -> Any:
-        raise NotImplementedYet(f"AuditService.{rpc} is not built yet (see README status table)")
+        One batch is written while the next is read and converted, never more: the
+        stream is not read further until the write before it finished, so gRPC flow
+        control pushes back on a producer faster than the disk (bounded memory).
+        """
+        accepted = duplicates = 0
+        writing: asyncio.Task[AppendResult] | None = None
+        try:
+            async for request in request_iterator:
+                rows = [row_from_proto(event) for event in request.events]
+                if writing is not None:
+                    result = await writing
+                    accepted, duplicates = (
+                        accepted + result.accepted,
+                        duplicates + result.duplicates,
+                    )
+                writing = asyncio.ensure_future(self.store.append(rows))
+            if writing is not None:
+                result = await writing
+                accepted += result.accepted
+                duplicates += result.duplicates
+                writing = None
+        finally:
+            if writing is not None and not writing.done():
+                # The stream failed mid-way: the write in progress still completes whole
+                # (the store shields it); wait so no task outlives the call.
+                await asyncio.wait([writing])
+            if writing is not None and writing.done() and not writing.cancelled():
+                writing.exception()  # retrieved, so asyncio does not warn about it
+        return a_pb2.RecordBatchResponse(accepted=accepted, duplicates=duplicates)
 
-    return handler
+    async def Query(  # noqa: N802 - generated name
+        self, request: a_pb2.QueryRequest, context: Context
+    ) -> a_pb2.QueryResponse:
+        """One page of matching rows, newest first."""
+        rows, token = await self.store.query(
+            filters_from_proto(request), request.page_size, request.page_token
+        )
+        return a_pb2.QueryResponse(
+            records=[record_to_proto(row) for row in rows], next_page_token=token
+        )
 
+    async def Tail(  # noqa: N802 - generated name
+        self, request: a_pb2.TailRequest, context: Context
+    ) -> AsyncIterator[a_pb2.TailResponse]:
+        """Stream rows as they are committed, until the caller leaves or the store closes."""
+        async for row in self.store.tail(request.session_id):
+            yield a_pb2.TailResponse(record=record_to_proto(row))
 
-for _rpc in "RecordBatch Query Tail GetSessionMetrics VerifyLog".split():
-    setattr(AuditServicer, _rpc, _unimplemented(_rpc))
+    async def GetSessionMetrics(  # noqa: N802 - generated name
+        self, request: a_pb2.GetSessionMetricsRequest, context: Context
+    ) -> a_pb2.GetSessionMetricsResponse:
+        """The session's metrics snapshot."""
+        return metrics_to_proto(await self.store.session_metrics(request.session_id))
+
+    async def VerifyLog(  # noqa: N802 - generated name
+        self, request: a_pb2.VerifyLogRequest, context: Context
+    ) -> a_pb2.VerifyLogResponse:
+        """Check the hash chain; name the first broken link."""
+        result = await self.store.verify()
+        return a_pb2.VerifyLogResponse(
+            ok=result.ok,
+            rows_checked=result.rows_checked,
+            first_broken_sequence=result.first_broken_sequence,
+            detail=result.detail,
+        )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from stockade.server.settings import ServerSettings
@@ -13,8 +16,12 @@ class AuditSettings(ServerSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="STOCKADE_AUDIT_")
 
     listen: str = "127.0.0.1:50053"
-    retention_days: int = 0
-    """Delete rows older than this many days (0 keeps everything)."""
+    retention_days: float = Field(default=0, ge=0)
+    """Delete rows stored more than this many days ago (0 keeps everything)."""
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    """How often the retention sweep runs when ``retention_days`` is set."""
+    synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    """SQLite ``synchronous``: NORMAL survives a killed process, FULL also power loss."""
 
     @property
     def db_path(self) -> str:

@@ -1,0 +1,244 @@
+"""``stockade audit tail|query|verify|metrics``: read the audit trail from the command line.
+
+``query`` prints a table (newest first) or, with ``--json``, a JSON array; ``tail``
+prints rows as they are stored (JSON lines with ``--json``) until interrupted;
+``verify`` checks the hash chain and exits 1 naming the first broken link; ``metrics``
+prints a session's snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from stockade.client.audit import SyncAuditClient
+from stockade.v1 import audit_service_pb2 as a_pb2
+
+DEFAULT_ADDR = "127.0.0.1:50053"
+_STATUSES = ("OK", "FAIL", "DENIED", "CANCELLED", "SESSION_STOP")
+_RELATIVE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``audit`` command group."""
+    audit = subparsers.add_parser("audit", help="read and verify the audit trail")
+    commands = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--addr", default=DEFAULT_ADDR, help="audit service address")
+
+    tail = commands.add_parser("tail", help="print rows as they are stored")
+    common(tail)
+    tail.add_argument("--session", default="", help="only this session")
+    tail.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    tail.set_defaults(func=_tail)
+
+    query = commands.add_parser("query", help="print stored rows, newest first")
+    common(query)
+    query.add_argument("--session", default="", help="only this session")
+    query.add_argument("--tool", default="", help="only this tool")
+    query.add_argument("--status", default="", choices=_STATUSES, help="only this status")
+    query.add_argument("--agent", default="", help="only this agent (lead or a subagent)")
+    query.add_argument("--since", type=_when, help="from this time (ISO 8601, or 15m/2h/3d ago)")
+    query.add_argument("--until", type=_when, help="before this time (same forms)")
+    query.add_argument("--limit", type=_positive, default=100, help="most rows to print")
+    query.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    query.set_defaults(func=_query)
+
+    verify = commands.add_parser("verify", help="check the hash chain (exit 1 if broken)")
+    common(verify)
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.set_defaults(func=_verify)
+
+    metrics = commands.add_parser("metrics", help="a session's metrics snapshot")
+    common(metrics)
+    metrics.add_argument("--session", required=True, help="the session")
+    metrics.add_argument("--json", action="store_true", help="print JSON")
+    metrics.set_defaults(func=_metrics)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _when(text: str, *, now: float | None = None) -> datetime:
+    """An absolute time from ISO 8601 or a relative ``<n><s|m|h|d>`` (that long ago)."""
+    relative = _RELATIVE.fullmatch(text.strip())
+    if relative:
+        seconds = float(relative.group(1)) * _UNIT_S[relative.group(2)]
+        return datetime.fromtimestamp((time.time() if now is None else now) - seconds, UTC)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither ISO 8601 nor a duration like 15m, 2h, 3d"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _record_dict(record: a_pb2.AuditRecord) -> dict[str, Any]:
+    return MessageToDict(record, preserving_proto_field_name=True)
+
+
+_COLUMNS = ("SEQ", "TIME", "SESSION", "STEP", "AGENT", "TOOL", "STATUS", "MS", "VERDICT", "RULE")
+
+
+def _row(record: a_pb2.AuditRecord) -> list[str]:
+    event = record.event
+    stamp = datetime.fromtimestamp(event.time.seconds + event.time.nanos / 1e9, UTC)
+    verdict = a_pb2.AuditStatus.Name(event.status).removeprefix("AUDIT_STATUS_")
+    rule = event.matched_rule
+    if event.rule_source:
+        source = _source_name(event.rule_source)
+        rule = f"{rule} [{source}]" if rule else f"[{source}]"
+    if event.termination_reason:
+        rule = event.termination_reason
+    return [
+        str(record.sequence),
+        stamp.strftime("%Y-%m-%d %H:%M:%S"),
+        event.session_id,
+        str(event.step),
+        event.agent_name,
+        event.tool_name,
+        verdict,
+        str(event.elapsed_ms),
+        _verdict_name(event.verdict),
+        rule,
+    ]
+
+
+def _source_name(number: int) -> str:
+    from stockade.v1 import common_pb2
+
+    return common_pb2.RuleSource.Name(number).removeprefix("RULE_SOURCE_")  # type: ignore[arg-type]
+
+
+def _verdict_name(number: int) -> str:
+    from stockade.v1 import common_pb2
+
+    if not number:
+        return ""
+    return common_pb2.Verdict.Name(number).removeprefix("VERDICT_")  # type: ignore[arg-type]
+
+
+def _print_table(rows: list[list[str]], out: TextIO, header: bool = True) -> None:
+    table = [list(_COLUMNS), *rows] if header else rows
+    widths = [max(len(r[i]) for r in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
+    for r in table:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        out.write("\n")
+
+
+def _fail(err: grpc.RpcError) -> int:
+    code = err.code().name if hasattr(err, "code") else "UNKNOWN"
+    details = err.details() if hasattr(err, "details") else str(err)
+    sys.stderr.write(f"error: {code}: {details}\n")
+    return 1
+
+
+def _query(args: argparse.Namespace) -> int:
+    request = a_pb2.QueryRequest(
+        session_id=args.session,
+        tool_name=args.tool,
+        agent_name=args.agent,
+        page_size=min(args.limit, 1000),
+    )
+    if args.status:
+        request.status = a_pb2.AuditStatus.Value(f"AUDIT_STATUS_{args.status}")
+    if args.since is not None:
+        request.start_time.FromDatetime(args.since)
+    if args.until is not None:
+        request.end_time.FromDatetime(args.until)
+    try:
+        with SyncAuditClient(args.addr) as client:
+            records = list(client.query_all(request, limit=args.limit))
+    except grpc.RpcError as err:
+        return _fail(err)
+    if args.json:
+        json.dump([_record_dict(r) for r in records], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif records:
+        _print_table([_row(r) for r in records], sys.stdout)
+    else:
+        sys.stdout.write("no rows\n")
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    try:
+        with SyncAuditClient(args.addr) as client:
+            for record in client.tail(args.session):
+                if args.json:
+                    sys.stdout.write(json.dumps(_record_dict(record)) + "\n")
+                else:
+                    _print_table([_row(record)], sys.stdout, header=False)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
+    except grpc.RpcError as err:
+        return _fail(err)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        with SyncAuditClient(args.addr) as client:
+            result = client.verify()
+    except grpc.RpcError as err:
+        return _fail(err)
+    if args.json:
+        sys.stdout.write(
+            json.dumps(MessageToDict(result, always_print_fields_with_no_presence=True)) + "\n"
+        )
+    elif result.ok:
+        sys.stdout.write(f"ok: {result.rows_checked} rows, every link holds\n")
+    else:
+        sys.stdout.write(
+            f"BROKEN at sequence {result.first_broken_sequence}: {result.detail}"
+            f" ({result.rows_checked} rows checked)\n"
+        )
+    return 0 if result.ok else 1
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    try:
+        with SyncAuditClient(args.addr) as client:
+            snapshot = client.session_metrics(args.session)
+    except grpc.RpcError as err:
+        return _fail(err)
+    if args.json:
+        sys.stdout.write(
+            json.dumps(
+                MessageToDict(
+                    snapshot,
+                    preserving_proto_field_name=True,
+                    always_print_fields_with_no_presence=True,
+                )
+            )
+            + "\n"
+        )
+        return 0
+    out = sys.stdout
+    out.write(
+        f"session {snapshot.session_id}: {snapshot.calls} calls, {snapshot.errors} errors,"
+        f" {snapshot.denials} denials"
+    )
+    out.write(f", ended: {snapshot.termination_reason}\n" if snapshot.termination_reason else "\n")
+    for tool in snapshot.tools:
+        out.write(
+            f"  {tool.tool_name}: {tool.calls} calls, {tool.errors} errors, {tool.denials} denials,"
+            f" mean {tool.mean_elapsed_ms:.1f} ms, max {tool.max_elapsed_ms} ms\n"
+        )
+    return 0
