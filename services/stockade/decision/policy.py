@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from stockade.decision.engine import CompiledPolicy
 from stockade.decision.modes import Mode, parse_mode
 from stockade.decision.rules import Effect, Rule, RuleIndex, Source
@@ -211,9 +212,38 @@ def policy_version(rules: list[Rule], mode: Mode, limits: Mapping[str, float]) -
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def rule_lists_doc(
+    deny: list[str],
+    ask: list[str],
+    allow: list[str],
+    *,
+    limits: Mapping[str, float | None] | None = None,
+) -> PolicyDoc:
+    """The ENV source from already-split rule lists (as the service's settings hold them)."""
+    rules = [
+        Rule(effect, p.strip(), Source.ENV)
+        for effect, patterns in ((Effect.DENY, deny), (Effect.ASK, ask), (Effect.ALLOW, allow))
+        for p in patterns
+        if p.strip()
+    ]
+    RuleIndex(rules)
+    kept = {k: float(v) for k, v in (limits or {}).items() if v is not None}
+    return PolicyDoc(rules=tuple(rules), limits=kept)
+
+
+EnvSource = PolicyDoc | Mapping[str, str] | None
+"""The environment part of a policy: a ready ``PolicyDoc``, raw variables, or os.environ."""
+
+
+def _env_doc(env: EnvSource) -> PolicyDoc:
+    if isinstance(env, PolicyDoc):
+        return env
+    return env_policy(os.environ if env is None else env)
+
+
 def load_policy(
     path: str | Path | None,
-    environ: Mapping[str, str] | None = None,
+    environ: EnvSource = None,
     *,
     cwd: str = "/",
     mode_override: Mode | None = None,
@@ -229,7 +259,7 @@ def load_policy(
             raise InvalidArgument(f"cannot read policy file {p}: {exc.strerror}") from exc
         docs.append(parse_policy_text(text, policy_format(p)))
         origin = str(p)
-    docs.append(env_policy(os.environ if environ is None else environ))
+    docs.append(_env_doc(environ))
     return compile_policy(*docs, cwd=cwd, mode_override=mode_override, origin=origin)
 
 
@@ -248,13 +278,13 @@ class PolicyStore:
     def __init__(
         self,
         path: str | Path | None,
-        environ: Mapping[str, str] | None = None,
+        environ: EnvSource = None,
         *,
         cwd: str = "/",
         mode_override: Mode | None = None,
     ) -> None:
         self.path = Path(path) if path else None
-        self._environ = dict(os.environ if environ is None else environ)
+        self._environ = _env_doc(environ)
         self._cwd = cwd
         self._mode_override = mode_override
         self._fingerprint = self._stat()

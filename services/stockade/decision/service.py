@@ -1,18 +1,73 @@
-"""The decision service as a runnable service."""
+"""The decision service as a runnable service: opens SQLite, the policy and the signing key."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from stockade.decision.servicer import DecisionServicer
+from stockade.decision.core import DecisionCore
+from stockade.decision.grants import (
+    PRIVATE_KEY_NAME,
+    GrantSigner,
+    generate_keypair,
+    load_private_key,
+)
+from stockade.decision.modes import parse_mode
+from stockade.decision.policy import PolicyStore, rule_lists_doc
+from stockade.decision.servicer import AdminAuth, DecisionServicer
+from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
 from stockade.server import Registration
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
 SERVICE_NAME = d_pb2.DESCRIPTOR.services_by_name["DecisionService"].full_name
+DB_NAME = "decision.db"
+
+log = logging.getLogger(__name__)
+
+
+def policy_store(settings: DecisionSettings) -> PolicyStore:
+    """The policy file plus the settings' rule lists and limits (ENV source)."""
+    env = rule_lists_doc(
+        settings.deny,
+        settings.ask,
+        settings.allow,
+        limits={
+            "denial_max_consecutive": settings.denial_max_consecutive,
+            "denial_max_total": settings.denial_max_total,
+            "approval_timeout_seconds": settings.approval_timeout_s,
+        },
+    )
+    # An explicitly configured mode overrides the policy file's; otherwise the file decides.
+    override = (
+        parse_mode(settings.default_mode) if "default_mode" in settings.model_fields_set else None
+    )
+    return PolicyStore(settings.policy_file, env, cwd=settings.workspace, mode_override=override)
+
+
+def signer_for(settings: DecisionSettings) -> GrantSigner:
+    """The grant signer: the configured key, else a key pair kept in the state folder."""
+    if settings.grant_private_key_file is not None:
+        key = load_private_key(settings.grant_private_key_file)
+    else:
+        state = Path(settings.state_dir)
+        path = state / PRIVATE_KEY_NAME
+        if not path.exists():
+            generate_keypair(state)
+        key = load_private_key(path)
+        log.warning(
+            "no grant_private_key_file set: signing grants with %s; give the executor %s",
+            path,
+            state / "grant_public_key.pem",
+        )
+    return GrantSigner(key, ttl_s=settings.grant_ttl_s)
 
 
 @dataclass
@@ -24,6 +79,26 @@ class DecisionApp:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[list[Registration]]:
-        """Build the servicer."""
-        servicer = DecisionServicer(self.settings)  # type: ignore[abstract]  # first cut
-        yield [Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)]
+        """Open the session database, load the policy, start reloading; close on exit."""
+        s = self.settings
+        policies = policy_store(s)
+        store = await SessionStore.open(Path(s.state_dir) / DB_NAME)
+        core = DecisionCore(policies, store, signer_for(s))
+        watcher = asyncio.create_task(policies.watch(s.policy_poll_s))
+        loop = asyncio.get_running_loop()
+        sighup = False
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, policies.reload)
+            sighup = True
+        try:
+            servicer = DecisionServicer(core, AdminAuth(s.admin_tokens, s.admin_identities))
+            yield [
+                Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)
+            ]
+        finally:
+            if sighup:
+                loop.remove_signal_handler(signal.SIGHUP)
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await store.close()

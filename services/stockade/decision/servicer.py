@@ -1,100 +1,443 @@
-"""DecisionService: maps protobuf to the decision core and back (kept thin).
+"""DecisionService: maps protobuf to ``DecisionCore`` and back (kept thin).
 
-First cut (foundation): rules from environment variables, DENY > ASK > ALLOW by effect,
-tool-level DENY/ASK from the executor's inspection, default ALLOW. Sessions, approvals,
-grants and the full precedence pipeline come with the decision issue; their RPCs answer
-UNIMPLEMENTED with a message until then.
+Admin RPCs (DeleteSession, AddRule, RemoveRule, SetMode, ResolveApproval, RevokeGrant)
+need an authorised caller: ``authorization: Bearer <token>`` metadata matching one of
+``admin_tokens``, or an mTLS client identity listed in ``admin_identities``. Decide and
+the read-only RPCs do not.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
+import hmac
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from stockade.decision.settings import DecisionSettings
-from stockade.errors import InvalidArgument, NotImplementedYet
+from stockade.decision.approvals import GrantScope, Resolution
+from stockade.decision.core import CallInput, DecisionCore
+from stockade.decision.engine import Decision, Facts, HookSignal, SignalKind
+from stockade.decision.explain import Explanation, Risk
+from stockade.decision.grants import SignedGrant
+from stockade.decision.lint import lint_rules
+from stockade.decision.modes import READ_ONLY_TOOLS, Mode
+from stockade.decision.policy import compile_policy, parse_policy_text
+from stockade.decision.rules import BASH_TOOL, Effect, Rule, Source
+from stockade.decision.sessions import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
+from stockade.errors import InvalidArgument, NotAuthorized
+from stockade.server.interceptors import peer_identity
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
-CONTENT_FIELDS = ("command", "file_path", "path", "pattern", "url")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+EFFECT_TO_PB = {
+    Effect.DENY: c_pb2.RULE_EFFECT_DENY,
+    Effect.ASK: c_pb2.RULE_EFFECT_ASK,
+    Effect.ALLOW: c_pb2.RULE_EFFECT_ALLOW,
+}
+EFFECT_FROM_PB = {v: k for k, v in EFFECT_TO_PB.items()}
+VERDICT_TO_PB = {
+    Effect.DENY: c_pb2.VERDICT_DENY,
+    Effect.ASK: c_pb2.VERDICT_ASK,
+    Effect.ALLOW: c_pb2.VERDICT_ALLOW,
+}
+SOURCE_TO_PB = {
+    Source.MANAGED: c_pb2.RULE_SOURCE_MANAGED,
+    Source.ENV: c_pb2.RULE_SOURCE_ENV,
+    Source.PROJECT: c_pb2.RULE_SOURCE_PROJECT,
+    Source.SESSION: c_pb2.RULE_SOURCE_SESSION,
+    Source.TOOL: c_pb2.RULE_SOURCE_TOOL,
+    Source.HOOK: c_pb2.RULE_SOURCE_HOOK,
+    Source.DEFAULT: c_pb2.RULE_SOURCE_DEFAULT,
+    Source.MODE: c_pb2.RULE_SOURCE_MODE,
+}
+MODE_TO_PB = {
+    Mode.DEFAULT: c_pb2.PERMISSION_MODE_DEFAULT,
+    Mode.ACCEPT_EDITS: c_pb2.PERMISSION_MODE_ACCEPT_EDITS,
+    Mode.BYPASS_PERMISSIONS: c_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS,
+    Mode.DONT_ASK: c_pb2.PERMISSION_MODE_DONT_ASK,
+    Mode.PLAN: c_pb2.PERMISSION_MODE_PLAN,
+}
+MODE_FROM_PB = {v: k for k, v in MODE_TO_PB.items()}
+RISK_TO_PB = {
+    Risk.LOW: c_pb2.RISK_LEVEL_LOW,
+    Risk.MEDIUM: c_pb2.RISK_LEVEL_MEDIUM,
+    Risk.HIGH: c_pb2.RISK_LEVEL_HIGH,
+}
+RISK_FROM_PB = {v: k for k, v in RISK_TO_PB.items()}
+STATE_TO_PB = {
+    ApprovalState.PENDING: d_pb2.APPROVAL_STATE_PENDING,
+    ApprovalState.ALLOWED: d_pb2.APPROVAL_STATE_ALLOWED,
+    ApprovalState.DENIED: d_pb2.APPROVAL_STATE_DENIED,
+    ApprovalState.EXPIRED: d_pb2.APPROVAL_STATE_EXPIRED,
+}
+RESOLUTION_FROM_PB = {
+    d_pb2.RESOLUTION_ALLOW_ONCE: Resolution.ALLOW_ONCE,
+    d_pb2.RESOLUTION_DENY: Resolution.DENY,
+    d_pb2.RESOLUTION_ALWAYS_ALLOW: Resolution.ALWAYS_ALLOW,
+}
 
 
-def _matches(pattern: str, tool: str, args: dict[str, Any]) -> bool:
-    name, _, rest = pattern.partition("(")
-    if name not in ("*", tool):
-        return False
-    if not rest:
-        return True
-    content = rest[:-1] if rest.endswith(")") else rest
-    values = [str(args[f]) for f in CONTENT_FIELDS if f in args]
-    glob = content if "*" in content else f"*{content}*"
-    return any(fnmatch.fnmatchcase(v, glob) for v in values)
+def _ts(seconds: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def rule_to_pb(rule: Rule) -> c_pb2.Rule:
+    """A core rule as protobuf."""
+    return c_pb2.Rule(
+        effect=EFFECT_TO_PB[rule.effect],
+        pattern=rule.pattern,
+        source=SOURCE_TO_PB[rule.source],
+        reason=rule.reason,
+        rule_id=rule.rule_id,
+        bypass_immune=rule.bypass_immune,
+    )
+
+
+def facts_from_pb(tool_name: str, request: d_pb2.DecideRequest) -> Facts:
+    """The executor's inspection as engine facts (absent fields stay unknown)."""
+    if not request.HasField("inspection"):
+        return Facts()
+    insp = request.inspection
+    rules = tuple(
+        Rule(EFFECT_FROM_PB[r.effect], r.pattern or tool_name, Source.TOOL, r.reason,
+             r.rule_id, r.bypass_immune)
+        for r in insp.tool_rules
+        if r.effect in (c_pb2.RULE_EFFECT_DENY, c_pb2.RULE_EFFECT_ASK)
+    )  # fmt: skip
+    analysis = insp.analysis if insp.HasField("analysis") else None
+    subs: tuple[str, ...] | None = None
+    if analysis is not None and (analysis.sub_command_texts or analysis.sub_commands):
+        subs = tuple(analysis.sub_command_texts or analysis.sub_commands)
+    read_only = insp.read_only or (tool_name != BASH_TOOL and tool_name in READ_ONLY_TOOLS)
+    explanation = None
+    if insp.HasField("explanation") and insp.explanation.summary:
+        explanation = Explanation(
+            RISK_FROM_PB.get(insp.explanation.risk, Risk.MEDIUM), insp.explanation.summary
+        )
+    return Facts(
+        tool_rules=rules,
+        sub_commands=subs,
+        inside_working_dir=insp.inside_working_dir,
+        read_only=read_only,
+        needs_network=bool(analysis and analysis.needs_network),
+        analysis_reasons=tuple(analysis.reasons) if analysis is not None else (),
+        explanation=explanation,
+    )
+
+
+def hooks_from_pb(signals: Sequence[d_pb2.HookSignal]) -> tuple[HookSignal, ...]:
+    """Hook signals as engine signals (UNSPECIFIED ones are rejected)."""
+    out = []
+    for s in signals:
+        if s.kind == d_pb2.HookSignal.KIND_BLOCK:
+            out.append(HookSignal(SignalKind.BLOCK, s.hook_name or "hook", s.message))
+        elif s.kind == d_pb2.HookSignal.KIND_PERMISSION_REQUIRED:
+            out.append(HookSignal(SignalKind.PERMISSION_REQUIRED, s.hook_name or "hook", s.message))
+        else:
+            raise InvalidArgument(f"hook_signals: kind of {s.hook_name!r} is not set")
+    return tuple(out)
+
+
+def grant_to_pb(grant: SignedGrant | None) -> d_pb2.Grant | None:
+    """A signed grant as protobuf."""
+    if grant is None:
+        return None
+    return d_pb2.Grant(
+        payload=grant.payload,
+        signature=grant.signature,
+        key_id=grant.key_id,
+        expires_at=_ts(grant.expires_at),
+    )
+
+
+def decision_to_pb(d: Decision) -> d_pb2.DecideResponse:
+    """The engine's decision as a DecideResponse (without grant/approval/halt)."""
+    return d_pb2.DecideResponse(
+        verdict=VERDICT_TO_PB[d.verdict],
+        reason=d.reason,
+        winning_rule=rule_to_pb(d.winning_rule),
+        conflicts=[d_pb2.Conflict(rule=rule_to_pb(c.rule), note=c.note) for c in d.conflicts],
+        policy_version=d.policy_version,
+        explanation=c_pb2.Explanation(
+            risk=RISK_TO_PB[d.explanation.risk], summary=d.explanation.summary
+        ),
+        mode=MODE_TO_PB[d.mode],
+    )
+
+
+def session_to_pb(s: SessionRecord) -> d_pb2.Session:
+    """A session as protobuf."""
+    return d_pb2.Session(
+        session_id=s.session_id,
+        mode=MODE_TO_PB[s.mode],
+        create_time=_ts(s.create_time),
+        consecutive_denials=s.consecutive_denials,
+        total_denials=s.total_denials,
+    )
+
+
+def approval_to_pb(a: ApprovalRecord) -> d_pb2.Approval:
+    """An approval as protobuf."""
+    args = struct_pb2.Struct()
+    args.update(dict(a.call.arguments))
+    return d_pb2.Approval(
+        approval_id=a.approval_id,
+        session_id=a.session_id,
+        call=c_pb2.ToolCall(
+            call_id=a.call.call_id,
+            tool_name=a.call.tool_name,
+            arguments=args,
+            session_id=a.session_id,
+            from_subagent=a.call.from_subagent,
+            agent_name=a.call.agent_name,
+        ),
+        reason=a.reason,
+        explanation=c_pb2.Explanation(
+            risk=RISK_TO_PB.get(Risk(a.risk), c_pb2.RISK_LEVEL_MEDIUM), summary=a.summary
+        ),
+        state=STATE_TO_PB[a.state],
+        create_time=_ts(a.create_time),
+        expire_time=_ts(a.expire_time),
+        resolver=a.resolver,
+    )
+
+
+def grant_record_to_pb(g: GrantRecord) -> d_pb2.SessionGrant:
+    """A session grant as protobuf."""
+    msg = d_pb2.SessionGrant(
+        grant_id=g.grant_id,
+        session_id=g.session_id,
+        rule=rule_to_pb(g.rule),
+        remaining_uses=g.remaining_uses,
+        create_time=_ts(g.create_time),
+        resolver=g.resolver,
+    )
+    if g.expire_time is not None:
+        msg.expire_time.CopyFrom(_ts(g.expire_time))
+    return msg
+
+
+def _mode(value: int) -> Mode:
+    mode: Mode | None = MODE_FROM_PB.get(value)  # type: ignore[call-overload]
+    if mode is None:
+        raise InvalidArgument("mode must be set (DEFAULT, ACCEPT_EDITS, ...)")
+    return mode
+
+
+class AdminAuth:
+    """Decides whether a caller may use admin RPCs (X-3)."""
+
+    def __init__(self, tokens: Sequence[str], identities: Sequence[str] = ()) -> None:
+        self._tokens = [t.encode() for t in tokens if t]
+        self._identities = {i for i in identities if i}
+
+    def check(self, context: Context, rpc: str) -> str:
+        """Return the caller's name; raise ``NotAuthorized`` if it may not call ``rpc``."""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization" and isinstance(value, str):
+                scheme, _, token = value.partition(" ")
+                if scheme.lower() == "bearer" and any(
+                    hmac.compare_digest(token.strip().encode(), t) for t in self._tokens
+                ):
+                    return "token"
+        who = peer_identity(context)
+        if who is not None and who in self._identities:
+            return who
+        if not self._tokens and not self._identities:
+            raise NotAuthorized(
+                f"{rpc} is an admin RPC and no admin callers are configured "
+                "(set STOCKADE_DECISION_ADMIN_TOKENS or STOCKADE_DECISION_ADMIN_IDENTITIES)",
+                rpc=rpc,
+            )
+        raise NotAuthorized(
+            f"{rpc} is an admin RPC: send 'authorization: Bearer <token>' with a configured "
+            "admin token, or connect with an admin mTLS identity",
+            rpc=rpc,
+        )
 
 
 class DecisionServicer(d_grpc.DecisionServiceServicer):
-    """First-cut Decide over environment rules."""
+    """The decision service over gRPC."""
 
-    def __init__(self, settings: DecisionSettings) -> None:
-        self.settings = settings
-        self.rules = (
-            [(c_pb2.RULE_EFFECT_DENY, p) for p in settings.deny]
-            + [(c_pb2.RULE_EFFECT_ASK, p) for p in settings.ask]
-            + [(c_pb2.RULE_EFFECT_ALLOW, p) for p in settings.allow]
-        )
-        self.version = hashlib.sha256(repr(self.rules).encode()).hexdigest()[:16]
+    def __init__(self, core: DecisionCore, auth: AdminAuth) -> None:
+        self.core = core
+        self.auth = auth
 
-    async def Decide(  # noqa: N802 - generated name
-        self, request: d_pb2.DecideRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> d_pb2.DecideResponse:
+    async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:  # noqa: N802
         call = request.call
-        if not call.tool_name:
-            raise InvalidArgument("call.tool_name is required")
         args = json_format.MessageToDict(call.arguments)
-        candidates = [
-            c_pb2.Rule(effect=e, pattern=p, source=c_pb2.RULE_SOURCE_ENV)
-            for e, p in self.rules
-            if _matches(p, call.tool_name, args)
-        ] + list(request.inspection.tool_rules)
-        order = {c_pb2.RULE_EFFECT_DENY: 0, c_pb2.RULE_EFFECT_ASK: 1, c_pb2.RULE_EFFECT_ALLOW: 2}
-        candidates.sort(key=lambda r: order.get(r.effect, 3))
-        if candidates:
-            winner, others = candidates[0], candidates[1:]
-        else:
-            winner = c_pb2.Rule(
-                effect=c_pb2.RULE_EFFECT_ALLOW, pattern="*", source=c_pb2.RULE_SOURCE_DEFAULT
-            )
-            others = []
-        verdict = {
-            c_pb2.RULE_EFFECT_DENY: c_pb2.VERDICT_DENY,
-            c_pb2.RULE_EFFECT_ASK: c_pb2.VERDICT_ASK,
-            c_pb2.RULE_EFFECT_ALLOW: c_pb2.VERDICT_ALLOW,
-        }[winner.effect]
-        return d_pb2.DecideResponse(
-            verdict=verdict,
-            reason=winner.reason
-            or f"{c_pb2.RuleEffect.Name(winner.effect)[12:]} by {winner.pattern}",
-            winning_rule=winner,
-            conflicts=[d_pb2.Conflict(rule=r, note="overridden") for r in others],
-            policy_version=self.version,
-            explanation=request.inspection.explanation,
-            mode=c_pb2.PERMISSION_MODE_DEFAULT,
+        outcome = await self.core.decide(
+            CallInput(
+                session_id=call.session_id,
+                call_id=call.call_id,
+                tool_name=call.tool_name,
+                arguments=args,
+                from_subagent=call.from_subagent,
+                agent_name=call.agent_name,
+            ),
+            facts_from_pb(call.tool_name, request),
+            hooks_from_pb(request.hook_signals),
+        )
+        resp = decision_to_pb(outcome.decision)
+        grant = grant_to_pb(outcome.grant)
+        if grant is not None:
+            resp.grant.CopyFrom(grant)
+        resp.approval_id = outcome.approval_id
+        resp.halt = outcome.halt
+        resp.halt_reason = outcome.halt_reason
+        return resp
+
+    async def CreateSession(  # noqa: N802
+        self, request: d_pb2.CreateSessionRequest, context: Context
+    ) -> d_pb2.CreateSessionResponse:
+        mode = (
+            self.core.default_mode
+            if request.mode == c_pb2.PERMISSION_MODE_UNSPECIFIED
+            else _mode(request.mode)
+        )
+        rec, _ = await self.core.store.create_session(request.session_id or None, mode)
+        return d_pb2.CreateSessionResponse(session=session_to_pb(rec))
+
+    async def GetSession(  # noqa: N802
+        self, request: d_pb2.GetSessionRequest, context: Context
+    ) -> d_pb2.GetSessionResponse:
+        rec = await self.core.store.get_session(request.session_id)
+        return d_pb2.GetSessionResponse(session=session_to_pb(rec))
+
+    async def DeleteSession(  # noqa: N802
+        self, request: d_pb2.DeleteSessionRequest, context: Context
+    ) -> d_pb2.DeleteSessionResponse:
+        self.auth.check(context, "DeleteSession")
+        return d_pb2.DeleteSessionResponse(
+            deleted=await self.core.store.delete_session(request.session_id)
         )
 
+    async def AddRule(
+        self, request: d_pb2.AddRuleRequest, context: Context
+    ) -> d_pb2.AddRuleResponse:  # noqa: N802
+        self.auth.check(context, "AddRule")
+        effect = EFFECT_FROM_PB.get(request.rule.effect)
+        if effect is None:
+            raise InvalidArgument("rule.effect must be DENY, ASK or ALLOW")
+        rule = await self.core.store.add_rule(
+            request.session_id,
+            effect,
+            request.rule.pattern,
+            request.rule.reason,
+            request.request_id,
+        )
+        return d_pb2.AddRuleResponse(rule=rule_to_pb(rule))
 
-def _unimplemented(rpc: str) -> Any:
-    async def handler(self: DecisionServicer, request: Any, context: Any) -> Any:
-        raise NotImplementedYet(f"DecisionService.{rpc} is not built yet (see README status table)")
+    async def RemoveRule(  # noqa: N802
+        self, request: d_pb2.RemoveRuleRequest, context: Context
+    ) -> d_pb2.RemoveRuleResponse:
+        self.auth.check(context, "RemoveRule")
+        removed = await self.core.store.remove_rule(request.session_id, request.rule_id)
+        return d_pb2.RemoveRuleResponse(removed=removed)
 
-    return handler
+    async def ListRules(  # noqa: N802
+        self, request: d_pb2.ListRulesRequest, context: Context
+    ) -> d_pb2.ListRulesResponse:
+        policy = self.core.policy
+        rules: list[Rule] = list(policy.rules) if request.include_policy else []
+        if request.session_id:
+            await self.core.store.get_session(request.session_id)
+            rules += await self.core.store.list_rules(request.session_id)
+        return d_pb2.ListRulesResponse(
+            rules=[rule_to_pb(r) for r in rules], policy_version=policy.version
+        )
 
+    async def SetMode(
+        self, request: d_pb2.SetModeRequest, context: Context
+    ) -> d_pb2.SetModeResponse:  # noqa: N802
+        self.auth.check(context, "SetMode")
+        rec = await self.core.store.set_mode(request.session_id, _mode(request.mode))
+        return d_pb2.SetModeResponse(session=session_to_pb(rec))
 
-for _rpc in (
-    "CreateSession GetSession DeleteSession AddRule RemoveRule ListRules SetMode "
-    "WatchApprovals ResolveApproval AwaitApproval ListGrants RevokeGrant LintPolicy"
-).split():
-    setattr(DecisionServicer, _rpc, _unimplemented(_rpc))
+    async def WatchApprovals(  # noqa: N802
+        self, request: d_pb2.WatchApprovalsRequest, context: Context
+    ) -> AsyncIterator[d_pb2.WatchApprovalsResponse]:
+        async for rec in self.core.broker.watch(request.session_id):
+            yield d_pb2.WatchApprovalsResponse(approval=approval_to_pb(rec))
+
+    async def ResolveApproval(  # noqa: N802
+        self, request: d_pb2.ResolveApprovalRequest, context: Context
+    ) -> d_pb2.ResolveApprovalResponse:
+        caller = self.auth.check(context, "ResolveApproval")
+        resolution = RESOLUTION_FROM_PB.get(request.resolution)
+        if resolution is None:
+            raise InvalidArgument("resolution must be ALLOW_ONCE, DENY or ALWAYS_ALLOW")
+        scope = None
+        if request.HasField("scope"):
+            expire = None
+            if request.scope.HasField("expire_time"):
+                expire = request.scope.expire_time.ToNanoseconds() / 1e9
+            scope = GrantScope(request.scope.remaining_uses, expire)
+        rec, grant = await self.core.broker.resolve(
+            request.approval_id,
+            resolution,
+            resolver=request.resolver or caller,
+            reason=request.reason,
+            scope=scope,
+        )
+        resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec))
+        if grant is not None:
+            resp.session_grant.CopyFrom(grant_record_to_pb(grant))
+        return resp
+
+    async def AwaitApproval(  # noqa: N802
+        self, request: d_pb2.AwaitApprovalRequest, context: Context
+    ) -> d_pb2.AwaitApprovalResponse:
+        out = await self.core.await_approval(request.approval_id)
+        resp = d_pb2.AwaitApprovalResponse(
+            verdict=VERDICT_TO_PB[out.verdict],
+            reason=out.reason,
+            approval=approval_to_pb(out.approval),
+        )
+        grant = grant_to_pb(out.grant)
+        if grant is not None:
+            resp.grant.CopyFrom(grant)
+        return resp
+
+    async def ListGrants(  # noqa: N802
+        self, request: d_pb2.ListGrantsRequest, context: Context
+    ) -> d_pb2.ListGrantsResponse:
+        await self.core.store.get_session(request.session_id)
+        grants = await self.core.store.list_grants(request.session_id)
+        return d_pb2.ListGrantsResponse(grants=[grant_record_to_pb(g) for g in grants])
+
+    async def RevokeGrant(  # noqa: N802
+        self, request: d_pb2.RevokeGrantRequest, context: Context
+    ) -> d_pb2.RevokeGrantResponse:
+        self.auth.check(context, "RevokeGrant")
+        return d_pb2.RevokeGrantResponse(
+            revoked=await self.core.store.revoke_grant(request.grant_id)
+        )
+
+    async def LintPolicy(  # noqa: N802
+        self, request: d_pb2.LintPolicyRequest, context: Context
+    ) -> d_pb2.LintPolicyResponse:
+        if request.policy_text:
+            doc = parse_policy_text(request.policy_text, request.format or "toml")
+            rules: Sequence[Rule] = doc.rules
+            version = compile_policy(doc).version
+        else:
+            rules, version = self.core.policy.rules, self.core.policy.version
+        return d_pb2.LintPolicyResponse(
+            findings=[
+                d_pb2.LintFinding(
+                    rule=rule_to_pb(f.rule),
+                    shadowed_by=rule_to_pb(f.shadowed_by),
+                    reason=f.reason,
+                    fix=f.fix,
+                )
+                for f in lint_rules(rules)
+            ],
+            policy_version=version,
+        )

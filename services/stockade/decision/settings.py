@@ -63,10 +63,34 @@ class DecisionSettings(ServerSettings):
     """How long a grant stays valid."""
     admin_tokens: Annotated[list[str], NoDecode] = []
     """Bearer tokens allowed to call admin RPCs, comma-separated."""
-
-    _split = field_validator("deny", "ask", "allow", "admin_tokens", mode="before")(
-        classmethod(lambda cls, v: split_patterns(v))
+    admin_identities: Annotated[list[str], NoDecode] = []
+    """mTLS client identities (certificate common name or SAN) allowed to call admin RPCs."""
+    workspace: str = "/"
+    """The agent's working directory: relative paths in calls and rules are taken from here."""
+    denial_max_consecutive: int | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "STOCKADE_DECISION_DENIAL_MAX_CONSECUTIVE", "AGENT_DENIAL_MAX_CONSECUTIVE"
+        ),
+        gt=0,
     )
+    """Denials in a row before decisions carry halt (overrides the policy file; default 3)."""
+    denial_max_total: int | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "STOCKADE_DECISION_DENIAL_MAX_TOTAL", "AGENT_DENIAL_MAX_TOTAL"
+        ),
+        gt=0,
+    )
+    """Denials per session before decisions carry halt (overrides the policy file; default 20)."""
+    approval_timeout_s: float | None = Field(None, gt=0)
+    """How long an approval waits for an answer (overrides the policy file; default 120)."""
+    policy_poll_s: float = Field(1.0, gt=0)
+    """How often the policy file is checked for changes (SIGHUP reloads at once)."""
+
+    _split = field_validator(
+        "deny", "ask", "allow", "admin_tokens", "admin_identities", mode="before"
+    )(classmethod(lambda cls, v: split_patterns(v)))
 
     @field_validator("default_mode")
     @classmethod
