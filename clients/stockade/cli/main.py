@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stockade.cli import demo, serve
+from stockade.cli import audit, demo, serve
 
-GROUPS = [serve, demo]
+GROUPS = [serve, demo, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:
