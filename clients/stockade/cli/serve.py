@@ -8,6 +8,7 @@ import sys
 from stockade.server import ServiceApp, SettingsError, load_settings, serve
 
 SERVICES = ("decision", "executor", "audit", "agent")
+EXTRAS = ("papers",)
 
 
 def build_app(name: str) -> ServiceApp:
@@ -27,6 +28,11 @@ def build_app(name: str) -> ServiceApp:
         from stockade.audit.settings import AuditSettings
 
         return AuditApp(load_settings(AuditSettings))
+    if name == "papers":
+        from stockade.papers.service import PapersApp
+        from stockade.papers.settings import PapersSettings
+
+        return PapersApp(load_settings(PapersSettings))
     from stockade.agent.service import AgentApp
     from stockade.agent.settings import AgentSettings
 
@@ -50,9 +56,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "serve",
         help="run a service until SIGTERM/SIGINT",
         description=(
-            "Run one Stockade service, or all four in one process. Settings come from "
-            "STOCKADE_<SERVICE>_* environment variables (see README, Configuration)."
+            "Run one Stockade service, or all four in one process ('papers' is the example "
+            "tool provider). Settings come from STOCKADE_<SERVICE>_* environment variables "
+            "(see README, Configuration)."
         ),
     )
-    p.add_argument("service", choices=[*SERVICES, "all"], help="which service to run")
+    p.add_argument("service", choices=[*SERVICES, *EXTRAS, "all"], help="which service to run")
     p.set_defaults(func=run)
