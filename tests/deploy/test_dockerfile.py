@@ -1,0 +1,237 @@
+"""Static checks of deploy/docker/Dockerfile and .dockerignore (no Docker daemon needed):
+multi-stage, wheel built in the builder, a final stage with a non-root numeric USER, no
+compilers or pip in the final stage, the `stockade serve` entrypoint, and a build context
+that carries the sources but never keys, venvs or git history."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+import pytest
+
+from .conftest import ROOT
+
+DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+BUILD_TOOLS = {
+    "gcc",
+    "g++",
+    "make",
+    "build-essential",
+    "clang",
+    "cmake",
+    "python3-dev",
+    "libc6-dev",
+    "pkg-config",
+    "cargo",
+    "rustc",
+}
+
+
+@dataclass
+class Stage:
+    """One FROM ... section: its base, alias and instructions (keyword, argument text)."""
+
+    base: str
+    alias: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def args(self, keyword: str) -> list[str]:
+        return [arg for key, arg in self.instructions if key == keyword]
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Instructions with continuations joined and comment lines dropped (as BuildKit does)."""
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") or not stripped:
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        lines.append(current + stripped)
+        current = ""
+    assert not current, "dangling line continuation"
+    return lines
+
+
+def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Global ARG defaults and the stages of a Dockerfile."""
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in _logical_lines(text):
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            parts = rest.split()
+            alias = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
+            base = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), ""), parts[0])
+            stages.append(Stage(base=base, alias=alias))
+        elif not stages:
+            if keyword == "ARG" and "=" in rest:
+                name, _, value = rest.partition("=")
+                global_args[name.strip()] = value.strip()
+        else:
+            stages[-1].instructions.append((keyword, rest.strip()))
+    return global_args, stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse(DOCKERFILE.read_text())[1]
+
+
+def test_multi_stage_on_slim_python_311(stages: list[Stage]) -> None:
+    assert len(stages) >= 2
+    for stage in stages:
+        assert re.fullmatch(r"python:3\.11-slim(-\w+)?", stage.base), stage.base
+    assert stages[0].alias == "builder"
+
+
+def test_builder_builds_the_project_wheel_without_cache(stages: list[Stage]) -> None:
+    builder = stages[0]
+    runs = " ".join(builder.args("RUN"))
+    assert "pip wheel" in runs and " ." in runs
+    assert "python -m venv /opt/stockade" in runs
+    no_cache = "--no-cache-dir" in runs or any(
+        "PIP_NO_CACHE_DIR=1" in env for env in builder.args("ENV")
+    )
+    assert no_cache, "pip must not leave a cache in the layers"
+
+
+def test_final_stage_has_no_build_tools_and_no_pip(stages: list[Stage]) -> None:
+    final = stages[-1]
+    runs = " ".join(final.args("RUN"))
+    installed: set[str] = set()
+    for match in re.finditer(r"apt-get install ([^&;|]+)", runs):
+        installed |= {w for w in shlex.split(match.group(1)) if not w.startswith("-")}
+    assert installed, "expected the runtime tools to be installed explicitly"
+    assert not installed & BUILD_TOOLS, installed & BUILD_TOOLS
+    assert "--no-install-recommends" in runs
+    assert "rm -rf /var/lib/apt/lists" in runs
+    assert "pip install" not in runs
+    # The base image's pip is removed too, so nothing can install code at run time.
+    assert "pip uninstall --yes pip" in runs
+    # Sources come only from the builder's venv, never the raw build context.
+    copies = final.args("COPY")
+    assert copies and all(c.startswith("--from=builder /opt/stockade") for c in copies), copies
+    assert not final.args("ADD")
+
+
+def test_final_stage_runs_as_a_fixed_non_root_user(stages: list[Stage]) -> None:
+    final = stages[-1]
+    users = final.args("USER")
+    assert users, "final stage has no USER"
+    user = users[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0, "USER must be a numeric non-root uid"
+    assert user == "10001", "the manifests' runAsUser is 10001"
+    # USER comes after every RUN, so nothing later runs as root.
+    keys = [k for k, _ in final.instructions]
+    assert keys.index("USER") > max(i for i, k in enumerate(keys) if k == "RUN")
+
+
+def test_entrypoint_is_stockade_serve(stages: list[Stage]) -> None:
+    final = stages[-1]
+    entrypoint = json.loads(final.args("ENTRYPOINT")[-1])
+    assert entrypoint[-2:] == ["stockade", "serve"]
+    # An init (tini) as PID 1 forwards SIGTERM and reaps orphaned command processes.
+    assert entrypoint[0].endswith("tini") and entrypoint[1] == "--"
+    cmd = json.loads(final.args("CMD")[-1])
+    assert cmd == ["all"]
+    env = " ".join(final.args("ENV"))
+    assert "PATH=/opt/stockade/bin:$PATH" in env
+    assert "PYTHONDONTWRITEBYTECODE=1" in env  # read-only root filesystem
+
+
+# --- .dockerignore ------------------------------------------------------------------------
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pattern[i] == "?":
+            out += "[^/]"
+            i += 1
+        else:
+            out += re.escape(pattern[i])
+            i += 1
+    return re.compile(out + r"\Z")
+
+
+def excluded(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parents wins."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    verdict = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw[1:] if negate else raw
+        pattern = pattern.strip().strip("/")
+        regex = _pattern_regex(pattern)
+        if any(regex.match(c) for c in candidates):
+            verdict = not negate
+    return verdict
+
+
+@pytest.fixture(scope="module")
+def ignore_patterns() -> list[str]:
+    lines = DOCKERIGNORE.read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/config",
+        ".venv/bin/python",
+        "tests/unit/test_devcerts.py",
+        "deploy/k8s/base/decision.yaml",
+        ".stockade/state/audit.db",
+        "certs/ca.key",
+        "clients/stockade/leaked.key",
+        "services/stockade/decision/dev.pem",
+        "services/stockade/.env",
+        "services/stockade/decision/__pycache__/engine.cpython-311.pyc",
+        "bench-results.json",
+    ],
+)
+def test_build_context_excludes(ignore_patterns: list[str], path: str) -> None:
+    assert excluded(path, ignore_patterns), path
+
+
+def test_build_context_keeps_what_the_dockerfile_copies(
+    ignore_patterns: list[str], stages: list[Stage]
+) -> None:
+    sources: list[str] = []
+    for stage in stages:
+        for copy in stage.args("COPY"):
+            if copy.startswith("--from"):
+                continue
+            sources += copy.split()[:-1]
+    assert sources
+    for source in sources:
+        assert not excluded(source.rstrip("/"), ignore_patterns), source
+    for path in ("clients/stockade/devcerts.py", "services/stockade/errors.py", "README.md"):
+        assert not excluded(path, ignore_patterns), path
+
+
+def test_ignore_evaluator_honours_order() -> None:
+    assert excluded("a/b.txt", ["*"])
+    assert not excluded("a/b.txt", ["*", "!a/"])
+    assert excluded("a/b.key", ["*", "!a/", "**/*.key"])
+    assert not excluded("a/b.key", ["**/*.key", "!a/b.key"])
