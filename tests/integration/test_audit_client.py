@@ -1,0 +1,157 @@
+"""The audit client (AUD-2, AUD-4): never blocks, spools while the service is away and
+replays in order without duplicates, isolates malformed events, several producers at once
+keep per-session order."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from stockade.audit.service import AuditApp
+from stockade.audit.settings import AuditSettings
+from stockade.client.audit import AuditClient, AuditRecorder
+from stockade.server.app import create_server, stop_server
+from stockade.v1 import audit_service_pb2 as a_pb2
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    # Unix socket paths must stay short; tmp_path can be too long.
+    path = Path(tempfile.mkdtemp(prefix="aud-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def audit_server(listen: str, state: Path) -> AsyncIterator[str]:
+    settings = AuditSettings(listen=listen, state_dir=state, grace_seconds=1)
+    async with AuditApp(settings).open() as registrations:
+        running = await create_server("audit", settings, registrations)
+        try:
+            yield running.address
+        finally:
+            await stop_server(running)
+
+
+def event(n: int, session: str = "s1", **fields: object) -> a_pb2.AuditEvent:
+    message = a_pb2.AuditEvent(
+        event_id=f"{session}-{n}",
+        session_id=session,
+        step=n,
+        tool_name="read_file",
+        status=a_pb2.AUDIT_STATUS_OK,
+        agent_name="lead",
+    )
+    for name, value in fields.items():
+        setattr(message, name, value)
+    return message
+
+
+async def stored_ids(address: str, session: str = "") -> list[str]:
+    """Event ids in log order (oldest first)."""
+    async with AuditClient(address) as client:
+        request = a_pb2.QueryRequest(session_id=session, page_size=1000)
+        records = [r async for r in client.query_all(request)]
+    return [r.event.event_id for r in sorted(records, key=lambda r: r.sequence)]
+
+
+async def test_spooled_while_down_then_replayed_in_order(tmp_path: Path, sock_dir: Path) -> None:
+    listen = f"unix://{sock_dir}/audit.sock"
+    spool = tmp_path / "spool" / "audit.spool"
+    first = AuditRecorder(listen, spool, backoff_initial_s=0.01, backoff_max_s=0.05)
+    await first.start()
+    for n in range(500):
+        first.enqueue(event(n))  # returns at once although nothing listens
+    assert first.pending == 500
+    assert not await first.flush(0.3)
+    await first.close(timeout_s=0.1)
+    assert spool.stat().st_size > 0
+
+    async with audit_server(listen, tmp_path / "state") as address:
+        second = AuditRecorder(address, spool)
+        assert second.spooled == 500
+        async with second:
+            for n in range(500, 600):
+                second.enqueue(event(n))
+            assert await second.flush(30)
+        assert await stored_ids(address) == [f"s1-{n}" for n in range(600)]
+    assert spool.stat().st_size == 0
+
+
+async def test_buffer_overflow_spills_in_order(tmp_path: Path, sock_dir: Path) -> None:
+    async with audit_server(f"unix://{sock_dir}/a.sock", tmp_path / "state") as address:
+        recorder = AuditRecorder(address, tmp_path / "audit.spool", max_buffer=50)
+        async with recorder:
+            # No await between enqueues: the sender cannot run, memory fills, the rest
+            # goes to disk behind what is buffered.
+            for n in range(1000):
+                recorder.enqueue(event(n))
+            assert recorder.spooled > 0
+            assert await recorder.flush(30)
+        assert await stored_ids(address) == [f"s1-{n}" for n in range(1000)]
+
+
+async def test_several_producers_keep_per_session_order(tmp_path: Path, sock_dir: Path) -> None:
+    async with audit_server(f"unix://{sock_dir}/a.sock", tmp_path / "state") as address:
+        recorders = [
+            AuditRecorder(address, tmp_path / f"p{k}.spool", batch_events=37) for k in range(4)
+        ]
+
+        async def produce(k: int, recorder: AuditRecorder) -> None:
+            async with recorder:
+                for n in range(800):
+                    recorder.enqueue(event(n, session=f"p{k}"))
+                    if n % 25 == 0:
+                        await asyncio.sleep(0)
+                assert await recorder.flush(30)
+
+        await asyncio.gather(*(produce(k, r) for k, r in enumerate(recorders)))
+        for k in range(4):
+            assert await stored_ids(address, f"p{k}") == [f"p{k}-{n}" for n in range(800)]
+        async with AuditClient(address) as client:
+            assert (await client.verify()).rows_checked == 3200
+
+
+async def test_malformed_event_is_dropped_loudly_and_others_stored(
+    tmp_path: Path, sock_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with audit_server(f"unix://{sock_dir}/a.sock", tmp_path / "state") as address:
+        recorder = AuditRecorder(address, tmp_path / "audit.spool")
+        async with recorder:
+            recorder.enqueue(event(1))
+            recorder.enqueue(event(2, trace_id="not-a-trace-id"))
+            recorder.enqueue(event(3))
+            assert await recorder.flush(30)
+        assert recorder.dropped == 1
+        assert "s1-2" in caplog.text and "trace_id" in caplog.text
+        assert await stored_ids(address) == ["s1-1", "s1-3"]
+
+
+async def test_enqueue_from_another_thread(tmp_path: Path, sock_dir: Path) -> None:
+    async with audit_server(f"unix://{sock_dir}/a.sock", tmp_path / "state") as address:
+        recorder = AuditRecorder(address, tmp_path / "audit.spool")
+        async with recorder:
+            thread = threading.Thread(
+                target=lambda: [recorder.enqueue(event(n)) for n in range(1000)]
+            )
+            thread.start()
+            await asyncio.to_thread(thread.join)
+            assert await recorder.flush(30)
+        assert await stored_ids(address) == [f"s1-{n}" for n in range(1000)]
+
+
+async def test_close_flushes_what_it_holds(tmp_path: Path, sock_dir: Path) -> None:
+    async with audit_server(f"unix://{sock_dir}/a.sock", tmp_path / "state") as address:
+        recorder = AuditRecorder(address, tmp_path / "audit.spool", linger_s=0.5)
+        await recorder.start()
+        for n in range(10):
+            recorder.enqueue(event(n))
+        await recorder.aclose()
+        assert await stored_ids(address) == [f"s1-{n}" for n in range(10)]
