@@ -45,6 +45,16 @@ class LocalStack:
         self.common_env = dict(common_env or {})
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.addresses = {name: f"unix://{self.sock_dir}/{name}.sock" for name in SERVICES}
+        # The decision service signs grants with the private key; the executor holds
+        # only the public key (DEC-12).
+        from stockade.decision.grants import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
+
+        keys = self.base_dir / "keys"
+        if (keys / PRIVATE_KEY_NAME).exists():
+            self.grant_private_key = keys / PRIVATE_KEY_NAME
+            self.grant_public_key = keys / PUBLIC_KEY_NAME
+        else:
+            self.grant_private_key, self.grant_public_key = generate_keypair(keys)
 
     def env_for(self, name: str) -> dict[str, str]:
         """The environment a service process gets."""
@@ -54,6 +64,10 @@ class LocalStack:
         env[f"{prefix}LISTEN"] = self.addresses[name]
         env[f"{prefix}STATE_DIR"] = str(self.base_dir / "state" / name)
         env.setdefault("OTEL_SDK_DISABLED", "true")
+        if name == "decision":
+            env["STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE"] = str(self.grant_private_key)
+        if name == "executor":
+            env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)
         if name == "agent":
             env["STOCKADE_AGENT_DECISION_ADDR"] = self.addresses["decision"]
             env["STOCKADE_AGENT_EXECUTOR_ADDR"] = self.addresses["executor"]
