@@ -15,7 +15,7 @@ from google.protobuf import struct_pb2
 from stockade.decision.grants import GrantVerifier, load_public_key
 from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
-from stockade.server import create_server
+from stockade.server import create_server, load_settings
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -37,10 +37,11 @@ approval_timeout_seconds = {timeout}
 @asynccontextmanager
 async def decision_server(
     tmp_path: Path, *, timeout: float = 30, policy: str | None = None
-) -> AsyncIterator[d_grpc.DecisionServiceStub]:
+) -> AsyncIterator[d_grpc.DecisionServiceAsyncStub]:
     pfile = tmp_path / "policy.toml"
     pfile.write_text(policy if policy is not None else POLICY.format(timeout=timeout))
-    settings = DecisionSettings(
+    settings = load_settings(
+        DecisionSettings,
         listen="127.0.0.1:0",
         state_dir=tmp_path / "state",
         policy_file=pfile,
@@ -122,12 +123,13 @@ async def test_compound_commands_over_grpc(
 async def test_two_watchers_two_resolvers_first_answer_wins(tmp_path: Path) -> None:
     """DEC-8: many watchers see the approval; of two racing resolvers exactly one wins."""
     async with decision_server(tmp_path) as stub:
-        watches = [stub.WatchApprovals(d_pb2.WatchApprovalsRequest()) for _ in range(2)]
+        watches: list[Any] = [stub.WatchApprovals(d_pb2.WatchApprovalsRequest()) for _ in range(2)]
         resp = await stub.Decide(d_pb2.DecideRequest(call=call("file_write", file_path="a.txt")))
         assert resp.verdict == c_pb2.VERDICT_ASK
         seen = [await w.read() for w in watches]
         assert all(s.approval.approval_id == resp.approval_id for s in seen)
         assert all(s.approval.state == d_pb2.APPROVAL_STATE_PENDING for s in seen)
+
         async def wait() -> d_pb2.AwaitApprovalResponse:
             req = d_pb2.AwaitApprovalRequest(approval_id=resp.approval_id)
             out: d_pb2.AwaitApprovalResponse = await stub.AwaitApproval(req)
@@ -135,10 +137,10 @@ async def test_two_watchers_two_resolvers_first_answer_wins(tmp_path: Path) -> N
 
         waiter = asyncio.create_task(wait())
 
-        async def resolve(who: str, res: int) -> Any:
+        async def resolve(who: str, res: d_pb2.Resolution.ValueType) -> Any:
             req = d_pb2.ResolveApprovalRequest(
                 approval_id=resp.approval_id, resolution=res, resolver=who
-            )  # type: ignore[arg-type]
+            )
             try:
                 return await stub.ResolveApproval(req, metadata=ADMIN)
             except grpc.aio.AioRpcError as err:
