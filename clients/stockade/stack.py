@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -49,6 +50,8 @@ class LocalStack:
         # only the public key (DEC-12).
         from stockade.decision.grants import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
 
+        # Admin RPCs (ResolveApproval, AddRule, SetMode ...) need a token: one per stack.
+        self.admin_token = secrets.token_hex(16)
         keys = self.base_dir / "keys"
         if (keys / PRIVATE_KEY_NAME).exists():
             self.grant_private_key = keys / PRIVATE_KEY_NAME
@@ -66,6 +69,7 @@ class LocalStack:
         env.setdefault("OTEL_SDK_DISABLED", "true")
         if name == "decision":
             env["STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE"] = str(self.grant_private_key)
+            env["STOCKADE_DECISION_ADMIN_TOKENS"] = self.admin_token
         if name == "executor":
             env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)
         if name == "agent":
@@ -73,6 +77,8 @@ class LocalStack:
             env["STOCKADE_AGENT_EXECUTOR_ADDR"] = self.addresses["executor"]
             env["STOCKADE_AGENT_AUDIT_ADDR"] = self.addresses["audit"]
             env.setdefault("STOCKADE_AGENT_SPOOL_DIR", str(self.base_dir / "state" / "spool"))
+            # The agent passes approvals through to the decision service (AGT-8).
+            env["STOCKADE_AGENT_DECISION_ADMIN_TOKEN"] = self.admin_token
         env.update(self.extra_env.get(name, {}))
         return env
 
