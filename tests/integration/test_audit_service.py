@@ -174,21 +174,24 @@ async def test_tail_streams_new_rows_of_one_session(served: Served) -> None:
     async def read() -> None:
         async for reply in call:
             got.append(reply.record.event.event_id)
-            if len(got) == 4:
+            if len(got) == 6:
                 return
 
     reader = asyncio.create_task(read())
-    # Give the Tail call time to subscribe before rows arrive (it starts at the head).
-    for _ in range(100):
+    # The tail starts at the head whenever it subscribes: keep writing batches (with rows
+    # of another session between) until it has seen six rows of its own.
+    n = 1
+    while not reader.done() and n < 2000:
+        await served.stub.RecordBatch(
+            batches([event(n), event(n, session="s2"), event(n + 1)], [event(n + 2)])
+        )
+        n += 3
         await asyncio.sleep(0.01)
-        if call.done() or reader.done():
-            break
-    await served.stub.RecordBatch(
-        batches([event(1), event(1, session="s2"), event(2)], [event(3), event(4)])
-    )
     await asyncio.wait_for(reader, 10)
     call.cancel()
-    assert got == ["s1-1", "s1-2", "s1-3", "s1-4"]
+    assert "s1-0" not in got
+    numbers = [int(i.removeprefix("s1-")) for i in got]
+    assert numbers == list(range(numbers[0], numbers[0] + 6))
 
 
 async def test_session_metrics(served: Served) -> None:

@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common(tail)
     tail.add_argument("--session", default="", help="only this session")
     tail.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    tail.add_argument("--count", type=_positive, help="stop after this many rows")
     tail.set_defaults(func=_tail)
 
     query = commands.add_parser("query", help="print stored rows, newest first")
@@ -177,6 +178,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
+    seen = 0
     try:
         with SyncAuditClient(args.addr) as client:
             for record in client.tail(args.session):
@@ -185,6 +187,9 @@ def _tail(args: argparse.Namespace) -> int:
                 else:
                     _print_table([_row(record)], sys.stdout, header=False)
                 sys.stdout.flush()
+                seen += 1
+                if args.count is not None and seen >= args.count:
+                    break
     except KeyboardInterrupt:
         return 0
     except grpc.RpcError as err:
