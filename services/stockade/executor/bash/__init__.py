@@ -1,0 +1,13 @@
+"""Bash command analysis on a real parser (SPEC EXE-6 … EXE-8, DEC-10).
+
+``analyze(command, sandbox=..., network_enabled=..., denied_read_globs=...)`` returns a
+:class:`BashAnalysis`: the verdict (allow / ask / deny), reasons, every simple command
+normalised for rule matching (DEC-2), paths read and written, network use, read-only flag,
+risk level, a one-sentence explanation and whether an ASK is bypass-immune.
+"""
+
+from __future__ import annotations
+
+from stockade.executor.bash.analysis import BashAnalysis, SimpleCommand, analyze
+
+__all__ = ["BashAnalysis", "SimpleCommand", "analyze"]

@@ -1,0 +1,1496 @@
+"""The judgement of a bash command line (SPEC EXE-6 … EXE-8).
+
+``analyze`` parses once (parser.py), then judges every simple command, redirection and
+assignment with the lists in lists.py and the path sandbox, and folds the findings into
+one verdict: ALLOW only when everything is read-only and stays inside the roots, DENY when
+anything is destructive, escalating, shell-spawning, obfuscated, exfiltrating or cannot be
+parsed, ASK for everything else.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as globmod
+import itertools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from stockade.executor.bash import lists
+from stockade.executor.bash.explain import Finding, explain, risk_of
+from stockade.executor.bash.parser import ParsedScript, RawCommand, Word, parse
+from stockade.executor.paths import PathSandbox, Root, is_protected_write
+
+__all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
+
+Verdict = Literal["allow", "ask", "deny"]
+Risk = Literal["low", "medium", "high"]
+
+# Longer input is refused before parsing: no honest tool call is this long, and it bounds
+# the analysis time.
+MAX_COMMAND_CHARS = 64 * 1024
+
+# A glob inside the roots is expanded to check what it really names (a symlink planted in
+# the workspace); past this many matches the command is asked about instead.
+_MAX_GLOB_MATCHES = 256
+
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One simple command after normalisation (DEC-1, DEC-2)."""
+
+    name: str
+    """Normalised command name: wrappers and ``VAR=x`` looked through, path reduced to its
+    basename (``/tmp/git`` → ``git``, ``env X=1 nice git`` → ``git``)."""
+    argv: tuple[str, ...]
+    """The words after the name (quote-removed where static, source text otherwise)."""
+    text: str
+    """``name`` and ``argv`` joined by spaces: what rules like ``run_bash(git status*)``
+    match per sub-command."""
+
+
+@dataclass(frozen=True)
+class BashAnalysis:
+    """The structured result of judging one command line (EXE-8)."""
+
+    verdict: Verdict
+    """allow / ask / deny."""
+    reasons: tuple[str, ...]
+    """Every finding, most severe first (empty for allow)."""
+    commands: tuple[SimpleCommand, ...]
+    """Every simple command in every position, in source order (wrapped ones included)."""
+    paths_read: tuple[str, ...]
+    """Canonical paths the command reads (as far as its arguments tell)."""
+    paths_written: tuple[str, ...]
+    """Canonical paths the command writes."""
+    needs_network: bool
+    """Whether it uses the network."""
+    read_only: bool
+    """Whether it has no side effects at all."""
+    risk: Risk
+    """LOW / MEDIUM / HIGH (DEC-10)."""
+    explanation: str
+    """One sentence for a human (DEC-10)."""
+    bypass_immune: bool
+    """An ASK that neither allow rules nor bypass mode may settle (reads outside the roots,
+    paths only known at run time)."""
+
+
+_DEFAULT_SANDBOXES: dict[str, PathSandbox] = {}
+
+
+def _default_sandbox() -> PathSandbox:
+    """Without a sandbox, the working directory is the only (writable) root."""
+    cwd = os.getcwd()
+    sandbox = _DEFAULT_SANDBOXES.get(cwd)
+    if sandbox is None:
+        sandbox = PathSandbox([Root(cwd, True)], cwd)
+        _DEFAULT_SANDBOXES.clear()
+        _DEFAULT_SANDBOXES[cwd] = sandbox
+    return sandbox
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _word_text(word: Word) -> str:
+    return word.value if word.value is not None else word.text
+
+
+class _Judge:
+    """Judges one parsed script; holds the findings while it goes."""
+
+    def __init__(
+        self,
+        sandbox: PathSandbox,
+        network_enabled: bool,
+        denied_read_globs: Sequence[str],
+        parsed: ParsedScript,
+    ) -> None:
+        self.sandbox = sandbox
+        self.network_enabled = network_enabled
+        self.denied_read_globs = tuple(denied_read_globs)
+        self.parsed = parsed
+        self.functions = frozenset(parsed.functions)
+        self.home = os.path.expanduser("~")
+        self.findings: list[Finding] = []
+        self.commands: list[SimpleCommand] = []
+        self.reads: dict[str, None] = {}
+        self.writes: dict[str, None] = {}
+        self.needs_network = False
+        self.side_effects = False
+        self.bases: list[str] = [sandbox.cwd]
+        self.current = ""
+        self._credentials = tuple(
+            self.home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS
+        )
+
+    # --- findings ----------------------------------------------------------------------
+
+    def deny(self, reason: str) -> None:
+        self.findings.append(Finding("deny", reason, "high", False, self.current))
+
+    def ask(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        self.findings.append(Finding("ask", reason, risk, immune, self.current))
+
+    def effect(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        """An ASK because the command changes something (it is not read-only)."""
+        self.side_effects = True
+        self.ask(reason, risk, immune=immune)
+
+    # --- the script --------------------------------------------------------------------
+
+    def run(self) -> None:
+        for raw in self.parsed.commands:
+            self.command(raw)
+        self.current = ""
+        for redirect in self.parsed.redirects:
+            self.redirect(redirect.op, redirect.target)
+        for assignment in self.parsed.assignments:
+            self.assignment(assignment.name)
+        for text in self.parsed.evaluated_texts:
+            self.deny(f"the text {_short(text, 40)!r} is evaluated by bash as code later")
+        for name in dict.fromkeys(self.parsed.recursive_functions):
+            self.deny(f"function {name!r} calls itself (fork-bomb shape)")
+
+    def assignment(self, name: str) -> None:
+        if name in lists.DANGEROUS_ENV_VARS or name.startswith(lists.DANGEROUS_ENV_PREFIXES):
+            self.deny(f"sets {name}, which makes ordinary commands run other code")
+
+    def redirect(self, op: str, target: Word | None) -> None:
+        if target is None or op in ("<<", "<<<"):
+            return
+        value = target.value
+        if op in (">&", "<&") and value is not None and (value.isdigit() or value == "-"):
+            return  # fd duplication or closing (2>&1, >&-)
+        if op in ("<", "<&"):
+            self.path(target, write=False)
+            return
+        if self.path(target, write=True, what="redirects output to") is not None:
+            self.effect(f"redirects output to {_word_text(target)}", "low")
+
+    # --- one simple command ----------------------------------------------------------------
+
+    def command(self, raw: RawCommand) -> None:
+        self.current = _short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
+        for assignment in raw.assignments:
+            if assignment.value is not None and assignment.value.value is None:
+                # `X=$(cmd) ls`: the substitution is judged on its own; the value is opaque.
+                pass
+        resolved = self.resolve_name(raw.name)
+        if resolved is None:
+            self.record(_word_text(raw.name), raw.args)
+            return
+        name, by_path = resolved
+        self.words(name, by_path, list(raw.args), raw, stdin_args=False)
+
+    def resolve_name(self, word: Word) -> tuple[str, bool] | None:
+        """Normalise a command-name word; None (after a DENY) when it is obfuscated."""
+        value = word.value
+        if value is None:
+            self.deny("a variable or substitution in command position hides the command")
+            return None
+        if word.quoted:
+            self.deny(f"quoted or escaped command name {word.text!r} (obfuscation)")
+            return None
+        if word.glob:
+            self.deny(f"glob or brace expansion in command position {word.text!r}")
+            return None
+        if not value:
+            self.deny("empty command name")
+            return None
+        if "/" in value:
+            base = value.rstrip("/").rsplit("/", 1)[-1]
+            directory = os.path.dirname(value) or "/"
+            return base, os.path.normpath(directory) not in lists.SYSTEM_BIN_DIRS
+        return value, False
+
+    def record(self, name: str, args: Sequence[Word]) -> None:
+        argv = tuple(_word_text(a) for a in args)
+        self.commands.append(SimpleCommand(name, argv, " ".join((name, *argv))))
+
+    def words(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
+    ) -> None:
+        """Judge ``name args``: look through wrappers, then dispatch on the command."""
+        while name in lists.WRAPPERS and not by_path:
+            unwrapped = self.unwrap(name, args)
+            if unwrapped is None:
+                self.record(name, args)
+                return
+            inner, stdin = unwrapped
+            if not inner:
+                break  # the wrapper alone (`env`, `command -v x`, `exec >log`)
+            resolved = self.resolve_name(inner[0])
+            if resolved is None:
+                self.record(_word_text(inner[0]), inner[1:])
+                return
+            name, by_path = resolved
+            args = inner[1:]
+            stdin_args = stdin_args or stdin
+        self.record(name, args)
+        self.dispatch(name, by_path, args, raw, stdin_args)
+
+    def unwrap(self, name: str, args: list[Word]) -> tuple[list[Word], bool] | None:
+        """The wrapped command's words ([] for the wrapper alone); None after a DENY."""
+        spec = lists.WRAPPERS[name]
+        takes_value = spec.value_options | spec.chdir_options | spec.read_options
+        positionals = spec.positionals
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if value is None:
+                break
+            if value == "--":
+                i += 1
+                break
+            if spec.assignments and "=" in value and not value.startswith("-"):
+                var = value.split("=", 1)[0]
+                if _VAR_NAME.match(var):
+                    self.assignment(var)
+                    i += 1
+                    continue
+            if value.startswith("-") and value != "-" and positionals == spec.positionals:
+                option, attached = _split_option(value, takes_value)
+                if option in spec.deny_options:
+                    self.deny(f"{name} {option} runs a string as a command")
+                    return None
+                if option in spec.no_command_options:
+                    return [], False
+                operand: Word | None = None
+                step = 1
+                if option in takes_value:
+                    if attached is not None:
+                        operand = _literal(attached)
+                    elif i + 1 < len(args):
+                        operand = args[i + 1]
+                        step = 2
+                if operand is not None and option in spec.chdir_options:
+                    self.change_dir(operand)
+                if operand is not None and option in spec.read_options:
+                    self.path(operand, write=False)
+                if name == "time" and option in ("-o", "--output") and operand is not None:
+                    self.path(operand, write=True, what="writes timings to")
+                    self.effect("time -o writes a file", "low")
+                i += step
+                continue
+            if positionals > 0:
+                positionals -= 1
+                i += 1
+                continue
+            break
+        return args[i:], spec.stdin_args
+
+    def dispatch(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, stdin_args: bool
+    ) -> None:
+        if name in lists.SHELLS:
+            self.deny(f"{name} spawns a shell, whose commands cannot be checked (EXE-6)")
+        elif name in lists.EVAL_COMMANDS:
+            self.eval_command(name, args)
+        elif name in lists.DENY_COMMANDS:
+            self.deny(lists.DENY_COMMANDS[name])
+        elif name in lists.NETWORK_COMMANDS:
+            self.scan_credentials(args)
+            self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
+        elif name == "git":
+            self.git(args)
+        elif name in lists.INTERPRETERS:
+            self.interpreter(name, args, raw)
+        elif by_path:
+            self.scan_credentials(args)
+            self.effect(f"runs the program {name!r} from a path, which can do anything")
+        elif name in self.functions:
+            pass  # the function's body is judged where it is defined
+        elif name in lists.SAFE_COMMANDS:
+            self.safe(name, lists.SAFE_COMMANDS[name], args, stdin_args)
+        elif name in lists.WRITE_COMMANDS:
+            self.write_command(name, lists.WRITE_COMMANDS[name], args)
+        elif name in lists.PACKAGE_MANAGERS:
+            self.scan_credentials(args)
+            self.package_manager(name, args)
+        else:
+            self.scan_credentials(args)
+            self.effect(f"{name!r} is not on the read-only list; it may change things")
+
+    # --- categories ------------------------------------------------------------------------
+
+    def network(self, reason: str) -> None:
+        self.needs_network = True
+        if self.network_enabled:
+            self.effect(f"{reason} (uses the network)", "high")
+        else:
+            self.deny(f"{reason}; network access is disabled")
+
+    def eval_command(self, name: str, args: list[Word]) -> None:
+        if name not in ("source", "."):
+            self.deny(lists.EVAL_COMMANDS[name])
+            return
+        target = args[0] if args else None
+        if target is None or target.value is None or target.value in ("-", "/dev/stdin"):
+            self.deny(f"{name} of downloaded or generated content cannot be checked")
+            return
+        self.path(target, write=False)
+        self.effect(f"runs the commands in {target.value} in this shell", "high")
+
+    def interpreter(self, name: str, args: list[Word], raw: RawCommand) -> None:
+        spec = lists.INTERPRETERS[name]
+        language = spec.language
+        i = 0
+        info = False
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if value is None:
+                self.effect(f"runs a {language} program chosen at run time", "high", immune=True)
+                return
+            if value == "-":
+                break
+            option = value if value.startswith("--") else value[:2]
+            if value.startswith("-") and option in spec.inline_options:
+                self.effect(f"runs inline {language} code", "high")
+                return
+            if value in spec.inline_options:  # `deno eval CODE`
+                self.effect(f"runs inline {language} code", "high")
+                return
+            if value.startswith("-") and option in spec.module_options:
+                module = value[2:] or (_word_text(args[i + 1]) if i + 1 < len(args) else "")
+                phrase = lists.PACKAGE_MANAGERS.get(module)
+                if phrase is not None:
+                    self.package_manager(module, args[i + 2 :] if not value[2:] else args[i + 1 :])
+                else:
+                    self.effect(f"runs the {language} module {module!r}")
+                return
+            if value.startswith("-") and len(value) > 1:
+                if value in lists.INTERPRETER_INFO_FLAGS:
+                    info = True
+                i += 2 if value in spec.value_options else 1
+                continue
+            self.scan_credentials(args[i + 1 :])
+            self.path(word, write=False)
+            self.effect(f"runs the {language} program {value}, which can do anything")
+            return
+        if info and i >= len(args):
+            return  # `python --version`
+        if any(r.op in ("<<", "<<<") for r in raw.redirects):
+            self.effect(f"runs inline {language} code from a here-document", "high")
+            return
+        self.deny(
+            f"{name} without a program file reads its program from stdin "
+            "(the download-and-execute shape)"
+        )
+
+    def package_manager(self, name: str, args: list[Word]) -> None:
+        sub = next((a.value for a in args if a.value and not a.value.startswith("-")), "")
+        network = lists.NETWORK_SUBCOMMANDS.get(name)
+        if network is not None and (not network or sub in network):
+            self.needs_network = True
+        phrase = lists.PACKAGE_MANAGERS[name]
+        self.effect(phrase, "medium")
+
+    # --- read-only commands ----------------------------------------------------------------
+
+    def safe(self, name: str, spec: lists.SafeSpec, args: list[Word], stdin_args: bool) -> None:
+        if name in ("find",):
+            self.find(args)
+            return
+        if name == "sed":
+            self.sed(args)
+            return
+        if name in ("awk", "gawk", "mawk", "nawk"):
+            self.awk(args)
+            return
+        if name in ("cd", "pushd"):
+            self.cd(args)
+            return
+        if name == "popd":
+            return
+        operands, pattern_given = self.options(name, spec, args)
+        if name == "tee":
+            for word in operands:
+                if self.path(word, write=True, what="writes") is not None:
+                    self.effect(f"writes {_word_text(word)}", "low")
+            return
+        if name == "uniq" and len(operands) >= 2:
+            self.path(operands[0], write=False)
+            if self.path(operands[1], write=True, what="writes") is not None:
+                self.effect(f"writes {_word_text(operands[1])}", "low")
+            return
+        kind = spec.operands
+        if kind == "none":
+            return
+        if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
+            operands = operands[1:]
+        if name == "jq":
+            operands = _until(operands, ("--args", "--jsonargs"))
+        if stdin_args:
+            self.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
+        for word in operands:
+            self.path(word, write=False)
+
+    def options(self, name: str, spec: lists.SafeSpec, args: list[Word]) -> tuple[list[Word], bool]:
+        """Walk options (judging their values); return the operands and whether a pattern
+        option (``grep -e``) was given."""
+        takes_value = (
+            spec.value_options | spec.read_options | spec.write_options | spec.pattern_options
+        )
+        operands: list[Word] = []
+        pattern_given = False
+        ended = False
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if ended or value is None or not value.startswith("-") or value == "-":
+                operands.append(word)
+                i += 1
+                continue
+            if value == "--":
+                ended = True
+                i += 1
+                continue
+            for option, operand, consumed in _options_of(value, args, i, takes_value):
+                if option in spec.deny_options:
+                    self.deny(f"{name} {option} runs another program")
+                elif option in spec.ask_options:
+                    self.effect(f"{name} {option} changes files")
+                if option in spec.pattern_options:
+                    pattern_given = True
+                if operand is not None:
+                    if option in spec.write_options:
+                        self.path(operand, write=True, what=f"{name} {option} writes")
+                        self.effect(f"{name} {option} writes {_word_text(operand)}", "low")
+                    elif option in spec.read_options:
+                        self.path(operand, write=False)
+                if consumed:
+                    i += 1
+            i += 1
+        return operands, pattern_given
+
+    def cd(self, args: list[Word]) -> None:
+        operands = [a for a in args if a.value is None or not a.value.startswith("-")]
+        target = operands[0] if operands else _literal("~")
+        self.change_dir(target)
+
+    def change_dir(self, target: Word) -> None:
+        value = target.path_value
+        if value is None:
+            self.ask("changes to a directory only known at run time", immune=True)
+            return
+        if value == "-":
+            return
+        decision = self.path(target, write=False)
+        if decision is not None:
+            self.bases.append(decision)
+
+    def find(self, args: list[Word]) -> None:
+        i = 0
+        while i < len(args) and args[i].value in ("-H", "-L", "-P", "-D"):
+            i += 2 if args[i].value == "-D" else 1
+        starts: list[Word] = []
+        while i < len(args):
+            value = args[i].value
+            if value is not None and (value.startswith("-") or value in ("(", ")", "!", ",")):
+                break
+            starts.append(args[i])
+            i += 1
+        expression = args[i:]
+        deletes = False
+        j = 0
+        while j < len(expression):
+            value = expression[j].value
+            nxt = expression[j + 1] if j + 1 < len(expression) else None
+            if value in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = j + 1
+                while end < len(expression) and expression[end].value not in (";", "+"):
+                    end += 1
+                inner = expression[j + 1 : end]
+                self.effect(f"find {value} runs a command for every file found")
+                saved = self.current
+                if inner:
+                    self.current = _short(" ".join(w.text for w in inner))
+                    resolved = self.resolve_name(inner[0])
+                    if resolved is None:
+                        self.record(_word_text(inner[0]), inner[1:])
+                    else:
+                        name, by_path = resolved
+                        self.words(name, by_path, list(inner[1:]), _EMPTY, stdin_args=False)
+                else:
+                    self.deny(f"find {value} without a command")
+                self.current = saved
+                j = end + 1
+                continue
+            if value == "-delete":
+                deletes = True
+            elif value in ("-fprint", "-fprint0", "-fls", "-fprintf") and nxt is not None:
+                self.path(nxt, write=True, what=f"find {value} writes")
+                self.effect(f"find {value} writes a file", "low")
+                j += 3 if value == "-fprintf" else 2
+                continue
+            elif value in ("-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"):
+                if nxt is not None:
+                    self.path(nxt, write=False)
+                j += 2
+                continue
+            elif value is None:
+                self.ask("find has an argument only known at run time", immune=True)
+            j += 1
+        if not starts:
+            starts = [_literal(".")]
+        for word in starts:
+            self.path(word, write=deletes, what="deletes files under")
+        if deletes:
+            self.effect("find -delete deletes files", "high")
+
+    def sed(self, args: list[Word]) -> None:
+        scripts: list[str] = []
+        script_file = False
+        in_place = False
+        operands: list[Word] = []
+        takes_value = frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"})
+        ended = False
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if ended or value is None or not value.startswith("-") or value == "-":
+                operands.append(word)
+                i += 1
+                continue
+            if value == "--":
+                ended = True
+                i += 1
+                continue
+            if value.startswith("--in-place") or (
+                not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]
+            ):
+                in_place = True
+            for option, operand, consumed in _options_of(value, args, i, takes_value):
+                if option in ("-e", "--expression") and operand is not None:
+                    if operand.value is None:
+                        self.ask("sed script only known at run time", immune=True)
+                    else:
+                        scripts.append(operand.value)
+                elif option in ("-f", "--file") and operand is not None:
+                    script_file = True
+                    self.path(operand, write=False)
+                if consumed:
+                    i += 1
+            i += 1
+        if not scripts and not script_file:
+            if not operands:
+                self.deny("sed without a script")
+                return
+            first = operands.pop(0)
+            if first.value is None:
+                self.ask("sed script only known at run time", immune=True)
+            else:
+                scripts.append(first.value)
+        if script_file:
+            self.effect("sed runs a script file, which may write files or run commands")
+        for script in scripts:
+            effects = _sed_effects(script)
+            if effects.execute:
+                self.deny("the sed script runs shell commands (e command or s///e)")
+            if effects.unknown:
+                self.effect("the sed script uses commands the analysis does not know")
+            for target in effects.writes:
+                self.path(_literal(target), write=True, what="the sed script writes")
+                self.effect(f"the sed script writes {target}")
+            for source in effects.reads:
+                self.path(_literal(source), write=False)
+        for word in operands:
+            self.path(word, write=in_place, what="edits in place")
+        if in_place:
+            self.effect("sed -i edits files in place")
+
+    def awk(self, args: list[Word]) -> None:
+        program: str | None = None
+        program_file = False
+        operands: list[Word] = []
+        takes_value = frozenset(
+            {
+                "-F",
+                "-v",
+                "-f",
+                "-e",
+                "--source",
+                "-i",
+                "--include",
+                "-l",
+                "--load",
+                "-E",
+                "--file",
+                "--assign",
+                "--field-separator",
+                "--exec",
+            }
+        )
+        ended = False
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if ended or value is None or not value.startswith("-") or value == "-":
+                operands.append(word)
+                i += 1
+                continue
+            if value == "--":
+                ended = True
+                i += 1
+                continue
+            for option, operand, consumed in _options_of(value, args, i, takes_value):
+                if option in ("-l", "--load"):
+                    self.deny("awk -l loads a shared library")
+                elif option in ("-f", "-E", "--file", "--exec", "-i", "--include"):
+                    program_file = True
+                    if operand is not None:
+                        self.path(operand, write=False)
+                elif option in ("-e", "--source") and operand is not None:
+                    if operand.value is None:
+                        self.ask("awk program only known at run time", immune=True)
+                    else:
+                        program = (program or "") + "\n" + operand.value
+                if consumed:
+                    i += 1
+            i += 1
+        if program is None and not program_file:
+            if not operands:
+                self.deny("awk without a program")
+                return
+            first = operands.pop(0)
+            if first.value is None:
+                self.ask("awk program only known at run time", immune=True)
+            else:
+                program = first.value
+        if program_file:
+            self.effect("awk runs a program file, which may write files or run commands")
+        if program is not None:
+            self.awk_program(program)
+        for word in operands:
+            if (
+                word.value is not None
+                and _VAR_NAME.match(word.value.split("=", 1)[0])
+                and ("=" in word.value)
+            ):
+                continue  # `awk '...' var=value file`: an assignment, not a file
+            self.path(word, write=False)
+
+    def awk_program(self, program: str) -> None:
+        code = _strip_awk_literals(program)
+        if re.search(r"\bsystem\s*\(", code):
+            self.deny("the awk program calls system(), which runs shell commands")
+        if re.search(r"\|&|(?<!\|)\|(?!\|)", code):
+            self.deny("the awk program pipes to or from a shell command")
+        if re.search(r"@load|@include", code):
+            self.deny("the awk program loads extensions")
+        if re.search(r"\bprintf?\b[^;{}\n]*>", code):
+            self.effect("the awk program redirects output to a file")
+        if re.search(r"\bgetline\b\s*<", code):
+            self.effect("the awk program reads a file named in the program", immune=True)
+
+    # --- git -----------------------------------------------------------------------------------
+
+    def git(self, args: list[Word]) -> None:
+        i = 0
+        while i < len(args):
+            value = args[i].value
+            if value is None:
+                self.effect("git with an argument only known at run time", immune=True)
+                return
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if value == "-C" and nxt is not None:
+                self.change_dir(nxt)
+                i += 2
+                continue
+            if value == "-c" or (value.startswith("-c") and not value.startswith("--")):
+                setting = value[2:] if len(value) > 2 else (_word_text(nxt) if nxt else "")
+                self.git_setting(setting.split("=", 1)[0], "git -c")
+                i += 1 if len(value) > 2 else 2
+                continue
+            option = value.split("=", 1)[0]
+            if option in ("--git-dir", "--work-tree"):
+                if "=" in value:
+                    self.path(_literal(value.split("=", 1)[1]), write=False)
+                    i += 1
+                else:
+                    if nxt is not None:
+                        self.path(nxt, write=False)
+                    i += 2
+                continue
+            if option in lists.GIT_DENY_OPTIONS:
+                self.deny(lists.GIT_DENY_OPTIONS[option])
+                return
+            if value.startswith("-"):
+                i += 1
+                continue
+            break
+        if i >= len(args):
+            return  # `git` alone prints help
+        sub = args[i].value or ""
+        rest = args[i + 1 :]
+        values = [w.value for w in rest]
+        for value in values:
+            if value is None:
+                continue
+            option = value.split("=", 1)[0]
+            if option in (
+                "--upload-pack",
+                "--receive-pack",
+                "--exec",
+                "--exec-path",
+                "--ext-diff",
+                "--template",
+                "--extcmd",
+                "--config-env",
+            ):
+                self.deny(lists.GIT_DENY_OPTIONS[option])
+                return
+            if sub == "grep" and option in ("-O", "--open-files-in-pager"):
+                self.deny(lists.GIT_DENY_OPTIONS[option])
+                return
+            if sub == "rebase" and (option in ("-x", "--exec")):
+                self.deny(lists.GIT_DENY_OPTIONS["-x"])
+                return
+            if option == "--output":
+                target = value.split("=", 1)[1] if "=" in value else ""
+                if target:
+                    self.path(_literal(target), write=True, what="git --output writes")
+                    self.effect("git --output writes a file", "low")
+        first = next((v for v in values if v is not None and not v.startswith("-")), None)
+        if (
+            sub in lists.GIT_NETWORK_SUBCOMMANDS
+            or (sub == "remote" and first in ("update", "show", "prune", "set-head"))
+            or (sub == "submodule" and first in ("update", "add", "sync"))
+            or (sub == "archive" and any(v and v.startswith("--remote") for v in values))
+        ):
+            self.network(f"git {sub} talks to a remote repository (can upload code)")
+            return
+        if sub == "submodule" and first == "foreach":
+            self.deny("git submodule foreach runs shell commands")
+            return
+        if sub == "bisect" and first == "run":
+            self.deny("git bisect run runs commands")
+            return
+        if sub in lists.GIT_READ_SUBCOMMANDS and self.git_read_only(sub, values, first):
+            for word in rest:
+                value = word.value
+                if value is not None and value.startswith(("/", "~")):
+                    self.path(word, write=False)
+            return
+        if sub in lists.GIT_WRITE_SUBCOMMANDS:
+            phrase = lists.GIT_WRITE_SUBCOMMANDS[sub]
+            risky = (
+                (sub == "clean" and not {"-n", "--dry-run"} & set(filter(None, values)))
+                or (sub == "reset" and "--hard" in values)
+                or sub == "filter-branch"
+                or (sub in ("checkout", "restore") and "." in values)
+            )
+            self.effect(f"git {sub} {phrase}", "high" if risky else "medium")
+            return
+        if sub == "config":
+            return  # judged in git_read_only (writes asked or denied there)
+        if sub in lists.GIT_READ_SUBCOMMANDS:
+            self.effect(f"git {sub} with these arguments changes the repository")
+            return
+        self.effect(
+            f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)"
+        )
+
+    def git_setting(self, key: str, how: str) -> None:
+        key = key.lower()
+        if not key.startswith(lists.BENIGN_GIT_CONFIG_PREFIXES):
+            self.deny(f"{how} {key} can make git run commands")
+
+    def git_read_only(self, sub: str, values: list[str | None], first: str | None) -> bool:
+        """Whether this form of a possibly-read-only git subcommand only reads."""
+        flags = {v for v in values if v is not None and v.startswith("-")}
+        positionals = [v for v in values if v is None or not v.startswith("-")]
+        if sub == "branch":
+            listing = {
+                "--list",
+                "-l",
+                "-a",
+                "--all",
+                "-r",
+                "--remotes",
+                "--show-current",
+                "--contains",
+                "--merged",
+                "--no-merged",
+                "--points-at",
+            }
+            writing = {
+                "-d",
+                "-D",
+                "-m",
+                "-M",
+                "-c",
+                "-C",
+                "--delete",
+                "--move",
+                "--copy",
+                "-u",
+                "--set-upstream-to",
+                "--unset-upstream",
+                "--edit-description",
+                "-f",
+                "--force",
+            }
+            return not (flags & writing) and (not positionals or bool(flags & listing))
+        if sub == "tag":
+            listing = {"-l", "--list", "--contains", "--points-at", "--merged", "--no-merged"}
+            writing = {
+                "-d",
+                "--delete",
+                "-a",
+                "-s",
+                "-u",
+                "-m",
+                "-F",
+                "-f",
+                "--force",
+                "--annotate",
+                "--sign",
+            }
+            return not (flags & writing) and (not positionals or bool(flags & listing))
+        if sub == "stash":
+            return first in (None, "list", "show")
+        if sub == "remote":
+            return first in (None, "get-url")
+        if sub == "worktree":
+            return first == "list"
+        if sub == "notes":
+            return first in (None, "list", "show")
+        if sub == "reflog":
+            return first in (None, "show")
+        if sub == "symbolic-ref":
+            return len(positionals) <= 1 and not flags & {"-d", "--delete"}
+        if sub == "submodule":
+            return first in (None, "status", "summary")
+        if sub == "bisect":
+            return first in ("log", "view", "visualize")
+        if sub == "format-patch":
+            return "--stdout" in flags
+        if sub == "archive":
+            return not any(v and v.startswith(("-o", "--output")) for v in values)
+        if sub == "fsck":
+            return "--lost-found" not in flags
+        if sub == "config":
+            reading = {
+                "--get",
+                "--get-all",
+                "--get-regexp",
+                "--get-urlmatch",
+                "--list",
+                "-l",
+                "--get-color",
+                "--get-colorbool",
+            }
+            if flags & reading or first in ("get", "list"):
+                return True
+            names = [p for p in positionals if p is not None]
+            if first == "set" and len(names) >= 2:
+                names = names[1:]
+            elif len(names) <= 1 and not flags & {
+                "--unset",
+                "--unset-all",
+                "--add",
+                "--replace-all",
+                "--edit",
+                "-e",
+                "--rename-section",
+                "--remove-section",
+            }:
+                return True  # `git config user.name` reads one key
+            key = names[0] if names else ""
+            self.git_setting(key, "git config")
+            self.effect("git config changes the repository configuration")
+            return False
+        return True
+
+    # --- writing commands ------------------------------------------------------------------
+
+    def write_command(self, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
+        if name == "kill":
+            self.kill(args)
+            return
+        deny_options = lists.DENY_OPTIONS.get(name, {})
+        takes_value = spec.value_options | spec.target_options
+        operands: list[Word] = []
+        targets: list[Word] = []
+        flags: set[str] = set()
+        ended = False
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if ended or value is None or not value.startswith("-") or value == "-":
+                operands.append(word)
+                i += 1
+                continue
+            if value == "--":
+                ended = True
+                i += 1
+                continue
+            long_option = value.split("=", 1)[0]
+            if long_option in deny_options or value in deny_options:
+                self.deny(deny_options.get(long_option) or deny_options[value])
+                return
+            for option, operand, consumed in _options_of(value, args, i, takes_value):
+                flags.add(option)
+                if option in deny_options:
+                    self.deny(deny_options[option])
+                    return
+                if operand is not None and option in spec.target_options:
+                    targets.append(operand)
+                if consumed:
+                    i += 1
+            i += 1
+        if name == "dd":
+            self.dd(operands)
+            return
+        if name == "tar":
+            self.tar(args, flags, operands)
+            return
+        if name in ("gzip", "gunzip", "bzip2", "xz") and flags & {
+            "-c",
+            "--stdout",
+            "-l",
+            "--list",
+            "-t",
+            "--test",
+        }:
+            for word in operands:
+                self.path(word, write=False)
+            return
+        if name == "zip" and operands:
+            targets, operands = operands[:1], operands[1:]
+        elif name == "unzip":
+            directory = next(
+                (args[k + 1] for k in range(len(args) - 1) if args[k].value == "-d"), None
+            )
+            listing = flags & {"-l", "-v", "-t", "-p", "-Z"}
+            for word in operands[:1]:
+                self.path(word, write=False)
+            if not listing:
+                self.path(directory or _literal("."), write=True, what="unpacks into")
+                self.effect("unzip unpacks files")
+            return
+        reads: list[Word] = []
+        if spec.writes == "last":
+            if targets:
+                reads = operands
+            elif operands:
+                reads, targets = operands[:-1], operands[-1:]
+        elif spec.writes in ("mode_then_paths", "owner_then_paths"):
+            if not any(f.startswith("--reference") for f in flags) and operands:
+                mode = operands.pop(0)
+                if name == "chmod" and mode.value is not None and _setuid_mode(mode.value):
+                    self.deny("chmod sets the setuid/setgid bit (privilege escalation)")
+                    return
+            targets = operands
+        else:
+            targets = targets + operands
+        if name == "rm":
+            self.rm_guard(targets, flags)
+        if name == "mktemp" and not targets:
+            self.effect("mktemp creates a temporary file", "low")
+            return
+        for word in reads:
+            self.path(word, write=False)
+        for word in targets:
+            self.path(word, write=True, what=f"{name} {spec.what.split()[0]}")
+        self.effect(f"{name} {spec.what}", spec.risk)
+
+    def rm_guard(self, targets: list[Word], flags: set[str]) -> None:
+        recursive = bool(flags & {"-r", "-R", "--recursive"})
+        if "--no-preserve-root" in flags:
+            self.deny("rm --no-preserve-root deletes the whole file system")
+            return
+        for word in targets:
+            value = word.path_value
+            if value is None or not recursive:
+                continue
+            path = self.absolute(self.expand(value))
+            protected = {"/", self.home, *self.bases, *(r.path for r in self.sandbox.roots)}
+            if os.path.normpath(path) in protected or value in ("*", "./*", "."):
+                self.deny(f"rm -r {value} deletes a whole root or home directory")
+
+    def kill(self, args: list[Word]) -> None:
+        values = [a.value for a in args]
+        # pid 0 is the whole process group and -1 every process we may signal; a leading
+        # `-1` alone is a signal number (SIGHUP), so only later ones count.
+        if "0" in values or "-1" in values[1:]:
+            self.deny("kill of every process (pid -1 or 0)")
+            return
+        self.effect("kill sends signals to processes", "high")
+
+    def dd(self, operands: list[Word]) -> None:
+        for word in operands:
+            value = word.value
+            if value is None:
+                self.ask("dd with an operand only known at run time", immune=True)
+                continue
+            key, _, target = value.partition("=")
+            if key == "if" and target:
+                self.path(_literal(target), write=False)
+            elif key == "of" and target:
+                self.path(_literal(target), write=True, what="dd writes")
+        self.effect("dd copies raw data", "high")
+
+    def tar(self, args: list[Word], flags: set[str], operands: list[Word]) -> None:
+        mode = ""
+        first = args[0].value if args else None
+        bundle = first if first and not first.startswith("-") else ""
+        letters = bundle + "".join(f[1:] for f in flags if not f.startswith("--"))
+        for letter in "tcxru":
+            if letter in letters:
+                mode = letter
+                break
+        if "--list" in flags:
+            mode = "t"
+        elif "--extract" in flags or "--get" in flags:
+            mode = "x"
+        elif "--create" in flags:
+            mode = "c"
+        archive = _option_value(args, ("-f", "--file"))
+        if archive is None and "f" in bundle and len(operands) > 1:
+            archive = operands[1]
+        directory = _option_value(args, ("-C", "--directory"))
+        if mode == "t":
+            if archive is not None:
+                self.path(archive, write=False)
+            return
+        if mode == "x":
+            if archive is not None:
+                self.path(archive, write=False)
+            self.path(directory or _literal("."), write=True, what="unpacks into")
+            self.effect("tar unpacks files")
+            return
+        if archive is not None:
+            self.path(archive, write=True, what="tar writes")
+        self.effect("tar writes an archive")
+
+    # --- paths -------------------------------------------------------------------------------
+
+    def expand(self, value: str) -> str:
+        if value == "~" or value.startswith("~/"):
+            return self.home + value[1:]
+        if value.startswith("~"):
+            user, _, rest = value[1:].partition("/")
+            expanded = os.path.expanduser("~" + user)
+            if expanded.startswith("~"):
+                expanded = "/home/" + user  # unknown user: still a home directory
+            return expanded + ("/" + rest if rest else "")
+        return value
+
+    def absolute(self, value: str, base: str | None = None) -> str:
+        return value if value.startswith("/") else os.path.join(base or self.bases[0], value)
+
+    def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
+        """Judge one path operand; the canonical path when it is allowed, else None."""
+        value = word.path_value
+        if value is None and word.text.startswith(("<(", ">(")):
+            return None  # a process substitution: a pipe, its command is judged on its own
+        if value is None:
+            if write:
+                self.effect(f"{what} a path only known at run time", "high", immune=True)
+            else:
+                self.ask(f"reads a path only known at run time ({word.text})", immune=True)
+            return None
+        if value in ("-", "") or value in lists.SAFE_DEVICES:
+            return None
+        expanded = self.expand(value)
+        if word.glob and not write:
+            self.glob_credentials(expanded)
+        result: str | None = None
+        bases = self.bases if not expanded.startswith("/") else self.bases[:1]
+        for base in bases:
+            absolute = self.absolute(expanded, base)
+            if not self.credential_check(absolute, write):
+                return None
+            decision = self.sandbox.check(absolute, write=write)
+            resolved = decision.resolved or absolute
+            if resolved != absolute and not self.credential_check(resolved, write):
+                return None
+            if not decision.allowed:
+                if write:
+                    self.deny(f"{what} {value}: {decision.reason}")
+                elif decision.root is not None:
+                    self.deny(f"reads {value}: {decision.reason}")
+                else:
+                    self.ask(f"reads {value}: {decision.reason}", "high", immune=True)
+                    self.reads[resolved] = None
+                return None
+            if not write and self.denied(resolved, absolute):
+                self.deny(f"reads {value}, which policy denies reading")
+                return None
+            if decision.root is not None and not self.sandbox.inside_cwd(resolved):
+                if _matches_basename(resolved, lists.CREDENTIAL_BASENAMES):
+                    self.deny(f"touches {value}, a secrets file outside the workspace")
+                    return None
+            if write:
+                self.writes[resolved] = None
+            else:
+                self.reads[resolved] = None
+            if word.glob and not write:
+                self.expand_glob(absolute, value)
+            result = resolved
+        return result
+
+    def credential_check(self, absolute: str, write: bool) -> bool:
+        pattern = is_protected_write(absolute, self._credentials)
+        if pattern is not None:
+            self.deny(f"{'writes' if write else 'reads'} credentials ({absolute})")
+            return False
+        if not self.sandbox.roots or self.sandbox.root_for(absolute) is None:
+            if _matches_basename(absolute, lists.CREDENTIAL_BASENAMES):
+                self.deny(f"reads a secrets file outside the workspace ({absolute})")
+                return False
+        return True
+
+    def denied(self, resolved: str, absolute: str) -> bool:
+        if not self.denied_read_globs:
+            return False
+        return (
+            is_protected_write(resolved, self.denied_read_globs) is not None
+            or is_protected_write(absolute, self.denied_read_globs) is not None
+        )
+
+    def glob_credentials(self, expanded: str) -> None:
+        """A glob that could name a credential file (``~/.ssh/*``, ``/etc/sh*``) is DENY."""
+        absolute = self.absolute(expanded)
+        for pattern in (*self._credentials, *self.denied_read_globs):
+            flat = pattern.replace("**", "*")
+            if fnmatch.fnmatchcase(absolute, flat) or fnmatch.fnmatchcase(flat, absolute):
+                self.deny(f"the glob {expanded} can match credentials ({pattern})")
+                return
+
+    def expand_glob(self, absolute: str, value: str) -> None:
+        """Check what a glob inside the roots really names (a planted symlink, a secret)."""
+        matches = list(itertools.islice(globmod.iglob(absolute), _MAX_GLOB_MATCHES + 1))
+        if len(matches) > _MAX_GLOB_MATCHES:
+            self.ask(f"the glob {value} matches too many files to check", immune=True)
+            return
+        for match in matches:
+            decision = self.sandbox.check(match)
+            if not self.credential_check(decision.resolved or match, False):
+                return
+            if not decision.allowed:
+                self.ask(
+                    f"the glob {value} reaches {match}: {decision.reason}", "high", immune=True
+                )
+                return
+            if self.denied(decision.resolved, match):
+                self.deny(f"the glob {value} matches {match}, which policy denies reading")
+                return
+
+    def scan_credentials(self, args: Sequence[Word]) -> None:
+        """For commands whose arguments are not understood: refuse credential paths."""
+        for word in args:
+            value = word.path_value
+            if value is None:
+                continue
+            for candidate in (value, value.partition("=")[2]):
+                if candidate and ("/" in candidate or candidate.startswith("~")):
+                    absolute = self.absolute(self.expand(candidate))
+                    if not self.credential_check(absolute, False):
+                        return
+                    if self.denied(absolute, absolute):
+                        self.deny(f"passes {candidate}, which policy denies reading")
+                        return
+                elif candidate and _matches_basename(candidate, (".env", ".env.*")):
+                    absolute = self.absolute(candidate)
+                    if self.denied(absolute, absolute):
+                        self.deny(f"passes {candidate}, which policy denies reading")
+                        return
+
+
+_EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
+
+
+def _literal(value: str) -> Word:
+    return Word(value, value, False, False, any(c in "*?[" for c in value))
+
+
+def _split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
+    """``--opt=v`` → (``--opt``, ``v``); ``-n5`` → (``-n``, ``5``) when -n takes a value."""
+    if value.startswith("--"):
+        option, eq, attached = value.partition("=")
+        return option, attached if eq else None
+    option = value[:2]
+    if option in takes_value and len(value) > 2:
+        return option, value[2:]
+    return option, None
+
+
+def _options_of(
+    value: str, args: Sequence[Word], index: int, takes_value: frozenset[str]
+) -> list[tuple[str, Word | None, bool]]:
+    """Options in one argument: (option, its value word, whether the next arg was used)."""
+    nxt = args[index + 1] if index + 1 < len(args) else None
+    if value.startswith("--"):
+        option, eq, attached = value.partition("=")
+        if eq:
+            return [(option, _literal(attached), False)]
+        if option in takes_value:
+            return [(option, nxt, nxt is not None)]
+        return [(option, None, False)]
+    out: list[tuple[str, Word | None, bool]] = []
+    for k in range(1, len(value)):
+        option = "-" + value[k]
+        if option in takes_value:
+            rest = value[k + 1 :]
+            if rest:
+                out.append((option, _literal(rest), False))
+            else:
+                out.append((option, nxt, nxt is not None))
+            return out
+        out.append((option, None, False))
+    return out
+
+
+def _option_value(args: Sequence[Word], names: tuple[str, ...]) -> Word | None:
+    for k, word in enumerate(args):
+        value = word.value
+        if value is None:
+            continue
+        for name in names:
+            if value == name and k + 1 < len(args):
+                return args[k + 1]
+            if name.startswith("--") and value.startswith(name + "="):
+                return _literal(value[len(name) + 1 :])
+    return None
+
+
+def _until(words: list[Word], stops: tuple[str, ...]) -> list[Word]:
+    for k, word in enumerate(words):
+        if word.value in stops:
+            return words[:k]
+    return words
+
+
+def _matches_basename(path: str, patterns: Sequence[str]) -> bool:
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(base, p) for p in patterns)
+
+
+def _setuid_mode(mode: str) -> bool:
+    if mode.isdigit():
+        # Four octal digits: the first carries setuid (4) and setgid (2).
+        return len(mode) >= 4 and mode[-4] in "234567"
+    return "s" in mode.split("=")[-1] or any("s" in part for part in mode.split(","))
+
+
+# --- sed -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SedEffects:
+    execute: bool
+    writes: tuple[str, ...]
+    reads: tuple[str, ...]
+    unknown: bool
+
+
+_SED_SIMPLE = frozenset("=dDgGhHlnNpPqQxzF")
+
+
+def _sed_effects(script: str) -> _SedEffects:
+    """Scan a sed script for the commands that execute (e), write (w W) or read (r R)."""
+    writes: list[str] = []
+    reads: list[str] = []
+    execute = False
+    i, n = 0, len(script)
+
+    def skip_delimited(pos: int, delim: str) -> int:
+        while pos < n and script[pos] != delim:
+            if script[pos] == "\\":
+                pos += 1
+            elif script[pos] == "\n" and delim != "\n":
+                return n + 1  # unterminated: unknown
+            pos += 1
+        return pos + 1
+
+    def to_eol(pos: int) -> tuple[str, int]:
+        end = script.find("\n", pos)
+        end = n if end < 0 else end
+        return script[pos:end].strip(), end
+
+    while i < n:
+        ch = script[i]
+        if ch in " \t\n;":
+            i += 1
+            continue
+        # Addresses: numbers, $, /re/, \cREc, first~step, addr,+N
+        for _ in range(2):
+            while i < n and script[i] in " \t":
+                i += 1
+            if i < n and (script[i].isdigit() or script[i] in "$"):
+                while i < n and (script[i].isdigit() or script[i] in "$~"):
+                    i += 1
+            elif i < n and script[i] == "/":
+                i = skip_delimited(i + 1, "/")
+                while i < n and script[i] in "IM":
+                    i += 1
+            elif i + 1 < n and script[i] == "\\":
+                i = skip_delimited(i + 2, script[i + 1])
+                while i < n and script[i] in "IM":
+                    i += 1
+            if i < n and script[i] == ",":
+                i += 1
+                if i < n and script[i] in "+~":
+                    i += 1
+                continue
+            break
+        while i < n and script[i] in " \t!":
+            i += 1
+        if i >= n:
+            break
+        if i > n:
+            return _SedEffects(execute, tuple(writes), tuple(reads), True)
+        cmd = script[i]
+        i += 1
+        if cmd in "{}":
+            continue
+        if cmd in _SED_SIMPLE:
+            while i < n and (script[i].isdigit() or script[i] in " \t"):
+                i += 1
+            continue
+        if cmd in ":btTv":
+            while i < n and script[i] not in ";\n}":
+                i += 1
+            continue
+        if cmd in "aic":
+            _, i = to_eol(i)
+            # GNU one-liner `a text`; classic `a\` continues over escaped newlines.
+            while i < n and script[i - 1 : i] == "\\":
+                _, i = to_eol(i + 1)
+            continue
+        if cmd in "rRwW":
+            name, i = to_eol(i)
+            (reads if cmd in "rR" else writes).append(name)
+            continue
+        if cmd == "e":
+            execute = True
+            _, i = to_eol(i)
+            continue
+        if cmd in "sy":
+            if i >= n:
+                return _SedEffects(execute, tuple(writes), tuple(reads), True)
+            delim = script[i]
+            if delim in "\n\\":
+                return _SedEffects(execute, tuple(writes), tuple(reads), True)
+            i = skip_delimited(i + 1, delim)
+            i = skip_delimited(i, delim)
+            if i > n:
+                return _SedEffects(execute, tuple(writes), tuple(reads), True)
+            if cmd == "y":
+                continue
+            while i < n and script[i] not in ";\n}":
+                flag = script[i]
+                if flag == "e":
+                    execute = True
+                elif flag == "w":
+                    name, i = to_eol(i + 1)
+                    writes.append(name)
+                    break
+                elif not (flag.isdigit() or flag in "gpiImM \t"):
+                    return _SedEffects(execute, tuple(writes), tuple(reads), True)
+                i += 1
+            continue
+        return _SedEffects(execute, tuple(writes), tuple(reads), True)
+    return _SedEffects(
+        execute,
+        tuple(w for w in writes if w not in ("/dev/stdout", "/dev/stderr")),
+        tuple(reads),
+        False,
+    )
+
+
+_AWK_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_AWK_REGEX = re.compile(r"(^|[(,~!&|{};\n]|\bif\b)\s*/(?:[^/\\\n]|\\.)*/")
+
+
+def _strip_awk_literals(program: str) -> str:
+    """Blank out string and regex literals, so `/a|b/` and `"x > y"` are not operators."""
+    program = _AWK_STRING.sub('""', program)
+    return _AWK_REGEX.sub(lambda m: m.group(1) + " //", program)
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def analyze(
+    command: str,
+    *,
+    sandbox: PathSandbox | None = None,
+    network_enabled: bool = False,
+    denied_read_globs: Sequence[str] = (),
+) -> BashAnalysis:
+    """Judge one bash command line (EXE-6 … EXE-8). Never raises on any input text."""
+    if not command.strip():
+        return _refused("empty command (EXE-6)")
+    if len(command) > MAX_COMMAND_CHARS:
+        return _refused(f"command longer than {MAX_COMMAND_CHARS} characters")
+    if "\0" in command:
+        return _refused("command contains a NUL byte")
+    parsed = parse(command)
+    if parsed.error is not None:
+        return _refused(f"cannot be parsed: {parsed.error}")
+    if not parsed.commands and not parsed.assignments and not parsed.redirects:
+        return _refused("empty command (EXE-6): nothing but comments or blanks")
+    judge = _Judge(sandbox or _default_sandbox(), network_enabled, denied_read_globs, parsed)
+    judge.run()
+    return _result(judge)
+
+
+def _refused(reason: str) -> BashAnalysis:
+    finding = Finding("deny", reason, "high", False, "")
+    return BashAnalysis(
+        verdict="deny",
+        reasons=(reason,),
+        commands=(),
+        paths_read=(),
+        paths_written=(),
+        needs_network=False,
+        read_only=False,
+        risk="high",
+        explanation=explain("deny", (finding,), (), False),
+        bypass_immune=False,
+    )
+
+
+def _result(judge: _Judge) -> BashAnalysis:
+    findings = judge.findings
+    verdict: Verdict = "allow"
+    if any(f.verdict == "deny" for f in findings):
+        verdict = "deny"
+    elif findings:
+        verdict = "ask"
+    ordered = sorted(findings, key=lambda f: (f.verdict != "deny", _RISK_ORDER[f.risk] * -1))
+    reasons = tuple(dict.fromkeys(f.labelled() for f in ordered))
+    texts = tuple(c.text for c in judge.commands)
+    return BashAnalysis(
+        verdict=verdict,
+        reasons=reasons,
+        commands=tuple(judge.commands),
+        paths_read=tuple(judge.reads),
+        paths_written=tuple(judge.writes),
+        needs_network=judge.needs_network,
+        read_only=verdict != "deny" and not judge.side_effects and not judge.writes,
+        risk=risk_of(verdict, findings),
+        explanation=explain(verdict, tuple(ordered), texts, judge.needs_network),
+        bypass_immune=verdict == "ask" and any(f.immune for f in findings if f.verdict == "ask"),
+    )
+
+
+_RISK_ORDER = {"low": 0, "medium": 1, "high": 2}

@@ -1,0 +1,643 @@
+"""Bash source → simple commands, on tree-sitter-bash (SPEC EXE-8).
+
+The parser walks the whole syntax tree once and returns every simple command wherever it
+sits (pipelines, lists, subshells, groups, functions, loop bodies, command and process
+substitutions, here-doc bodies, ``${x:-$(cmd)}`` defaults, arithmetic, array subscripts),
+every redirection, every variable assignment, and the facts the judgement needs about the
+words: their static value after quote removal, whether quoting or escapes were used,
+whether they contain expansions. It judges nothing itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser
+
+__all__ = [
+    "Assignment",
+    "ParsedScript",
+    "RawCommand",
+    "Redirect",
+    "Word",
+    "parse",
+]
+
+# One parser for the process: building one costs far more than a parse, and a parse of a
+# typical command is ~10 µs. tree-sitter parsers are not thread-safe; the executor calls
+# analyze() from the event loop thread only.
+_PARSER = Parser(Language(tree_sitter_bash.language()))
+
+# Deeper nesting than this is refused rather than walked: it bounds the recursion, and no
+# honest command nests 64 levels of substitutions or groups.
+_MAX_DEPTH = 64
+
+_GLOB_CHARS = frozenset("*?[")
+
+# Escapes that keep a backslash meaningful inside double quotes (bash manual, QUOTING).
+_DQ_ESCAPABLE = frozenset('$`"\\\n')
+
+_ANSI_SIMPLE = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One shell word as written and, where it is static, as bash will see it."""
+
+    text: str
+    """The source text of the word."""
+    value: str | None
+    """The word after quote removal, or None when it contains an expansion."""
+    quoted: bool
+    """Quotes, ``$'..'`` or backslash escapes were used somewhere in the word."""
+    expanded: bool
+    """It contains a parameter, arithmetic, command or process expansion."""
+    glob: bool
+    """An unquoted glob character (``*``, ``?``, ``[``) or brace expansion is present."""
+    home_path: str | None = None
+    """For a word whose only expansion is ``$HOME``/``${HOME}``: the value with ``~``."""
+
+    @property
+    def path_value(self) -> str | None:
+        """The value to judge as a path: the static value, or the ``$HOME`` form."""
+        return self.value if self.value is not None else self.home_path
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A redirection: ``>``, ``>>``, ``<``, ``&>``, ``2>&1``, here-doc, here-string."""
+
+    op: str
+    """The operator (``>``, ``>>``, ``<``, ``<>``, ``&>``, ``>&``, ``<<``, ``<<<`` ...)."""
+    fd: str | None
+    """The explicit file descriptor (``2`` in ``2>x``), if any."""
+    target: Word | None
+    """The destination word; None for here-docs and here-strings."""
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """``NAME=value``: a prefix of a command, a statement of its own, or in ``export``."""
+
+    name: str
+    """The variable name (without any subscript)."""
+    value: Word | None
+    """The assigned word (None for ``NAME=`` or an array)."""
+    raw: str
+    """The source text of the whole assignment."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawCommand:
+    """A simple command as parsed: its name word, arguments, own prefix and redirects."""
+
+    name: Word
+    """The command-name word (for ``export`` & co. the keyword itself)."""
+    args: tuple[Word, ...]
+    """The argument words after the name."""
+    assignments: tuple[Assignment, ...]
+    """``VAR=x`` prefixes of this command."""
+    redirects: tuple[Redirect, ...]
+    """Redirections written on this command (also listed in ``ParsedScript.redirects``)."""
+    in_function: str | None
+    """The innermost enclosing function's name, if the command sits in a function body."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedScript:
+    """Everything the judgement needs from one command line."""
+
+    commands: tuple[RawCommand, ...]
+    """Every simple command, in source order (an outer command before its substitutions)."""
+    redirects: tuple[Redirect, ...]
+    """Every redirection anywhere, including those on groups, loops and subshells."""
+    assignments: tuple[Assignment, ...]
+    """Every assignment anywhere (statements, prefixes, ``export``/``declare`` arguments)."""
+    functions: tuple[str, ...]
+    """Names of the functions the script defines."""
+    recursive_functions: tuple[str, ...]
+    """Functions whose body calls the function itself (the fork-bomb shape)."""
+    evaluated_texts: tuple[str, ...]
+    """Static strings bash will evaluate as code later: ``$(``/backticks inside arithmetic,
+    ``[[ ]]`` operands and assignment values (``x='a[$(id)]'; echo $((x))`` runs ``id``)."""
+    error: str | None
+    """Why the text could not be parsed, or None."""
+
+
+def _decode_ansi_c(body: str) -> str:
+    """Decode the inside of ``$'...'`` as bash does."""
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        ch = body[i]
+        if ch != "\\" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        if nxt in _ANSI_SIMPLE:
+            out.append(_ANSI_SIMPLE[nxt])
+            i += 2
+        elif nxt in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[nxt]
+            j = i + 2
+            while j < n and j < i + 2 + width and body[j] in "0123456789abcdefABCDEF":
+                j += 1
+            digits = body[i + 2 : j]
+            if digits:
+                code = int(digits, 16)
+                out.append(chr(code) if code < 0x110000 else "\ufffd")
+            else:
+                out.append("\\" + nxt)
+            i = j
+        elif nxt in "01234567":
+            j = i + 1
+            while j < n and j < i + 4 and body[j] in "01234567":
+                j += 1
+            out.append(chr(int(body[i + 1 : j], 8) & 0xFF))
+            i = j
+        elif nxt == "c" and i + 2 < n:
+            out.append(chr(ord(body[i + 2]) & 0x1F))
+            i += 3
+        else:
+            out.append("\\" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def _unescape_bare(text: str) -> tuple[str, bool, bool]:
+    """Quote removal for an unquoted word: (value, had a backslash, has an unquoted glob)."""
+    if "\\" not in text:
+        return text, False, any(c in _GLOB_CHARS for c in text)
+    out: list[str] = []
+    glob = False
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            if i + 1 < n:
+                if text[i + 1] != "\n":  # backslash-newline is a line continuation
+                    out.append(text[i + 1])
+                i += 2
+            else:
+                i += 1
+            continue
+        if ch in _GLOB_CHARS:
+            glob = True
+        out.append(ch)
+        i += 1
+    return "".join(out), True, glob
+
+
+def _unescape_double(text: str) -> str:
+    """Quote removal for the content of a double-quoted string."""
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n and text[i + 1] in _DQ_ESCAPABLE:
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+class _WordBuilder:
+    """Accumulates the parts of one word."""
+
+    __slots__ = ("parts", "static", "quoted", "expanded", "glob", "home_parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.home_parts: list[str] | None = []
+        self.static = True
+        self.quoted = False
+        self.expanded = False
+        self.glob = False
+
+    def literal(self, text: str) -> None:
+        self.parts.append(text)
+        if self.home_parts is not None:
+            self.home_parts.append(text)
+
+    def dynamic(self, home: bool = False) -> None:
+        self.static = False
+        self.expanded = True
+        if self.home_parts is not None:
+            if home:
+                # `$HOME` can only stand at the start to mean the home directory.
+                if self.parts or self.home_parts:
+                    self.home_parts = None
+                else:
+                    self.home_parts.append("~")
+            else:
+                self.home_parts = None
+
+    def add(self, node: Node) -> None:
+        kind = node.type
+        if kind == "word":
+            value, escaped, glob = _unescape_bare(_text(node))
+            self.literal(value)
+            self.quoted = self.quoted or escaped
+            self.glob = self.glob or glob
+        elif kind == "raw_string":
+            self.literal(_text(node)[1:-1])
+            self.quoted = True
+        elif kind in ("string", "translated_string"):
+            self.quoted = True
+            for child in node.children:
+                ctype = child.type
+                if ctype == "string_content":
+                    self.literal(_unescape_double(_text(child)))
+                elif ctype == '"':
+                    continue
+                elif ctype == "$" and not child.is_named:
+                    # A lone `$` (e.g. `"cost $"` or the `$` of `$"..."`) is literal.
+                    if kind == "string":
+                        self.literal("$")
+                else:
+                    self.dynamic(home=_is_home(child))
+        elif kind == "ansi_c_string":
+            self.literal(_decode_ansi_c(_text(node)[2:-1]))
+            self.quoted = True
+        elif kind == "number":
+            self.literal(_text(node))
+        elif kind == "concatenation":
+            for child in node.children:
+                self.add(child)
+        elif kind == "brace_expression":
+            self.literal(_text(node))
+            self.glob = True
+        elif kind in ("simple_expansion", "expansion"):
+            self.dynamic(home=_is_home(node))
+        elif kind == "$" and not node.is_named:
+            self.literal("$")
+        else:
+            # Command/process substitution, arithmetic expansion, arrays, anything else:
+            # the value is only known when the command runs.
+            self.dynamic()
+
+    def build(self, text: str) -> Word:
+        value = "".join(self.parts) if self.static else None
+        if value is not None and ("{" in value and ("," in value or ".." in value)):
+            # Unquoted braces with a comma or a range are brace expansion: `{rm,-rf,x}`.
+            self.glob = self.glob or "{" in text and not self.quoted
+        home = None
+        if not self.static and self.home_parts:
+            home = "".join(self.home_parts)
+        return Word(text, value, self.quoted, self.expanded, self.glob, home)
+
+
+def _is_home(node: Node) -> bool:
+    """Whether ``node`` is exactly ``$HOME`` or ``${HOME}``."""
+    if node.type not in ("simple_expansion", "expansion"):
+        return False
+    named = node.named_children
+    return len(named) == 1 and named[0].type == "variable_name" and _text(named[0]) == "HOME"
+
+
+def _text(node: Node) -> str:
+    raw = node.text
+    return raw.decode("utf-8", "surrogateescape") if raw is not None else ""
+
+
+def _word(node: Node) -> Word:
+    builder = _WordBuilder()
+    builder.add(node)
+    return builder.build(_text(node))
+
+
+# Nodes that hold words bash evaluates as arithmetic or test expressions: static strings
+# in them that contain command substitution syntax are code waiting to run.
+_EVAL_CONTEXTS = frozenset(
+    {
+        "test_command",
+        "arithmetic_expansion",
+        "c_style_for_statement",
+    }
+)
+
+_REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+
+_DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
+
+# Nodes the command walker records itself: only their insides need scanning.
+_RECORDED = _REDIRECT_NODES | {"command_name", "variable_assignment"}
+
+# Nodes that cannot contain a command.
+_LEAVES = frozenset(
+    {"word", "raw_string", "string_content", "variable_name", "number", "ansi_c_string"}
+)
+
+
+class _Walker:
+    """One walk over one tree (the per-call mutable state lives here)."""
+
+    __slots__ = (
+        "commands",
+        "redirects",
+        "assignments",
+        "functions",
+        "recursive",
+        "evaluated",
+        "error",
+        "fn_stack",
+    )
+
+    def __init__(self) -> None:
+        self.commands: list[RawCommand] = []
+        self.redirects: list[Redirect] = []
+        self.assignments: list[Assignment] = []
+        self.functions: list[str] = []
+        self.recursive: list[str] = []
+        self.evaluated: list[str] = []
+        self.error: str | None = None
+        self.fn_stack: list[str] = []
+
+    def walk(self, node: Node, depth: int, in_eval: bool) -> None:
+        if depth > _MAX_DEPTH:
+            if self.error is None:
+                self.error = f"nesting deeper than {_MAX_DEPTH} levels"
+            return
+        kind = node.type
+        if kind == "command":
+            self._command(node, depth, ())
+            return
+        if kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            gap = _uncovered(node)
+            if gap is not None:
+                # tree-sitter-bash silently drops a lone `-` before a here-doc
+                # (`python3 - <<EOF`): text that no node covers is refused, never ignored.
+                if self.error is None:
+                    self.error = f"text the parser did not understand: {gap!r}"
+                return
+            if body is not None and body.type == "command":
+                # The statement's redirects belong to the command (`python - <<EOF`).
+                extra = tuple(c for c in node.children if c.type in _REDIRECT_NODES)
+                self._command(body, depth + 1, extra)
+                for child in node.children:
+                    if child.is_named and child is not body and child != body:
+                        self.walk(child, depth + 1, in_eval)
+                return
+        if kind in _DECLARATION_NODES:
+            self._declaration(node, depth)
+            return
+        if kind == "variable_assignment":
+            self._assignment(node, depth, in_eval)
+            return
+        if kind in _REDIRECT_NODES:
+            self._redirect(node, depth)
+            return
+        if kind == "function_definition":
+            self._function(node, depth)
+            return
+        if kind == "comment" or kind == "heredoc_content":
+            return
+        if kind in ("raw_string", "string", "word") and in_eval:
+            word = _word(node)
+            if word.value is not None and ("$(" in word.value or "`" in word.value):
+                self.evaluated.append(word.value)
+        if kind == "compound_statement" and node.child_count and node.children[0].type == "((":
+            in_eval = True
+        elif kind in _EVAL_CONTEXTS:
+            in_eval = True
+        for child in node.children:
+            if child.is_named:
+                self.walk(child, depth + 1, in_eval)
+
+    def _walk_children(self, node: Node, depth: int) -> None:
+        for child in node.children:
+            if child.is_named:
+                self.walk(child, depth + 1, False)
+
+    def _command(self, node: Node, depth: int, extra: tuple[Node, ...]) -> None:
+        name: Word | None = None
+        args: list[Word] = []
+        prefix: list[Assignment] = []
+        redirects: list[Redirect] = []
+        nested: list[Node] = []
+        for child in node.children:
+            kind = child.type
+            if kind == "command_name":
+                inner = child.named_children
+                name = _word(inner[0]) if inner else _word(child)
+                nested.append(child)
+            elif kind == "variable_assignment":
+                prefix.append(self._make_assignment(child))
+                nested.append(child)
+            elif kind in _REDIRECT_NODES:
+                redirects.extend(self._make_redirects(child))
+                nested.append(child)
+            elif kind == "comment":
+                continue
+            elif child.is_named:
+                args.append(_word(child))
+                nested.append(child)
+            elif kind == "$":
+                # tree-sitter splits `$"..."` into `$` and a string; bash drops the `$`.
+                continue
+        self.assignments.extend(prefix)
+        self.redirects.extend(redirects)
+        for outer in extra:
+            # Recorded script-wide when the statement's redirect nodes are walked.
+            redirects.extend(self._make_redirects(outer))
+        if name is not None:
+            fn = self.fn_stack[-1] if self.fn_stack else None
+            if name.value is not None and name.value in self.fn_stack:
+                self.recursive.append(name.value)
+            self.commands.append(RawCommand(name, tuple(args), tuple(prefix), tuple(redirects), fn))
+        for child in nested:
+            # Look inside for substitutions; name, assignment and redirect nodes were
+            # recorded above, so only their insides are scanned; arguments are scanned whole.
+            if child.type in _RECORDED:
+                self._scan(child, depth + 1)
+            else:
+                self._scan_node(child, depth + 1)
+
+    def _scan(self, node: Node, depth: int) -> None:
+        """Look inside an already-recorded node for nested commands and redirects."""
+        for child in node.children:
+            if child.is_named:
+                self._scan_node(child, depth + 1)
+
+    def _scan_node(self, node: Node, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            if self.error is None:
+                self.error = f"nesting deeper than {_MAX_DEPTH} levels"
+            return
+        kind = node.type
+        if kind in ("command_substitution", "process_substitution"):
+            self.walk(node, depth, False)
+        elif kind in _REDIRECT_NODES:
+            # A here-doc's own redirects (`<<EOF > f`) are nested inside it.
+            self.redirects.extend(self._make_redirects(node))
+            self._scan(node, depth)
+        elif kind in _EVAL_CONTEXTS or kind == "subscript":
+            self.walk(node, depth, True)
+        elif kind in _LEAVES:
+            return
+        else:
+            self._scan(node, depth)
+
+    def _declaration(self, node: Node, depth: int) -> None:
+        children = node.children
+        keyword = children[0] if children else node
+        name = Word(_text(keyword), _text(keyword), False, False, False)
+        args: list[Word] = []
+        for child in children[1:]:
+            if not child.is_named:
+                continue
+            if child.type == "variable_assignment":
+                assignment = self._make_assignment(child)
+                self.assignments.append(assignment)
+                if assignment.value is not None and assignment.value.value is not None:
+                    text = assignment.value.value
+                    if "$(" in text or "`" in text:
+                        self.evaluated.append(text)
+            is_assignment = child.type == "variable_assignment"
+            args.append(_assign_word(child) if is_assignment else _word(child))
+        fn = self.fn_stack[-1] if self.fn_stack else None
+        self.commands.append(RawCommand(name, tuple(args), (), (), fn))
+        self._scan(node, depth + 1)
+
+    def _assignment(self, node: Node, depth: int, in_eval: bool) -> None:
+        assignment = self._make_assignment(node)
+        self.assignments.append(assignment)
+        if assignment.value is not None and assignment.value.value is not None:
+            text = assignment.value.value
+            if "$(" in text or "`" in text:
+                self.evaluated.append(text)
+        self._scan(node, depth + 1)
+
+    def _make_assignment(self, node: Node) -> Assignment:
+        name_node = node.child_by_field_name("name")
+        value_node = node.child_by_field_name("value")
+        name = _text(name_node) if name_node is not None else ""
+        if name_node is not None and name_node.type == "subscript":
+            base = name_node.child_by_field_name("name")
+            name = _text(base) if base is not None else name
+        value = _word(value_node) if value_node is not None else None
+        return Assignment(name, value, _text(node))
+
+    def _make_redirects(self, node: Node) -> list[Redirect]:
+        kind = node.type
+        if kind == "heredoc_redirect":
+            return [Redirect("<<", None, None)]
+        if kind == "herestring_redirect":
+            return [Redirect("<<<", None, None)]
+        op = ""
+        fd: str | None = None
+        target: Word | None = None
+        for child in node.children:
+            ctype = child.type
+            if ctype == "file_descriptor":
+                fd = _text(child)
+            elif not child.is_named:
+                op = op or ctype
+            elif target is None:
+                target = _word(child)
+        return [Redirect(op, fd, target)]
+
+    def _redirect(self, node: Node, depth: int) -> None:
+        self.redirects.extend(self._make_redirects(node))
+        self._scan(node, depth + 1)
+
+    def _function(self, node: Node, depth: int) -> None:
+        name_node = node.child_by_field_name("name")
+        name = _text(name_node) if name_node is not None else ""
+        self.functions.append(name)
+        self.fn_stack.append(name)
+        try:
+            self._walk_children(node, depth)
+        finally:
+            self.fn_stack.pop()
+
+
+def _uncovered(node: Node) -> str | None:
+    """Non-blank source text between the children of ``node`` that no child covers."""
+    raw = node.text
+    if raw is None:
+        return None
+    base = node.start_byte
+    pos = base
+    for child in node.children:
+        if child.start_byte > pos:
+            gap = raw[pos - base : child.start_byte - base].replace(b"\\\n", b"").strip()
+            if gap:
+                return gap.decode("utf-8", "surrogateescape")
+        pos = max(pos, child.end_byte)
+    return None
+
+
+def _assign_word(node: Node) -> Word:
+    """An ``export NAME=value`` argument as one word (its value may be dynamic)."""
+    value_node = node.child_by_field_name("value")
+    if value_node is None:
+        text = _text(node)
+        return Word(text, text, False, False, False)
+    value = _word(value_node)
+    text = _text(node)
+    prefix = text[: len(text) - len(_text(value_node))]
+    return Word(
+        text,
+        prefix + value.value if value.value is not None else None,
+        value.quoted,
+        value.expanded,
+        value.glob,
+    )
+
+
+def _first_error(node: Node) -> str:
+    """Describe the first ERROR or MISSING node under ``node``."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.is_missing:
+            row, col = current.start_point
+            return f"missing {current.type!r} at line {row + 1}, column {col + 1}"
+        if current.type == "ERROR":
+            row, col = current.start_point
+            snippet = _text(current)[:40]
+            return f"syntax error at line {row + 1}, column {col + 1} near {snippet!r}"
+        stack.extend(reversed(current.children))
+    return "syntax error"
+
+
+def parse(source: str) -> ParsedScript:
+    """Parse ``source`` and collect its simple commands, redirects and assignments."""
+    tree = _PARSER.parse(source.encode("utf-8", "surrogateescape"))
+    root = tree.root_node
+    if root.has_error:
+        return ParsedScript((), (), (), (), (), (), _first_error(root))
+    walker = _Walker()
+    walker.walk(root, 0, False)
+    return ParsedScript(
+        tuple(walker.commands),
+        tuple(walker.redirects),
+        tuple(walker.assignments),
+        tuple(walker.functions),
+        tuple(walker.recursive),
+        tuple(walker.evaluated),
+        walker.error,
+    )
