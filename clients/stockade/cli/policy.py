@@ -1,0 +1,203 @@
+"""``stockade policy check|lint|replay``: policy tools that need no server (DEC-14, DEC-15).
+
+``check`` decides one call against a policy file with the same engine the decision
+service runs and, for the executor's tools, the same executor analysis as Inspect.
+It prints the verdict and exits 0 whatever the verdict (2 on usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from stockade.decision.engine import Decision, DecisionRequest, Facts, decide
+from stockade.decision.explain import Explanation, Risk
+from stockade.decision.lint import lint_rules
+from stockade.decision.modes import Mode, parse_mode
+from stockade.decision.policy import compile_policy, load_policy, parse_policy_text, policy_format
+from stockade.decision.rules import Effect, Rule, Source
+from stockade.errors import StockadeError
+
+USAGE_ERROR = 2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``policy check``, ``policy lint`` and ``policy replay``."""
+    policy = subparsers.add_parser("policy", help="check, lint and replay permission policies")
+    sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    check = sub.add_parser("check", help="decide one tool call against a policy file, offline")
+    check.add_argument("--policy", required=True, help="TOML or YAML policy file")
+    check.add_argument("--tool", required=True, help="tool name, e.g. run_bash")
+    check.add_argument("--args", required=True, help='arguments as JSON, e.g. \'{"command":"ls"}\'')
+    check.add_argument("--mode", help="permission mode (default: the policy's mode)")
+    check.add_argument("--subagent", action="store_true", help="the call comes from a subagent")
+    check.add_argument(
+        "--root", action="append", default=[], help="an allowed root directory (repeatable)"
+    )
+    check.add_argument("--cwd", help="working directory (default: the current one)")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(func=run_check)
+
+    lint = sub.add_parser("lint", help="report rules that can never take effect")
+    lint.add_argument("file", help="TOML or YAML policy file")
+    lint.add_argument("--json", action="store_true", help="print JSON")
+    lint.set_defaults(func=run_lint)
+
+    replay = sub.add_parser(
+        "replay", help="re-decide the calls recorded by the audit service under a new policy"
+    )
+    replay.add_argument("--policy", required=True, help="the candidate policy file")
+    replay.add_argument("--addr", default="127.0.0.1:50053", help="audit service address")
+    replay.set_defaults(func=run_replay)
+
+
+def _usage(message: str) -> int:
+    print(f"stockade policy: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _rule_json(rule: Rule) -> dict[str, Any]:
+    return {"pattern": rule.pattern, "effect": rule.effect.value, "source": rule.source.value}
+
+
+def decision_json(d: Decision, facts: Facts) -> dict[str, Any]:
+    """The stable JSON shape scripts depend on (plus extra detail fields)."""
+    return {
+        "verdict": d.verdict.value,
+        "reason": d.reason,
+        "rule": None if d.winning_rule.source is Source.DEFAULT else _rule_json(d.winning_rule),
+        "conflicts": [{**_rule_json(c.rule), "note": c.note} for c in d.conflicts],
+        "step": d.step,
+        "mode": d.mode.value,
+        "policy_version": d.policy_version,
+        "risk": d.explanation.risk.value,
+        "explanation": d.explanation.summary,
+        "tool_rules": [
+            {**_rule_json(r), "reason": r.reason, "bypass_immune": r.bypass_immune}
+            for r in facts.tool_rules
+        ],
+        "sub_commands": list(facts.sub_commands or ()),
+    }
+
+
+def executor_facts(
+    tool: str, args: Mapping[str, Any], *, roots: list[str], cwd: str
+) -> Facts | None:
+    """The executor's Inspect findings for its own tools; None for other tools."""
+    from stockade.executor.inspect import EXECUTOR_TOOLS, inspect_call
+    from stockade.executor.paths import PathSandbox, Root
+
+    if tool not in EXECUTOR_TOOLS:
+        return None
+    sandbox = PathSandbox([Root(os.path.realpath(r), True) for r in roots or [cwd]], cwd)
+    ins = inspect_call(tool, args, sandbox=sandbox)
+    rules = tuple(
+        Rule(Effect(r.effect), tool, Source.TOOL, r.reason, bypass_immune=r.bypass_immune)
+        for r in ins.rules
+    )
+    analysis = ins.analysis
+    return Facts(
+        tool_rules=rules,
+        sub_commands=tuple(c.text for c in analysis.commands) if analysis is not None else None,
+        inside_working_dir=ins.inside_working_dir,
+        read_only=ins.read_only,
+        needs_network=bool(analysis and analysis.needs_network),
+        analysis_reasons=tuple(analysis.reasons) if analysis is not None else (),
+        explanation=Explanation(Risk(ins.risk), ins.explanation) if ins.explanation else None,
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Decide one call offline and print the result."""
+    try:
+        call_args = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        return _usage(f"--args is not valid JSON: {exc}")
+    if not isinstance(call_args, dict):
+        return _usage("--args must be a JSON object")
+    cwd = os.path.realpath(args.cwd or os.getcwd())
+    try:
+        mode: Mode | None = parse_mode(args.mode) if args.mode else None
+        policy = load_policy(args.policy, {}, cwd=cwd, mode_override=mode)
+        facts = executor_facts(args.tool, call_args, roots=args.root, cwd=cwd) or Facts()
+    except StockadeError as exc:
+        return _usage(exc.message)
+    d = decide(
+        policy,
+        DecisionRequest(
+            tool_name=args.tool,
+            arguments=call_args,
+            mode=policy.mode,
+            from_subagent=args.subagent,
+            facts=facts,
+        ),
+    )
+    out = decision_json(d, facts)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    print(f"{d.verdict.value.upper()}: {d.reason}")
+    rule = out["rule"]
+    print(f"  rule: {rule['effect']} {rule['pattern']} [{rule['source']}]" if rule else "  rule: -")
+    print(f"  step: {d.step}   mode: {d.mode.value}   policy: {d.policy_version}")
+    print(f"  risk: {d.explanation.risk.value} — {d.explanation.summary}")
+    for c in d.conflicts:
+        print(
+            f"  overrode: {c.rule.effect.value} {c.rule.pattern} [{c.rule.source.value}]: {c.note}"
+        )
+    return 0
+
+
+def run_lint(args: argparse.Namespace) -> int:
+    """Print shadowed rules; exit 1 when there are any, 2 when the file is invalid."""
+    from pathlib import Path
+
+    path = Path(args.file)
+    try:
+        doc = parse_policy_text(path.read_text(encoding="utf-8"), policy_format(path))
+    except OSError as exc:
+        return _usage(f"cannot read {path}: {exc.strerror}")
+    except StockadeError as exc:
+        return _usage(exc.message)
+    findings = lint_rules(doc.rules)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "policy_version": compile_policy(doc).version,
+                    "findings": [
+                        {
+                            "rule": _rule_json(f.rule),
+                            "shadowed_by": _rule_json(f.shadowed_by),
+                            "reason": f.reason,
+                            "fix": f.fix,
+                        }
+                        for f in findings
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        for f in findings:
+            print(f"{f.rule.effect.value} {f.rule.pattern}: {f.reason}\n  fix: {f.fix}")
+        if not findings:
+            print(f"{path}: no shadowed rules")
+    return 1 if findings else 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """Not built yet: it needs the audit service to store decided calls for re-deciding."""
+    print(
+        "stockade policy replay is not built yet: it needs the audit service (at --addr) to "
+        "return the recorded calls with their inspections, which it does not expose yet. "
+        "Nothing was replayed.",
+        file=sys.stderr,
+    )
+    return 1
