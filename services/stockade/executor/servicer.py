@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2, json_format
 
-from stockade.errors import InvalidArgument, NotImplementedYet, UnknownTool
+from stockade.errors import InvalidArgument
+from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.paths import PathSandbox
+from stockade.executor.runner import CallSpec, ExecutorCore, GrantCheck, Interrupt, Layer
 from stockade.executor.settings import ExecutorSettings
+from stockade.executor.tools import file_tools
+from stockade.executor.tools.base import Chunk, Status, Tool, ToolResult
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
 
-READ_LIMIT_BYTES = 2 * 1024 * 1024
+__all__ = ["ExecutorServicer", "call_arguments", "grant_check_from_settings", "inspection_to_proto"]
+
+_STATUS = {
+    Status.OK: x_pb2.EXECUTION_STATUS_OK,
+    Status.ERROR: x_pb2.EXECUTION_STATUS_ERROR,
+    Status.TIMEOUT: x_pb2.EXECUTION_STATUS_TIMEOUT,
+    Status.CANCELLED: x_pb2.EXECUTION_STATUS_CANCELLED,
+    Status.REFUSED: x_pb2.EXECUTION_STATUS_REFUSED,
+}
+_RISK = {
+    "low": c_pb2.RISK_LEVEL_LOW,
+    "medium": c_pb2.RISK_LEVEL_MEDIUM,
+    "high": c_pb2.RISK_LEVEL_HIGH,
+}
+_VERDICT = {"allow": c_pb2.VERDICT_ALLOW, "ask": c_pb2.VERDICT_ASK, "deny": c_pb2.VERDICT_DENY}
 
 
 def call_arguments(call: c_pb2.ToolCall) -> dict[str, Any]:
@@ -33,89 +52,207 @@ def _require_call(call: c_pb2.ToolCall) -> None:
         raise InvalidArgument("call.call_id is required")
 
 
-class ExecutorServicer(x_grpc.ExecutorServiceServicer):
-    """First cut: Inspect and Execute for ``read_file``; the other tools come with the
-    executor issue. Execute does not verify grants yet (see README status)."""
+def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
+    """A grant verifier from ``grant_public_key_file``, or None when no key is configured."""
+    if settings.grant_public_key_file is None:
+        return None
+    # The verifier is the decision service's pure core module: one implementation of the
+    # grant format on both sides.
+    from stockade.decision.grants import GrantVerifier, load_public_key
 
-    def __init__(self, settings: ExecutorSettings, sandbox: PathSandbox) -> None:
+    verifier = GrantVerifier(load_public_key(settings.grant_public_key_file))
+
+    def check(call: CallSpec, payload: bytes, signature: bytes) -> None:
+        verifier.verify(
+            payload,
+            signature,
+            session_id=call.session_id,
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+        )
+
+    return check
+
+
+def inspection_to_proto(inspection: Inspection, call: c_pb2.ToolCall) -> d_pb2.ToolInspection:
+    """The core's Inspection as the ToolInspection message Decide takes."""
+    args = call_arguments(call)
+    content = next(
+        (str(args[k]) for k in ("command", "file_path", "path", "pattern") if k in args), ""
+    )
+    rules = [
+        c_pb2.Rule(
+            effect=c_pb2.RULE_EFFECT_DENY if rule.effect == "deny" else c_pb2.RULE_EFFECT_ASK,
+            pattern=f"{inspection.tool_name}({content})",
+            source=c_pb2.RULE_SOURCE_TOOL,
+            reason=rule.reason,
+            bypass_immune=rule.bypass_immune,
+        )
+        for rule in inspection.rules
+    ]
+    message = d_pb2.ToolInspection(
+        tool_rules=rules,
+        inside_working_dir=inspection.inside_working_dir,
+        read_only=inspection.read_only,
+        explanation=c_pb2.Explanation(risk=_RISK[inspection.risk], summary=inspection.explanation),
+    )
+    analysis = inspection.analysis
+    if analysis is not None:
+        message.analysis.CopyFrom(
+            c_pb2.CommandAnalysis(
+                verdict=_VERDICT[analysis.verdict],
+                reasons=list(analysis.reasons),
+                sub_commands=[c.name for c in analysis.commands],
+                sub_command_texts=[c.text for c in analysis.commands],
+                paths_read=list(analysis.paths_read),
+                paths_written=list(analysis.paths_written),
+                needs_network=analysis.needs_network,
+                read_only=analysis.read_only,
+            )
+        )
+    return message
+
+
+def _seconds(value: float) -> duration_pb2.Duration:
+    message = duration_pb2.Duration()
+    message.FromNanoseconds(int(value * 1e9))
+    return message
+
+
+class ExecutorServicer(x_grpc.ExecutorServiceServicer):
+    """Inspect, Execute, Cancel and GetCapabilities over :class:`ExecutorCore`."""
+
+    def __init__(
+        self,
+        settings: ExecutorSettings,
+        sandbox: PathSandbox,
+        *,
+        tools: dict[str, Tool] | None = None,
+        layers: Callable[[], Sequence[Layer]] | None = None,
+        grant_check: GrantCheck | None = None,
+    ) -> None:
+        """Build the core from ``settings``.
+
+        ``tools`` defaults to the file tools; ``layers`` reports the process confinement
+        layers (the path sandbox and grant layers are added here); ``grant_check`` defaults
+        to a verifier of ``grant_public_key_file`` when one is configured.
+        """
         self.settings = settings
+        if settings.denied_read_globs and not sandbox.denied_read_globs:
+            # Policy-denied reads bind the file tools too, not only bash (EXE-9).
+            sandbox = PathSandbox(
+                sandbox.roots,
+                sandbox.cwd,
+                protected_write_globs=sandbox.protected_write_globs,
+                denied_read_globs=settings.denied_read_globs,
+            )
         self.sandbox = sandbox
+        self._layers = layers or (lambda: ())
+        check = grant_check if grant_check is not None else grant_check_from_settings(settings)
+        self.core = ExecutorCore(
+            sandbox=sandbox,
+            tools=tools if tools is not None else file_tools(),
+            inspector=functools.partial(
+                inspect_call,
+                sandbox=sandbox,
+                network_enabled=settings.network_enabled,
+                denied_read_globs=settings.denied_read_globs,
+            ),
+            settings=settings,
+            grant_check=check,
+            default_timeout_s=settings.default_timeout_s,
+            max_timeout_s=settings.max_timeout_s,
+        )
+
+    def layers(self) -> list[x_pb2.ConfinementLayer]:
+        """Every layer, active or not (EXE-9: never pretend)."""
+        grant = self.core.grant_check is not None
+        own = [
+            Layer("path_sandbox", True, f"{len(self.sandbox.roots)} roots enforced on every path"),
+            Layer(
+                "grant_verification",
+                grant,
+                "Ed25519 grants required on Execute"
+                if grant
+                else "no grant_public_key_file configured: Execute runs calls without a grant",
+            ),
+        ]
+        return [
+            x_pb2.ConfinementLayer(name=layer.name, active=layer.active, detail=layer.detail)
+            for layer in [*own, *self._layers()]
+        ]
 
     async def Inspect(  # noqa: N802 - generated name
         self, request: x_pb2.InspectRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.InspectResponse:
+        """Tool-level checks of a call."""
         _require_call(request.call)
-        args = call_arguments(request.call)
-        if request.call.tool_name != "read_file":
-            raise UnknownTool(f"the executor has no tool {request.call.tool_name!r}")
-        decision = self.sandbox.check(str(args.get("file_path", "")))
-        rules = []
-        if not decision.allowed:
-            rules.append(
-                c_pb2.Rule(
-                    effect=c_pb2.RULE_EFFECT_DENY,
-                    pattern=f"read_file({args.get('file_path', '')})",
-                    source=c_pb2.RULE_SOURCE_TOOL,
-                    reason=decision.reason,
-                    bypass_immune=True,
-                )
-            )
-        risk = c_pb2.RISK_LEVEL_LOW if decision.allowed else c_pb2.RISK_LEVEL_HIGH
-        return x_pb2.InspectResponse(
-            inspection=d_pb2.ToolInspection(
-                tool_rules=rules,
-                inside_working_dir=decision.allowed and self.sandbox.inside_cwd(decision.resolved),
-                read_only=True,
-                explanation=c_pb2.Explanation(
-                    risk=risk, summary=f"Reads {decision.resolved or args.get('file_path')}."
-                ),
-            )
-        )
+        inspection = self.core.inspect(request.call.tool_name, call_arguments(request.call))
+        return x_pb2.InspectResponse(inspection=inspection_to_proto(inspection, request.call))
 
     async def Execute(  # noqa: N802
         self, request: x_pb2.ExecuteRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
-        _require_call(request.call)
-        if request.call.tool_name != "read_file":
-            raise UnknownTool(f"the executor has no tool {request.call.tool_name!r}")
+        """Run a call: chunks, then one result."""
+        call = request.call
+        _require_call(call)
         start = time.monotonic()
-        result = self._read_file(call_arguments(request.call))
-        result.elapsed.CopyFrom(duration_pb2.Duration(nanos=int((time.monotonic() - start) * 1e9)))
-        yield x_pb2.ExecuteResponse(result=result)
+        spec = CallSpec(call.session_id, call.call_id, call.tool_name, call_arguments(call))
+        interrupt = (
+            Interrupt.CANCEL
+            if request.interrupt_behavior == c_pb2.INTERRUPT_BEHAVIOR_CANCEL
+            else Interrupt.BLOCK
+        )
+        timeout = request.timeout.ToNanoseconds() / 1e9 if request.HasField("timeout") else None
+        stream = self.core.execute(
+            spec,
+            timeout_s=timeout,
+            interrupt=interrupt,
+            grant_payload=request.grant.payload,
+            grant_signature=request.grant.signature,
+        )
+        async with contextlib.aclosing(stream):
+            async for item in stream:
+                if isinstance(item, Chunk):
+                    yield x_pb2.ExecuteResponse(
+                        chunk=x_pb2.OutputChunk(
+                            stream=x_pb2.OUTPUT_STREAM_STDERR
+                            if item.stderr
+                            else x_pb2.OUTPUT_STREAM_STDOUT,
+                            data=item.data,
+                        )
+                    )
+                else:
+                    yield x_pb2.ExecuteResponse(result=self._result(item, start))
 
-    def _read_file(self, args: Mapping[str, Any]) -> x_pb2.ExecuteResult:
-        path = args.get("file_path")
-        if not isinstance(path, str) or not path:
-            raise InvalidArgument("read_file needs a file_path string")
-        decision = self.sandbox.check(path)
-        if not decision.allowed:
-            return x_pb2.ExecuteResult(status=x_pb2.EXECUTION_STATUS_REFUSED, error=decision.reason)
-        fd = self.sandbox.open(path, os.O_RDONLY)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(READ_LIMIT_BYTES)
-        text = data.decode("utf-8", errors="replace")
-        return x_pb2.ExecuteResult(status=x_pb2.EXECUTION_STATUS_OK, content=text)
+    def _result(self, result: ToolResult, start: float) -> x_pb2.ExecuteResult:
+        return x_pb2.ExecuteResult(
+            status=_STATUS[result.status],
+            content=result.content,
+            truncated=result.truncated,
+            persisted_path=result.persisted_path,
+            exit_code=result.exit_code,
+            elapsed=_seconds(time.monotonic() - start),
+            layers=self.layers(),
+            error=result.error,
+        )
 
     async def Cancel(  # noqa: N802
         self, request: x_pb2.CancelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.CancelResponse:
-        raise NotImplementedYet("ExecutorService.Cancel is not built yet (see README status)")
+        """Cancel a running call (CANCEL calls stop; BLOCK calls finish)."""
+        if not request.call_id:
+            raise InvalidArgument("call_id is required")
+        return x_pb2.CancelResponse(found=self.core.cancel(request.call_id))
 
     async def GetCapabilities(  # noqa: N802
         self, request: x_pb2.GetCapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.GetCapabilitiesResponse:
+        """The layers, roots and tools of this executor."""
         return x_pb2.GetCapabilitiesResponse(
-            layers=[
-                x_pb2.ConfinementLayer(
-                    name="path_sandbox", active=True, detail="roots enforced on every path"
-                ),
-                x_pb2.ConfinementLayer(
-                    name="process_confinement",
-                    active=False,
-                    detail="not built yet: no commands are run by this executor",
-                ),
-            ],
+            layers=self.layers(),
             network_enabled=self.settings.network_enabled,
             roots=[x_pb2.AllowedRoot(path=r.path, writable=r.writable) for r in self.sandbox.roots],
-            tools=["read_file"],
+            tools=self.core.tool_names(),
         )

@@ -1,0 +1,247 @@
+"""``stockade bash-check`` and ``stockade path-check``: the executor's judgement, offline.
+
+Both run the executor's own code (no server): ``bash-check`` the bash analysis behind
+Inspect, ``path-check`` the path sandbox. Exit code 0 whatever the verdict, 2 on usage
+errors. ``--batch FILE`` (``-`` for stdin) reads one JSON string per line and prints one
+JSON object per line, in order, so a whole shell history is checked in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from stockade.errors import StockadeError
+from stockade.executor.inspect import inspect_call
+from stockade.executor.paths import PathSandbox, Root
+
+__all__ = ["bash_check", "path_check", "register"]
+
+USAGE_ERROR = 2
+
+
+# --- bash-check ------------------------------------------------------------------------
+
+
+def bash_check(command: str, sandbox: PathSandbox, *, network: bool) -> dict[str, Any]:
+    """The bash-check JSON object for one command."""
+    try:
+        inspection = inspect_call(
+            "run_bash", {"command": command}, sandbox=sandbox, network_enabled=network
+        )
+    except StockadeError as exc:
+        return {
+            "verdict": "deny",
+            "reasons": [exc.message],
+            "commands": [],
+            "risk": "high",
+            "explanation": exc.message,
+        }
+    analysis = inspection.analysis
+    reasons = [rule.reason for rule in inspection.rules]
+    out: dict[str, Any] = {
+        "verdict": inspection.verdict,
+        "reasons": list(analysis.reasons) if analysis is not None else reasons,
+        "commands": [c.name for c in analysis.commands] if analysis is not None else [],
+        "risk": inspection.risk,
+        "explanation": inspection.explanation,
+        "read_only": inspection.read_only,
+        "bypass_immune": any(rule.bypass_immune for rule in inspection.rules),
+    }
+    if analysis is not None:
+        out.update(
+            command_texts=[c.text for c in analysis.commands],
+            paths_read=list(analysis.paths_read),
+            paths_written=list(analysis.paths_written),
+            needs_network=analysis.needs_network,
+        )
+    return out
+
+
+def _bash_text(result: dict[str, Any], command: str) -> str:
+    lines = [
+        f"{result['verdict'].upper()}  (risk: {result['risk']})  {command}",
+        f"  {result['explanation']}",
+    ]
+    if result.get("commands"):
+        lines.append(f"  commands: {', '.join(result['commands'])}")
+    lines.extend(f"  - {reason}" for reason in result.get("reasons", []))
+    for key, label in (("paths_read", "reads"), ("paths_written", "writes")):
+        if result.get(key):
+            lines.append(f"  {label}: {', '.join(result[key])}")
+    if result.get("needs_network"):
+        lines.append("  needs the network")
+    return "\n".join(lines)
+
+
+def _run_bash_check(args: argparse.Namespace) -> int:
+    cwd = os.path.abspath(args.cwd or os.getcwd())
+    roots = [Root(os.path.abspath(r), True) for r in args.root] or [Root(cwd, True)]
+    sandbox = PathSandbox(roots, cwd)
+    return _run(
+        args,
+        args.command,
+        lambda item: bash_check(item, sandbox, network=args.network),
+        _bash_text,
+        lambda reason: {
+            "verdict": "deny",
+            "reasons": [reason],
+            "commands": [],
+            "risk": "high",
+            "explanation": reason,
+        },
+    )
+
+
+# --- path-check ------------------------------------------------------------------------
+
+
+def path_check(path: str, sandbox: PathSandbox, *, write: bool) -> dict[str, Any]:
+    """The path-check JSON object for one path."""
+    decision = sandbox.check(path, write=write)
+    return {
+        "verdict": "allow" if decision.allowed else "deny",
+        "resolved": decision.resolved,
+        "reason": decision.reason,
+        "root": decision.root.path if decision.root else None,
+        "writable": decision.root.writable if decision.root else False,
+    }
+
+
+def _path_text(result: dict[str, Any], path: str) -> str:
+    resolved = result["resolved"] or "(not resolved)"
+    return f"{result['verdict'].upper()}  {path}\n  resolved: {resolved}\n  {result['reason']}"
+
+
+def _run_path_check(args: argparse.Namespace) -> int:
+    roots = [Root(r, True) for r in args.root] + [Root(r, False) for r in args.read_only_root]
+    if not roots:
+        args.parser.error("give at least one --root or --read-only-root")
+    sandbox = PathSandbox(roots, args.cwd or os.getcwd())
+    return _run(
+        args,
+        args.path,
+        lambda item: path_check(item, sandbox, write=args.write),
+        _path_text,
+        lambda reason: {
+            "verdict": "deny",
+            "resolved": "",
+            "reason": reason,
+            "root": None,
+            "writable": False,
+        },
+    )
+
+
+# --- shared ----------------------------------------------------------------------------
+
+
+def _batch_lines(source: str) -> Iterator[str]:
+    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    try:
+        for line in stream:
+            if line.strip():
+                yield line
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _run(
+    args: argparse.Namespace,
+    positional: list[str] | str | None,
+    check: Callable[[str], dict[str, Any]],
+    text: Callable[[dict[str, Any], str], str],
+    bad_line: Callable[[str], dict[str, Any]],
+) -> int:
+    """One item from the command line, or a batch: JSON string in, JSON object out."""
+    item = " ".join(positional) if isinstance(positional, list) else positional
+    if args.batch is not None and item:
+        args.parser.error("give either an argument or --batch, not both")
+    if args.batch is None:
+        if not item:
+            args.parser.error("nothing to check: give an argument or --batch FILE")
+        assert item is not None
+        result = check(item)
+        print(json.dumps(result) if args.json else text(result, item))
+        return 0
+    try:
+        lines = _batch_lines(args.batch)
+        for line in lines:
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                value = None
+            if not isinstance(value, str):
+                print(json.dumps(bad_line("input line is not a JSON string")), flush=False)
+                continue
+            print(json.dumps(check(value)))
+    except OSError as exc:
+        print(f"stockade: cannot read {args.batch}: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_ERROR
+    sys.stdout.flush()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``bash-check`` and ``path-check``."""
+    bash = subparsers.add_parser(
+        "bash-check",
+        help="judge a bash command as the executor would (allow / ask / deny)",
+        description=(
+            "Judge a bash command as the executor would. 'allow': read-only, side-effect "
+            "free and inside the roots; 'ask': legitimate with side effects; 'deny': "
+            "destructive, privilege-escalating, shell-spawning, obfuscated, exfiltrating "
+            "or unparseable. Exit code 0 whatever the verdict, 2 on usage errors."
+        ),
+    )
+    bash.add_argument("--network", action="store_true", help="network is enabled")
+    bash.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an allowed (writable) root; repeatable; default: the working directory",
+    )
+    bash.add_argument("--cwd", metavar="DIR", help="working directory (default: current)")
+    bash.add_argument("--json", action="store_true", help="print one JSON object")
+    bash.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="one JSON string per line (- for stdin); prints one JSON object per line",
+    )
+    bash.add_argument("command", nargs="*", help='the command, after "--"')
+    bash.set_defaults(func=_run_bash_check, parser=bash)
+
+    path = subparsers.add_parser(
+        "path-check",
+        help="judge a path as the executor's sandbox would (allow / deny)",
+        description=(
+            "Judge a path as the executor's path sandbox would. Exit code 0 whatever the "
+            "verdict, 2 on usage errors."
+        ),
+    )
+    path.add_argument(
+        "--root", action="append", default=[], metavar="DIR", help="a writable root; repeatable"
+    )
+    path.add_argument(
+        "--read-only-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a read-only root; repeatable",
+    )
+    path.add_argument("--cwd", metavar="DIR", help="working directory (default: current)")
+    path.add_argument("--write", action="store_true", help="judge a write, not a read")
+    path.add_argument("--json", action="store_true", help="print one JSON object")
+    path.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="one JSON string per line (- for stdin); prints one JSON object per line",
+    )
+    path.add_argument("path", nargs="?", help="the path to judge")
+    path.set_defaults(func=_run_path_check, parser=path)

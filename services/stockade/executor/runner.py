@@ -1,0 +1,313 @@
+"""Running tool calls: dispatch, re-checks, time limits, cancel and interrupt behaviour.
+
+This is the executor's Execute procedure without gRPC (SPEC EXE-12):
+
+1. the tool must exist (``UnknownTool``);
+2. the grant must verify, when a verifier is configured (``GrantError``);
+3. the executor's own tool-level checks run again (a DENY becomes a REFUSED result);
+4. the tool runs in its own task, its chunks and result are streamed to the caller, under
+   the call's time limit;
+5. if the caller goes away or cancels: a CANCEL call is stopped (its cancel event is set
+   and its task cancelled); a BLOCK call runs to completion and its result is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from stockade.errors import FailedPrecondition, UnknownTool
+from stockade.executor.inspect import Inspection
+from stockade.executor.paths import PathSandbox
+from stockade.executor.readstate import ReadState
+from stockade.executor.tools.base import Chunk, ExecContext, Status, Tool, ToolResult
+
+__all__ = [
+    "CallSpec",
+    "ExecutorCore",
+    "GrantCheck",
+    "Interrupt",
+    "Layer",
+]
+
+logger = logging.getLogger("stockade.executor")
+
+# Extra time past the call's own limit before the executor stops waiting for a tool that
+# does not honour ``ctx.timeout_s`` itself (run_bash kills at the limit; this is a backstop).
+TIMEOUT_BACKSTOP_S = 5.0
+# After a cancel, a tool gets this long to stop by itself (and report partial output)
+# before its task is cancelled.
+CANCEL_GRACE_S = 0.5
+
+
+class Interrupt(Enum):
+    """What a caller's cancel does to a running call (AGT-1)."""
+
+    CANCEL = "cancel"
+    """Stop at once."""
+    BLOCK = "block"
+    """Finish first; the result is still recorded."""
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One call to run."""
+
+    session_id: str
+    """The decision session."""
+    call_id: str
+    """Unique id of the call."""
+    tool_name: str
+    """The executor tool."""
+    arguments: Mapping[str, Any]
+    """The tool's arguments (plain JSON values)."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One confinement layer and whether it is in force (EXE-9)."""
+
+    name: str
+    """Layer name, e.g. ``landlock``."""
+    active: bool
+    """Whether it is in force."""
+    detail: str
+    """Why or why not."""
+
+
+class GrantCheck(Protocol):
+    """Verifies the decision service's grant for a call; raises a ``GrantError`` if not valid."""
+
+    def __call__(self, call: CallSpec, payload: bytes, signature: bytes) -> None:
+        """Return if the grant allows exactly ``call`` now."""
+        ...
+
+
+Inspector = Callable[[str, Mapping[str, Any]], Inspection]
+
+_DONE = object()
+
+
+@dataclass
+class _Running:
+    ctx: ExecContext
+    interrupt: Interrupt
+    task: asyncio.Task[None] | None = None
+    detached: bool = False
+    """The caller is gone (BLOCK): chunks are dropped, the result is only logged."""
+    queue: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+
+
+class ExecutorCore:
+    """Runs executor tools for Execute and tracks the running calls for Cancel."""
+
+    def __init__(
+        self,
+        *,
+        sandbox: PathSandbox,
+        tools: Mapping[str, Tool],
+        inspector: Inspector,
+        settings: Any = None,
+        read_state: ReadState | None = None,
+        grant_check: GrantCheck | None = None,
+        services: Mapping[str, Any] | None = None,
+        default_timeout_s: float = 60.0,
+        max_timeout_s: float = 120.0,
+        timeout_backstop_s: float = TIMEOUT_BACKSTOP_S,
+    ) -> None:
+        """``services`` adds collaborators to every tool's context (e.g. a launcher)."""
+        self.timeout_backstop_s = timeout_backstop_s
+        self.sandbox = sandbox
+        self.tools = dict(tools)
+        self.inspector = inspector
+        self.settings = settings
+        self.read_state = read_state or ReadState()
+        self.grant_check = grant_check
+        self.extra_services = dict(services or {})
+        self.default_timeout_s = default_timeout_s
+        self.max_timeout_s = max_timeout_s
+        self._running: dict[str, _Running] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- queries -------------------------------------------------------------------
+
+    def tool_names(self) -> list[str]:
+        """The tools this executor runs, sorted."""
+        return sorted(self.tools)
+
+    def inspect(self, tool_name: str, arguments: Mapping[str, Any]) -> Inspection:
+        """Tool-level checks (raises UnknownTool for a tool the executor does not run)."""
+        if tool_name not in self.tools:
+            raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)
+        return self.inspector(tool_name, arguments)
+
+    def running(self) -> list[str]:
+        """Call ids currently running (including detached BLOCK calls)."""
+        return sorted(self._running)
+
+    def timeout_for(self, requested_s: float | None) -> float:
+        """The call's time limit: the default when unset, capped at the maximum."""
+        if requested_s is None or requested_s <= 0:
+            return min(self.default_timeout_s, self.max_timeout_s)
+        return min(requested_s, self.max_timeout_s)
+
+    # --- running -------------------------------------------------------------------
+
+    async def execute(
+        self,
+        call: CallSpec,
+        *,
+        timeout_s: float | None = None,
+        interrupt: Interrupt = Interrupt.BLOCK,
+        grant_payload: bytes = b"",
+        grant_signature: bytes = b"",
+    ) -> AsyncGenerator[Chunk | ToolResult, None]:
+        """Run ``call``: yield its chunks, then exactly one ToolResult.
+
+        Close the iterator (``aclose``) when the caller goes away: that is the cancel
+        signal for CANCEL calls.
+        """
+        tool = self.tools.get(call.tool_name)
+        if tool is None:
+            raise UnknownTool(f"the executor has no tool {call.tool_name!r}", tool=call.tool_name)
+        if self.grant_check is not None:
+            self.grant_check(call, grant_payload, grant_signature)
+        inspection = self.inspector(call.tool_name, call.arguments)
+        denials = [rule.reason for rule in inspection.rules if rule.effect == "deny"]
+        if denials:
+            reason = "; ".join(denials)
+            yield ToolResult(status=Status.REFUSED, content=f"Refused: {reason}", error=reason)
+            return
+        if call.call_id in self._running:
+            raise FailedPrecondition(f"call {call.call_id!r} is already running")
+        limit = self.timeout_for(timeout_s)
+        ctx = ExecContext(
+            session_id=call.session_id,
+            call_id=call.call_id,
+            working_dir=self.sandbox.cwd,
+            services={
+                "sandbox": self.sandbox,
+                "read_state": self.read_state,
+                "settings": self.settings,
+                **self.extra_services,
+            },
+            timeout_s=limit,
+        )
+        state = _Running(ctx=ctx, interrupt=interrupt)
+        self._running[call.call_id] = state
+        state.task = asyncio.create_task(self._pump(tool, call, state))
+        state.task.add_done_callback(lambda _t: self._finished(call.call_id, state))
+        finished = False
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + limit + self.timeout_backstop_s
+            got_result = False
+            while True:
+                try:
+                    item = await asyncio.wait_for(state.queue.get(), deadline - loop.time())
+                except TimeoutError:
+                    ctx.cancel.set()
+                    state.task.cancel()
+                    finished = True
+                    yield ToolResult(
+                        status=Status.TIMEOUT,
+                        content=f"Timed out after {limit:g} s",
+                        error=f"the call did not finish within {limit:g} s",
+                    )
+                    return
+                if item is _DONE:
+                    finished = True
+                    if not got_result:
+                        yield ToolResult(
+                            status=Status.ERROR, content="", error="the tool ended without a result"
+                        )
+                    return
+                assert isinstance(item, Chunk | ToolResult)
+                if isinstance(item, ToolResult):
+                    got_result = True
+                    finished = True
+                yield item
+        finally:
+            if not finished:
+                self._caller_gone(state)
+
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a running call; True when it was found.
+
+        A CANCEL call is stopped (its Execute stream ends with a CANCELLED result); a BLOCK
+        call is left to finish, as its interrupt behaviour says.
+        """
+        state = self._running.get(call_id)
+        if state is None:
+            return False
+        if state.interrupt is Interrupt.CANCEL:
+            self._stop(state)
+        return True
+
+    async def drain(self) -> None:
+        """Wait for detached BLOCK calls (for shutdown and tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # --- internals -----------------------------------------------------------------
+
+    async def _pump(self, tool: Tool, call: CallSpec, state: _Running) -> None:
+        """Run the tool, feeding its chunks and result into the call's queue."""
+        result: ToolResult | None = None
+        try:
+            async for item in tool.run(call.arguments, state.ctx):
+                if isinstance(item, ToolResult):
+                    result = item
+                    state.queue.put_nowait(item)
+                    break
+                if not state.detached:
+                    state.queue.put_nowait(item)
+        except asyncio.CancelledError:
+            result = ToolResult(status=Status.CANCELLED, content="Cancelled", error="cancelled")
+            state.queue.put_nowait(result)
+            raise
+        except Exception:
+            logger.exception("tool %s failed on call %s", call.tool_name, call.call_id)
+            result = ToolResult(status=Status.ERROR, content="", error="internal error in the tool")
+            state.queue.put_nowait(result)
+        finally:
+            state.queue.put_nowait(_DONE)
+            if state.detached:
+                logger.info(
+                    "call %s (%s) finished after its caller left: %s",
+                    call.call_id,
+                    call.tool_name,
+                    result.status.value if result else "no result",
+                )
+
+    def _stop(self, state: _Running) -> None:
+        state.ctx.cancel.set()
+        task = state.task
+        if task is not None and not task.done():
+            asyncio.get_running_loop().call_later(CANCEL_GRACE_S, task.cancel)
+
+    def _caller_gone(self, state: _Running) -> None:
+        task = state.task
+        if task is None or task.done():
+            return
+        if state.interrupt is Interrupt.CANCEL:
+            state.ctx.cancel.set()
+            task.cancel()
+            return
+        # BLOCK: let it finish; keep a reference so the task is not garbage-collected.
+        state.detached = True
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _finished(self, call_id: str, state: _Running) -> None:
+        if self._running.get(call_id) is state:
+            del self._running[call_id]
+        with contextlib.suppress(asyncio.CancelledError):
+            exc = state.task.exception() if state.task and not state.task.cancelled() else None
+            if exc is not None:
+                logger.error("call %s ended with %r", call_id, exc)
