@@ -1,0 +1,93 @@
+"""Masking of policy-denied paths for bash, in the command's private mount namespace.
+
+The read tools refuse ``read_file(**/.env)``; without masking, ``cat .env``,
+``grep -r KEY .`` or ``find -exec cat`` would read it anyway. Before exec, every path
+inside the roots that matches a denied glob is covered: a file by a read-only bind
+mount of an empty file, a directory by an empty read-only tmpfs. The mounts exist only
+in the command's mount namespace, and Landlock then forbids unmounting them.
+
+Globs use the sandbox's syntax (:func:`stockade.executor.paths.is_protected_write`):
+``**`` spans directories, a relative glob matches at any depth.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+
+from stockade.executor.confine import kernel
+from stockade.executor.paths import is_protected_write
+
+# Stop walking pathological trees rather than stall every command; the count is
+# reported, and a directory past the budget is masked whole (fail closed) if it matches.
+MAX_ENTRIES = 200_000
+
+
+def _matches(path: str, globs: Sequence[str]) -> bool:
+    if is_protected_write(path, globs) is not None:
+        return True
+    # "secrets/**" also covers the directory "secrets" itself.
+    return is_protected_write(path + "/.", [g for g in globs if g.endswith("/**")]) is not None
+
+
+def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(files, directories) inside ``roots`` that match ``globs``.
+
+    Symlinks are neither followed nor masked: what they point to is masked where it
+    lives if it matches, and Landlock keeps anything outside the roots unreadable.
+    """
+    files: list[str] = []
+    dirs: list[str] = []
+    if not globs:
+        return files, dirs
+    seen = 0
+    pending = sorted({os.path.realpath(r) for r in roots})
+    visited: set[str] = set()
+    while pending:
+        top = pending.pop()
+        if top in visited:
+            continue
+        visited.add(top)
+        if _matches(top, globs):
+            dirs.append(top)
+            continue
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                raise OSError(0, f"more than {MAX_ENTRIES} entries under the roots to scan")
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                pending.append(entry.path)
+            elif stat.S_ISREG(mode) and _matches(entry.path, globs):
+                files.append(entry.path)
+    return files, dirs
+
+
+def apply_masks(files: Sequence[str], dirs: Sequence[str], empty_file: str) -> int:
+    """Cover each path (call in a private mount namespace); return how many were masked."""
+    for path in files:
+        kernel.mount(empty_file, path, None, kernel.MS_BIND, None)
+        kernel.mount(
+            None,
+            path,
+            None,
+            kernel.MS_BIND | kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID,
+            None,
+        )
+    for path in dirs:
+        kernel.mount(
+            "stockade-mask",
+            path,
+            "tmpfs",
+            kernel.MS_RDONLY | kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC,
+            "size=4k,mode=0555",
+        )
+    return len(files) + len(dirs)

@@ -1,0 +1,345 @@
+"""The pre-forked worker: one per command, forked by the launcher ahead of need.
+
+A worker is prepared before any request arrives (own session, pid namespace, private
+mount namespace with a fresh /proc, the fixed part of its Landlock ruleset), so the
+costly fork is off the command's critical path. The executor then talks to it directly:
+it sends the request with three pipe ends attached (stdout, stderr, status). The worker
+applies the per-command layers to itself in an order that lets each still be set
+(mounts need capabilities, Landlock forbids mounts, so: network namespace -> masks ->
+limits -> no_new_privs -> Landlock -> drop capabilities), writes the layers to the
+status pipe, spawns ``/bin/bash -c CMD`` (vfork-based ``posix_spawn``: it inherits every
+layer), stays as pid 1 of the namespace reaping orphans, and writes the exit code to the
+status pipe. When it exits, the kernel kills whatever the command left behind.
+
+Any failure is written to the status pipe and nothing runs: a layer the launcher
+promised is never silently skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from stockade.executor.confine import kernel, landlock, limits, masks
+from stockade.executor.confine.env import command_env
+from stockade.executor.confine.policy import (
+    CAPABILITIES,
+    GIT_NEUTRALISED,
+    LANDLOCK,
+    MOUNT_MASK,
+    NETNS,
+    NO_NEW_PRIVS,
+    PID_NAMESPACE,
+    PIDS_CGROUP,
+    PROCESS_GROUP,
+    RLIMITS,
+    ConfinementPolicy,
+    Layer,
+)
+
+BASH = "/bin/bash"
+SETUP_FAILED = 126
+
+# Read-only system directories needed to run programs; /etc minus masked files.
+SYSTEM_READ_DIRS: tuple[str, ...] = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+)
+# Devices a shell script expects; the rest of /dev (disks, /dev/mem, ttys) is out.
+DEVICES_RW: tuple[str, ...] = ("/dev/null", "/dev/zero", "/dev/full")
+DEVICES_RO: tuple[str, ...] = ("/dev/random", "/dev/urandom")
+# Resolver files some distributions keep outside /etc (only when the network is on).
+NETWORK_READ_DIRS: tuple[str, ...] = ("/run/systemd/resolve",)
+# Signals Python (and the launcher) ignore; the command must get the defaults back,
+# or `yes | head` would print EPIPE errors instead of ending quietly.
+RESET_SIGNALS: tuple[int, ...] = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the launcher found it can do on this host (decided once, at start)."""
+
+    pid_namespace: bool
+    """Fork workers as pid 1 of their own pid namespace."""
+    mount_namespace: bool
+    """Give each worker a private mount namespace (needed for masking)."""
+    netns: bool
+    """The launcher lives in an empty network namespace."""
+    orig_net_fd: int
+    """fd of the host network namespace (for network-enabled commands), or -1."""
+    landlock_abi: int
+    """Landlock ABI (0: unavailable)."""
+    drop_caps: bool
+    """The launcher holds CAP_SETPCAP, so workers can drop every capability."""
+    cgroup: bool
+    """Workers are placed in a pids cgroup."""
+    empty_file: str
+    """The empty read-only file bind-mounted over masked files."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Per-worker resources the launcher made before forking it."""
+
+    tmp_dir: str
+    """The command's private, writable tmp dir (removed by the launcher afterwards)."""
+    cgroup: str
+    """The worker's pids cgroup ("" when there is none)."""
+
+
+@dataclass
+class Prepared:
+    """What the worker readied before the request."""
+
+    problems: list[str]
+    """Preparation failures; reported (and nothing run) when the request comes."""
+    rulesets: dict[bool, landlock.Ruleset]
+    """Landlock rulesets with the system rules, keyed by ``deny_tcp``."""
+
+
+def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
+    """Prefork part, run right after fork."""
+    problems: list[str] = []
+    kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+    _close_other_fds(keep_fds)
+    if plan.mount_namespace:
+        try:
+            kernel.unshare(kernel.CLONE_NEWNS)
+            # Masks must not propagate back to the host's mount namespace.
+            kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE, None)
+        except OSError as exc:
+            problems.append(f"mount namespace: {exc}")
+        else:
+            if plan.pid_namespace:
+                try:
+                    # A /proc of our own pid namespace: other processes are invisible.
+                    kernel.mount(
+                        "proc",
+                        "/proc",
+                        "proc",
+                        kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC,
+                        None,
+                    )
+                except OSError as exc:
+                    problems.append(f"private /proc: {exc}")
+    if plan.drop_caps:
+        try:
+            kernel.drop_bounding_set()
+        except OSError as exc:
+            problems.append(f"capability bounding set: {exc}")
+    rulesets: dict[bool, landlock.Ruleset] = {}
+    if plan.landlock_abi > 0:
+        try:
+            for deny_tcp in (False, True):
+                ruleset = landlock.Ruleset(abi=plan.landlock_abi, deny_tcp=deny_tcp)
+                for rule in _system_rules(network=not deny_tcp):
+                    ruleset.add(rule)
+                rulesets[deny_tcp] = ruleset
+        except OSError as exc:
+            problems.append(f"landlock ruleset: {exc}")
+    return Prepared(problems, rulesets)
+
+
+def _close_other_fds(keep: tuple[int, ...]) -> None:
+    keep_sorted = sorted(k for k in keep if k > 2)
+    low = 3
+    for fd in keep_sorted:
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+
+
+def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> NoReturn:
+    """Wait for the one request, confine, run, report. Never returns."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+    except OSError:
+        os._exit(SETUP_FAILED)
+    if not msg:
+        os._exit(0)  # the pool is being closed
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    if len(fds) != 3:
+        os._exit(SETUP_FAILED)
+    status = fds[2]
+    try:
+        request = json.loads(msg)
+        if prepared.problems:
+            raise OSError(0, "; ".join(prepared.problems))
+        layers, argv, env, policy = _confine(request, fds, plan, slot, prepared)
+        _report(status, {"layers": [layer.to_dict() for layer in layers]})
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0),
+                (os.POSIX_SPAWN_DUP2, fds[0], 1),
+                (os.POSIX_SPAWN_DUP2, fds[1], 2),
+            ],
+            setsigdef=RESET_SIGNALS,
+            setsigmask=(),
+        )
+        for fd in (devnull, fds[0], fds[1]):
+            os.close(fd)
+    except BaseException as exc:  # noqa: BLE001 - anything here must be reported, then exit
+        try:
+            _report(status, {"error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            os._exit(SETUP_FAILED)
+    code = _wait_for(pid)
+    _report(status, {"code": code})
+    os._exit(0)
+
+
+def _wait_for(pid: int) -> int:
+    """Reap children (we may be pid 1 of the namespace) until ``pid`` ends; its code."""
+    while True:
+        try:
+            done, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return SETUP_FAILED
+        except InterruptedError:
+            continue
+        if done == pid:
+            if os.WIFSIGNALED(wait_status):
+                return 128 + os.WTERMSIG(wait_status)
+            return os.WEXITSTATUS(wait_status)
+
+
+def _report(fd: int, message: dict[str, Any]) -> None:
+    os.write(fd, json.dumps(message).encode() + b"\n")
+
+
+def _confine(
+    request: dict[str, Any], fds: list[int], plan: Plan, slot: Slot, prepared: Prepared
+) -> tuple[list[Layer], list[str], dict[str, str], ConfinementPolicy]:
+    policy = ConfinementPolicy.from_dict(request["policy"])
+    cwd: str = request["cwd"]
+    layers: list[Layer] = [
+        Layer(PROCESS_GROUP, True, "own session and process group; killed as a group"),
+        Layer(
+            PID_NAMESPACE,
+            plan.pid_namespace,
+            "pid 1 is the worker: every descendant dies with it, even after setsid"
+            if plan.pid_namespace
+            else "unavailable: descendants that leave the process group are only caught"
+            " by the pids cgroup",
+        ),
+    ]
+
+    # 1. Network: the launcher's namespace has no interfaces; opt back in if allowed.
+    if policy.network_enabled:
+        if plan.netns:
+            kernel.setns(plan.orig_net_fd, kernel.CLONE_NEWNET)
+        layers.append(Layer(NETNS, False, "network enabled by policy"))
+    elif plan.netns:
+        layers.append(Layer(NETNS, True, "own network namespace: only loopback, and it is down"))
+    else:
+        layers.append(Layer(NETNS, False, "unavailable (needs CAP_SYS_ADMIN)"))
+    if plan.orig_net_fd >= 0:
+        os.close(plan.orig_net_fd)
+
+    # 2. Masks (needs the private mount namespace and capabilities, before Landlock).
+    roots = tuple(dict.fromkeys(policy.readable_roots + policy.writable_roots))
+    if plan.mount_namespace:
+        files, dirs = masks.find_masked(roots, policy.masked_globs)
+        count = masks.apply_masks(files, dirs, plan.empty_file)
+        layers.append(
+            Layer(MOUNT_MASK, True, f"{count} policy-denied path(s) masked in a private mount ns")
+        )
+    else:
+        layers.append(Layer(MOUNT_MASK, False, "no private mount namespace"))
+
+    # 3. Limits.
+    r = policy.rlimits
+    if slot.cgroup:
+        limits.set_max(slot.cgroup, r.nproc)
+        layers.append(Layer(PIDS_CGROUP, True, f"pids.max={r.nproc}"))
+    else:
+        layers.append(Layer(PIDS_CGROUP, False, "no writable pids cgroup"))
+    os.chdir(cwd)
+    limits.apply_rlimits(r)
+    nproc_note = (
+        f"nproc={r.nproc}"
+        if limits.nproc_enforced()
+        else f"nproc={r.nproc} (not enforced by the kernel for uid 0: see pids_cgroup)"
+    )
+    layers.append(
+        Layer(
+            RLIMITS,
+            True,
+            f"{nproc_note}, cpu={r.cpu_s}s, as={r.as_bytes}B, fsize={r.fsize_bytes}B,"
+            f" nofile={r.nofile}",
+        )
+    )
+
+    # 4. no_new_privs, then Landlock (which requires it without CAP_SYS_ADMIN).
+    kernel.set_no_new_privs()
+    layers.append(Layer(NO_NEW_PRIVS, True, "exec cannot gain privileges (setuid, file caps)"))
+    ruleset = prepared.rulesets.get(not policy.network_enabled)
+    if ruleset is not None:
+        everything = landlock.fs_rights(plan.landlock_abi)
+        for path in policy.readable_roots:
+            ruleset.add(landlock.PathRule(path, landlock.READ_RIGHTS))
+        for path in policy.writable_roots:
+            ruleset.add(landlock.PathRule(path, everything))
+        ruleset.add(landlock.PathRule(slot.tmp_dir, everything))
+        ruleset.restrict_self()
+        layers.append(
+            Layer(
+                LANDLOCK,
+                True,
+                f"ABI {plan.landlock_abi}: writes only under {len(policy.writable_roots)}"
+                f" writable root(s) and a private tmp; reads under {len(roots)} root(s) and"
+                " system dirs"
+                + ("; TCP bind/connect denied" if not policy.network_enabled else ""),
+            )
+        )
+    else:
+        layers.append(Layer(LANDLOCK, False, "the kernel offers no Landlock"))
+    for other in prepared.rulesets.values():
+        other.close()
+
+    # 5. Capabilities last: the steps above needed them.
+    if plan.drop_caps:
+        kernel.drop_all_capabilities()
+        layers.append(Layer(CAPABILITIES, True, "all capabilities dropped, securebits locked"))
+    else:
+        layers.append(Layer(CAPABILITIES, False, "no capabilities to drop"))
+
+    layers.append(Layer(GIT_NEUTRALISED, True, "git ignores system/global config and hooks"))
+    argv = [BASH, "--noprofile", "--norc", "-c", str(request["command"])]
+    return layers, argv, command_env(cwd=cwd, tmp_dir=slot.tmp_dir), policy
+
+
+def _system_rules(*, network: bool) -> list[landlock.PathRule]:
+    rules = [landlock.PathRule(p, landlock.READ_RIGHTS) for p in SYSTEM_READ_DIRS]
+    if network:
+        rules += [landlock.PathRule(p, landlock.READ_RIGHTS) for p in NETWORK_READ_DIRS]
+    rules += [
+        landlock.PathRule(
+            p, landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE | landlock.IOCTL_DEV
+        )
+        for p in DEVICES_RW
+    ]
+    rules += [landlock.PathRule(p, landlock.READ_FILE) for p in DEVICES_RO]
+    return rules
