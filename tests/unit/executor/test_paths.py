@@ -113,6 +113,8 @@ READ_CASES: list[tuple[str, bool]] = [
     ("~root/.ssh/id_rsa", False),
     ("f.txt\0.png", False),
     ("\0", False),
+    ("\ud800", False),  # lone surrogate: not valid UTF-8, refused instead of crashing
+    ("sub/a\udcff.txt", False),
     ("", False),
     # unicode, spaces, new files
     ("ünïcödé.txt", True),

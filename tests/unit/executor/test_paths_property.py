@@ -120,10 +120,10 @@ def test_allowed_paths_resolve_inside_roots(
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(name=st.text(min_size=1, max_size=40))
+@given(name=st.text(st.characters(exclude_categories=()), min_size=1, max_size=40))
 def test_arbitrary_text_names_never_escape(world: tuple[Path, PathSandbox], name: str) -> None:
     _, sb = world
-    decision = sb.check(name)
+    decision = sb.check(name)  # never raises, even on lone surrogates
     if "\0" in name or name.startswith("~") or ".." in name.split("/"):
         assert not decision.allowed
     if decision.allowed:

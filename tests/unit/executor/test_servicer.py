@@ -14,8 +14,8 @@ import pytest
 from google.protobuf import duration_pb2, json_format, struct_pb2
 
 from stockade.decision.grants import GrantSigner, generate_keypair, load_private_key
-from stockade.executor.service import SERVICE_NAME, build_sandbox
 from stockade.executor.inspect import Inspection
+from stockade.executor.service import SERVICE_NAME, build_sandbox
 from stockade.executor.servicer import ExecutorServicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools import file_tools
