@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from stockade.agent.settings import AgentSettings
+
 from .conftest import (
     GRPC_PORTS,
     HEALTH_SERVICES,
     OVERLAYS,
+    ROOT,
     STOCKADE_SERVICES,
     Manifest,
     containers,
@@ -25,6 +28,10 @@ from .conftest import (
     workloads,
 )
 
+# The image's venv (deploy/docker/Dockerfile); packages land in its site-packages.
+IMAGE_SITE_PACKAGES = PurePosixPath("/opt/stockade/lib/python3.11/site-packages")
+# Settings that name folders shipped inside the image rather than volumes.
+IMAGE_DIRS = {"STOCKADE_AGENT_SCRIPT_DIR"}
 GRANT_PRIVATE_SECRET = "stockade-grant-signing"
 GRANT_PUBLIC_SECRET = "stockade-grant-verify"
 
@@ -336,6 +343,8 @@ def test_every_file_setting_points_into_a_mounted_volume(
             is_dir = name.endswith(("_DIR", "_WORKSPACE"))
             if not (is_file or is_dir):
                 continue
+            if name in IMAGE_DIRS:
+                continue  # read-only content of the image, checked below
             mount = _mounted(container, entry["value"])
             assert mount is not None, f"{overlay}/{service}: {name}={entry['value']} not mounted"
             if is_dir:
@@ -413,3 +422,26 @@ def test_agent_addresses_name_real_services(rendered: dict[str, list[Manifest]])
             host, port = address.rsplit(":", 1)
             svc = find(objs, "Service", host)
             assert int(port) in {p["port"] for p in svc["spec"]["ports"]}, address
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_image_folders_exist_in_the_package(
+    rendered: dict[str, list[Manifest]], overlay: str
+) -> None:
+    """A folder setting that points into the image's venv names a folder this repository
+    ships in the wheel (clients/ and services/ are merged into one namespace)."""
+    env = env_of(main_container(rendered[overlay], "agent"))
+    for name in IMAGE_DIRS:
+        if name not in env:
+            continue
+        path = PurePosixPath(env[name]["value"])
+        relative = path.relative_to(IMAGE_SITE_PACKAGES)
+        assert relative.parts[0] == "stockade"
+        sources = [ROOT / tree / relative for tree in ("clients", "services")]
+        assert any(s.is_dir() for s in sources), f"{name}: {relative} is not in the package"
+    if env["STOCKADE_AGENT_PROVIDER"]["value"] == "scripted":
+        folder = PurePosixPath(env["STOCKADE_AGENT_SCRIPT_DIR"]["value"])
+        relative = folder.relative_to(IMAGE_SITE_PACKAGES)
+        default = str(AgentSettings.model_fields["default_script"].default)
+        scripts = [ROOT / tree / relative / f"{default}.yaml" for tree in ("clients", "services")]
+        assert any(s.is_file() for s in scripts), f"the default script {default!r} is missing"
