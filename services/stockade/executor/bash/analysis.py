@@ -10,6 +10,7 @@ parsed, ASK for everything else.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import glob as globmod
 import itertools
 import os
@@ -21,7 +22,7 @@ from typing import Literal
 from stockade.executor.bash import lists
 from stockade.executor.bash.explain import Finding, explain, risk_of
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word, parse
-from stockade.executor.paths import PathSandbox, Root, is_protected_write
+from stockade.executor.paths import PathSandbox, Root
 
 __all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
 
@@ -127,9 +128,9 @@ class _Judge:
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
         self.current = ""
-        self._credentials = tuple(
-            self.home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS
-        )
+        self._credentials = _credential_patterns(self.home)
+        self._credential_re = _compile_globs(self._credentials)
+        self._denied_re = _compile_globs(self.denied_read_globs) if denied_read_globs else None
 
     # --- findings ----------------------------------------------------------------------
 
@@ -257,7 +258,7 @@ class _Judge:
                     self.assignment(var)
                     i += 1
                     continue
-            if value.startswith("-") and value != "-" and positionals == spec.positionals:
+            if value.startswith("-") and value != "-":
                 option, attached = _split_option(value, takes_value)
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs a string as a command")
@@ -300,18 +301,20 @@ class _Judge:
         elif name in lists.NETWORK_COMMANDS:
             self.scan_credentials(args)
             self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
+        elif by_path:
+            self.scan_credentials(args)
+            self.effect(f"runs the program {name!r} from a path, which can do anything")
         elif name == "git":
             self.git(args)
         elif name in lists.INTERPRETERS:
             self.interpreter(name, args, raw)
-        elif by_path:
-            self.scan_credentials(args)
-            self.effect(f"runs the program {name!r} from a path, which can do anything")
         elif name in self.functions:
             pass  # the function's body is judged where it is defined
         elif name in lists.SAFE_COMMANDS:
             self.safe(name, lists.SAFE_COMMANDS[name], args, stdin_args)
         elif name in lists.WRITE_COMMANDS:
+            if stdin_args:
+                self.effect(f"{name} gets its targets from stdin (xargs)", "high", immune=True)
             self.write_command(name, lists.WRITE_COMMANDS[name], args)
         elif name in lists.PACKAGE_MANAGERS:
             self.scan_credentials(args)
@@ -741,6 +744,7 @@ class _Judge:
             if value is None:
                 continue
             option = value.split("=", 1)[0]
+            short = option if option.startswith("--") else option[:2]
             if option in (
                 "--upload-pack",
                 "--receive-pack",
@@ -753,10 +757,10 @@ class _Judge:
             ):
                 self.deny(lists.GIT_DENY_OPTIONS[option])
                 return
-            if sub == "grep" and option in ("-O", "--open-files-in-pager"):
-                self.deny(lists.GIT_DENY_OPTIONS[option])
+            if sub == "grep" and short in ("-O", "--open-files-in-pager"):
+                self.deny(lists.GIT_DENY_OPTIONS[short])
                 return
-            if sub == "rebase" and (option in ("-x", "--exec")):
+            if sub == "rebase" and (short in ("-x", "--exec")):
                 self.deny(lists.GIT_DENY_OPTIONS["-x"])
                 return
             if option == "--output":
@@ -862,7 +866,7 @@ class _Judge:
             }
             return not (flags & writing) and (not positionals or bool(flags & listing))
         if sub == "stash":
-            return first in (None, "list", "show")
+            return first in ("list", "show")  # bare `git stash` pushes
         if sub == "remote":
             return first in (None, "get-url")
         if sub == "worktree":
@@ -1147,22 +1151,21 @@ class _Judge:
         return result
 
     def credential_check(self, absolute: str, write: bool) -> bool:
-        pattern = is_protected_write(absolute, self._credentials)
-        if pattern is not None:
+        if self._credential_re.match(absolute) is not None:
             self.deny(f"{'writes' if write else 'reads'} credentials ({absolute})")
             return False
         if not self.sandbox.roots or self.sandbox.root_for(absolute) is None:
-            if _matches_basename(absolute, lists.CREDENTIAL_BASENAMES):
+            if _SECRET_BASENAMES.match(absolute.rstrip("/").rsplit("/", 1)[-1]):
                 self.deny(f"reads a secrets file outside the workspace ({absolute})")
                 return False
         return True
 
     def denied(self, resolved: str, absolute: str) -> bool:
-        if not self.denied_read_globs:
+        if self._denied_re is None:
             return False
         return (
-            is_protected_write(resolved, self.denied_read_globs) is not None
-            or is_protected_write(absolute, self.denied_read_globs) is not None
+            self._denied_re.match(resolved) is not None
+            or self._denied_re.match(absolute) is not None
         )
 
     def glob_credentials(self, expanded: str) -> None:
@@ -1215,6 +1218,48 @@ class _Judge:
 
 
 _EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
+
+
+@functools.lru_cache(maxsize=8)
+def _credential_patterns(home: str) -> tuple[str, ...]:
+    return tuple(home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS)
+
+
+def _glob_to_regex(pattern: str) -> str:
+    """One sandbox glob as a regex over absolute paths (same syntax as paths.py's globs:
+    ``*`` within a component, ``**`` across; unanchored patterns match at any depth; a
+    trailing ``/**`` also matches the directory itself)."""
+    anchored = pattern.startswith("/")
+    parts = [p for p in pattern.split("/") if p]
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if part == "**":
+            out.append("(?:/.*)?" if index == len(parts) - 1 else "(?:/[^/]+)*")
+            continue
+        piece = []
+        for ch in part:
+            if ch == "*":
+                piece.append("[^/]*")
+            elif ch == "?":
+                piece.append("[^/]")
+            else:
+                piece.append(re.escape(ch))
+        out.append("/" + "".join(piece))
+    body = "".join(out)
+    return body if anchored else "(?:/[^/]+)*" + body
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """All the globs as one anchored regex (one match per path instead of one per glob)."""
+    if not patterns:
+        return re.compile(r"(?!)")
+    return re.compile("(?:" + "|".join(_glob_to_regex(p) for p in patterns) + r")/?\Z")
+
+
+_SECRET_BASENAMES = re.compile(
+    "(?:" + "|".join(fnmatch.translate(p) for p in lists.CREDENTIAL_BASENAMES) + ")"
+)
 
 
 def _literal(value: str) -> Word:
@@ -1446,7 +1491,7 @@ def analyze(
     parsed = parse(command)
     if parsed.error is not None:
         return _refused(f"cannot be parsed: {parsed.error}")
-    if not parsed.commands and not parsed.assignments and not parsed.redirects:
+    if parsed.empty:
         return _refused("empty command (EXE-6): nothing but comments or blanks")
     judge = _Judge(sandbox or _default_sandbox(), network_enabled, denied_read_globs, parsed)
     judge.run()

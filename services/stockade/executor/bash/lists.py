@@ -442,6 +442,17 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "ps": SafeSpec(operands="none", what="lists processes"),
     "free": _NO_FILES,
     "getconf": _NO_FILES,
+    # Wrappers used alone (WRAPPERS handles them with a command): they run nothing.
+    "command": SafeSpec(operands="none", what="describes commands"),  # `command -v git`
+    "builtin": _NO_FILES,
+    "exec": _NO_FILES,  # `exec >log 2>&1`: only its redirections count (judged separately)
+    "nice": _NO_FILES,  # prints the niceness
+    "nohup": _NO_FILES,
+    "time": _NO_FILES,
+    "timeout": _NO_FILES,
+    "stdbuf": _NO_FILES,
+    "setsid": _NO_FILES,
+    "xargs": _NO_FILES,  # runs echo on its input
     # -C/-F run a callback or function of shell code.
     "mapfile": SafeSpec(
         operands="none", value_options=_f("-d", "-n", "-O", "-s", "-u", "-c"), deny_options=_f("-C")

@@ -137,6 +137,8 @@ class ParsedScript:
     ``[[ ]]`` operands and assignment values (``x='a[$(id)]'; echo $((x))`` runs ``id``)."""
     error: str | None
     """Why the text could not be parsed, or None."""
+    empty: bool = False
+    """Nothing but comments and blanks."""
 
 
 def _decode_ansi_c(body: str) -> str:
@@ -630,6 +632,8 @@ def parse(source: str) -> ParsedScript:
     root = tree.root_node
     if root.has_error:
         return ParsedScript((), (), (), (), (), (), _first_error(root))
+    if all(child.type == "comment" for child in root.named_children):
+        return ParsedScript((), (), (), (), (), (), None, True)
     walker = _Walker()
     walker.walk(root, 0, False)
     return ParsedScript(
