@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from stockade.errors import FailedPrecondition, UnknownTool
+from stockade.executor.confine.policy import Layer
 from stockade.executor.inspect import Inspection
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import ReadState
@@ -66,18 +67,6 @@ class CallSpec:
     """The executor tool."""
     arguments: Mapping[str, Any]
     """The tool's arguments (plain JSON values)."""
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One confinement layer and whether it is in force (EXE-9)."""
-
-    name: str
-    """Layer name, e.g. ``landlock``."""
-    active: bool
-    """Whether it is in force."""
-    detail: str
-    """Why or why not."""
 
 
 class GrantCheck(Protocol):
