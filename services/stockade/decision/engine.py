@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from stockade.decision.explain import Explanation, explain_call
 from stockade.decision.modes import EDIT_TOOLS, READ_ONLY_TOOLS, Mode
@@ -89,16 +89,14 @@ class DecisionRequest:
     """The session's own rules (SESSION source, including ALWAYS_ALLOW grants)."""
 
 
-@dataclass(frozen=True)
-class Conflict:
+class Conflict(NamedTuple):
     """A matching rule or signal the winner overrode."""
 
     rule: Rule
     note: str
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """The outcome: data, never an error."""
 
     verdict: Effect
@@ -132,6 +130,15 @@ class _Matches:
     allow_covers: bool
     """True when the ALLOW rules cover the whole call (every sub-command for run_bash)."""
 
+    @property
+    def total(self) -> int:
+        """How many rules and signals matched."""
+        return (
+            len(self.policy_deny) + len(self.tool_deny) + len(self.session_deny)
+            + len(self.hook_block) + len(self.hook_ask) + len(self.explicit_ask)
+            + len(self.tool_ask) + len(self.allow)
+        )  # fmt: skip
+
     def tiers(self) -> list[tuple[str, list[Rule]]]:
         """(step label, rules) in precedence order."""
         return [
@@ -146,8 +153,7 @@ class _Matches:
         ]
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
     verdict: Effect
     winner: Rule
     step: str
@@ -163,21 +169,23 @@ def _collect(policy: RuleIndex, req: DecisionRequest, content: CallContent) -> _
     s_deny, s_ask, s_allow = (
         req.session_rules.for_tool(req.tool_name) if req.session_rules is not None else _EMPTY
     )
-    allow_compiled = sorted(
-        (*p_allow, *s_allow), key=lambda c: (c.rule.source is Source.SESSION, c.order)
-    )
-    allow, covers = _allow_matches(allow_compiled, content)
+    # Policy ALLOW rules come before session ones (orders restart per index).
+    allow, covers = _allow_matches((*p_allow, *s_allow) if s_allow else p_allow, content)
     facts = req.facts
+    tool_rules = facts.tool_rules
+    hooks = req.hook_signals
     return _Matches(
         policy_deny=[c.rule for c in p_deny if c.matches(content)],
-        tool_deny=[r for r in facts.tool_rules if r.effect is Effect.DENY],
-        session_deny=[c.rule for c in s_deny if c.matches(content)],
-        hook_block=[s.as_rule() for s in req.hook_signals if s.kind is SignalKind.BLOCK],
-        hook_ask=[
-            s.as_rule() for s in req.hook_signals if s.kind is SignalKind.PERMISSION_REQUIRED
-        ],
-        explicit_ask=[c.rule for c in (*p_ask, *s_ask) if c.matches(content)],
-        tool_ask=[r for r in facts.tool_rules if r.effect is Effect.ASK],
+        tool_deny=[r for r in tool_rules if r.effect is Effect.DENY] if tool_rules else [],
+        session_deny=[c.rule for c in s_deny if c.matches(content)] if s_deny else [],
+        hook_block=[s.as_rule() for s in hooks if s.kind is SignalKind.BLOCK] if hooks else [],
+        hook_ask=[s.as_rule() for s in hooks if s.kind is SignalKind.PERMISSION_REQUIRED]
+        if hooks
+        else [],
+        explicit_ask=[c.rule for c in (*p_ask, *s_ask) if c.matches(content)]
+        if p_ask or s_ask
+        else [],
+        tool_ask=[r for r in tool_rules if r.effect is Effect.ASK] if tool_rules else [],
         allow=allow,
         allow_covers=covers,
     )
@@ -319,6 +327,8 @@ def _subagent_step(req: DecisionRequest, out: _Outcome) -> _Outcome:
 
 def _conflicts(m: _Matches, final: _Outcome, precedence: _Outcome) -> tuple[Conflict, ...]:
     """Everything that matched but did not decide, with why it lost."""
+    if m.total == 1 and final.winner is precedence.winner and final.step != "P8":
+        return ()  # the common case: one rule matched and it decided
     out: list[Conflict] = []
     win = f"{final.verdict.name} ({final.step})"
     for step, rules in m.tiers():

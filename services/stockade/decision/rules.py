@@ -131,8 +131,13 @@ def _skip_wrapper(name: str, rest: list[str]) -> list[str]:
     return rest[i:]
 
 
+_NEEDS_FOLDING = re.compile(r"//|/\.\.?(?:/|$)|/$")
+
+
 def normalize_path(path: str, cwd: str) -> str:
     """Make ``path`` absolute against ``cwd`` and fold ``.``, ``..`` and duplicate slashes."""
+    if path.startswith("/") and len(path) > 1 and _NEEDS_FOLDING.search(path) is None:
+        return path  # already absolute and folded: the common case, kept cheap
     joined = posixpath.join(cwd or "/", path)
     folded = posixpath.normpath(joined)
     # normpath keeps a leading "//" (POSIX allows it to mean something else); we do not.
@@ -325,9 +330,9 @@ def _path_glob_regex(glob: str) -> str:
     return "".join(out)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CallContent:
-    """The matchable content of one call, computed once per decision."""
+    """The matchable content of one call, computed once per decision (not shared)."""
 
     tool_name: str
     fields: Mapping[str, str]
@@ -384,8 +389,14 @@ def call_content(
     ``sub_commands`` are the executor's simple-command texts for run_bash; when None the
     command is split crudely (see ``crude_split``).
     """
-    fields = {k: v for k in CONTENT_FIELDS if isinstance(v := arguments.get(k), str)}
-    paths = {k: normalize_path(v, cwd) for k, v in fields.items() if k in PATH_FIELDS and v}
+    fields: dict[str, str] = {}
+    paths: dict[str, str] = {}
+    for k in CONTENT_FIELDS:
+        v = arguments.get(k)
+        if isinstance(v, str):
+            fields[k] = v
+            if v and k in PATH_FIELDS:
+                paths[k] = normalize_path(v, cwd)
     if tool_name != BASH_TOOL or "command" not in fields:
         return CallContent(tool_name=tool_name, fields=fields, paths=paths)
     command = fields["command"]

@@ -469,11 +469,12 @@ def test_adding_an_allow_rule_never_turns_deny_into_allow(
     One deliberate exception, checked separately below: in dontAsk mode and for
     subagents an unsettled ASK is turned into DENY, and an ALLOW rule settling that ASK
     (DEC-3.3) lets the call run — that is what the allow rule is for. Denials by a rule
-    or a hook (P0–P3) and plan mode are never undone.
+    or a hook (P0–P3) and plan mode's own denials of non-read-only calls are never undone.
     """
     before, step = _decide(rules, call, mode, sub)
     after, _ = _decide([*rules[:pos], (L, extra), *rules[pos:]], call, mode, sub)
-    if before is D and (step in ("P0", "P1", "P2", "P3") or mode is Mode.PLAN):
+    undeniable = step in ("P0", "P1", "P2", "P3") or (mode is Mode.PLAN and step == "mode")
+    if before is D and undeniable:
         assert after is D
     if (
         before is D
