@@ -43,6 +43,17 @@ def _launcher_command() -> list[str]:
     return [sys.executable, "-m", "stockade.executor.confine.launcher"]
 
 
+def _launcher_env() -> dict[str, str]:
+    """The launcher's environment: what Python needs to start, nothing of the executor's
+    (its workers' memory and environment must hold no secrets worth reading)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    # Keep the import path the executor itself was started with.
+    for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
 def probe_layers() -> tuple[Layer, ...]:
     """The confinement layers this host allows, found by really trying them.
 
@@ -51,6 +62,7 @@ def probe_layers() -> tuple[Layer, ...]:
     """
     proc = subprocess.run(
         [*_launcher_command(), "--probe"],
+        env=_launcher_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -111,6 +123,7 @@ class Launcher:
                     str(self._pool_size),
                     *(arg for layer in self._disable for arg in ("--disable", layer)),
                     pass_fds=(theirs.fileno(),),
+                    env=_launcher_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                 )

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from stockade.executor.confine import kernel
 from stockade.executor.paths import is_protected_write
 
-# Stop walking pathological trees rather than stall every command; the count is
-# reported, and a directory past the budget is masked whole (fail closed) if it matches.
+# Stop walking pathological trees rather than stall every command: past this many
+# entries the command is refused (fail closed) instead of run with files unmasked.
 MAX_ENTRIES = 200_000
 
 
@@ -91,3 +91,59 @@ def apply_masks(files: Sequence[str], dirs: Sequence[str], empty_file: str) -> i
             "size=4k,mode=0555",
         )
     return len(files) + len(dirs)
+
+
+def _within(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def nested_read_only(readable: Sequence[str], writable: Sequence[str]) -> list[str]:
+    """Read-only roots that lie inside a writable root."""
+    rw = set(writable)
+    return [r for r in readable if r not in rw and any(_within(r, w) and r != w for w in writable)]
+
+
+def bind_read_only(paths: Sequence[str]) -> None:
+    """Bind each directory onto itself, read-only (call in a private mount namespace)."""
+    for path in paths:
+        kernel.mount(path, path, None, kernel.MS_BIND | kernel.MS_REC, None)
+        kernel.mount(
+            None,
+            path,
+            None,
+            kernel.MS_BIND | kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID,
+            None,
+        )
+
+
+# Where host services keep pathname unix sockets. Landlock (ABI <= 7) does not govern
+# connect() on them, so each socket found is covered with the empty file: a command
+# cannot talk to the container runtime, D-Bus or Stockade's own unix-socket servers.
+SOCKET_DIRS: tuple[str, ...] = ("/run", "/var/run", "/dev", "/tmp/.X11-unix")
+_SOCKET_SCAN_DEPTH = 4
+
+
+def find_sockets(dirs: Sequence[str] = SOCKET_DIRS, *, skip: Sequence[str] = ()) -> list[str]:
+    """Pathname sockets under ``dirs`` (a few levels deep), except below ``skip``."""
+    found: list[str] = []
+    seen: set[str] = set()
+    pending = [(os.path.realpath(d), 0) for d in dirs]
+    while pending:
+        top, depth = pending.pop()
+        if top in seen or any(_within(top, s) for s in skip):
+            continue
+        seen.add(top)
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISSOCK(mode):
+                found.append(entry.path)
+            elif stat.S_ISDIR(mode) and depth + 1 < _SOCKET_SCAN_DEPTH:
+                pending.append((entry.path, depth + 1))
+    return found

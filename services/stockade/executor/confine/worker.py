@@ -127,6 +127,10 @@ def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
         except OSError as exc:
             problems.append(f"mount namespace: {exc}")
         else:
+            try:
+                masks.apply_masks(masks.find_sockets(), (), plan.empty_file)
+            except OSError as exc:
+                problems.append(f"masking host unix sockets: {exc}")
             if plan.pid_namespace:
                 try:
                     # A /proc of our own pid namespace: other processes are invisible.
@@ -263,8 +267,17 @@ def _confine(
     if plan.mount_namespace:
         files, dirs = masks.find_masked(roots, policy.masked_globs)
         count = masks.apply_masks(files, dirs, plan.empty_file)
+        # Landlock grants are a union: a read-only root inside a writable one would be
+        # writable. A read-only bind mount keeps it read-only.
+        nested = masks.nested_read_only(policy.readable_roots, policy.writable_roots)
+        masks.bind_read_only(nested)
         layers.append(
-            Layer(MOUNT_MASK, True, f"{count} policy-denied path(s) masked in a private mount ns")
+            Layer(
+                MOUNT_MASK,
+                True,
+                f"{count} policy-denied path(s) masked, {len(nested)} nested read-only"
+                " root(s) bound read-only, in a private mount namespace",
+            )
         )
     else:
         layers.append(Layer(MOUNT_MASK, False, "no private mount namespace"))
@@ -318,6 +331,10 @@ def _confine(
         layers.append(Layer(LANDLOCK, False, "the kernel offers no Landlock"))
     for other in prepared.rulesets.values():
         other.close()
+
+    # The worker stays alive as pid 1 next to the command: not dumpable, so the command
+    # cannot read its memory, environment or descriptors through /proc/1.
+    kernel.prctl(kernel.PR_SET_DUMPABLE, 0)
 
     # 5. Capabilities last: the steps above needed them.
     if plan.drop_caps:

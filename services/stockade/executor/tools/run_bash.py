@@ -1,0 +1,237 @@
+"""run_bash: a bash command, re-judged here, then run under kernel confinement.
+
+The executor trusts nobody in front of it: the command is analysed again (helper A2's
+``analyze``) and a "deny" is refused before anything runs. An "ask" has, by the time
+Execute is called, been settled by the decision service (whose grant the servicer
+verifies). The command then runs through the launcher (``stockade.executor.confine``)
+in its working directory, under the sandbox's roots, with policy-denied files masked;
+output streams as chunks and the result is cut to the model's budget (EXE-10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from stockade.executor.bash import analyze
+from stockade.executor.confine import ConfinementFailed, ConfinementPolicy, Launcher, Rlimits
+from stockade.executor.output import shape_output
+from stockade.executor.paths import PathSandbox
+from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
+from stockade.executor.tools.support import ArgError, get_sandbox, setting
+
+__all__ = ["RunBashTool", "confinement_policy"]
+
+DEFAULT_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 120.0
+DEFAULT_MAX_OUTPUT_CHARS = 4000
+# What the tool keeps of the interleaved output before shaping (the launcher client
+# has the same cap per stream); beyond it the output is dropped and the cut is said.
+MAX_CAPTURE_CHARS = 16 * 1024 * 1024
+
+
+def confinement_policy(
+    sandbox: PathSandbox,
+    *,
+    network_enabled: bool,
+    masked_globs: tuple[str, ...],
+    rlimits: Rlimits,
+) -> ConfinementPolicy:
+    """The confinement of a command under ``sandbox``'s roots."""
+    return ConfinementPolicy(
+        readable_roots=tuple(root.path for root in sandbox.roots),
+        writable_roots=tuple(root.path for root in sandbox.roots if root.writable),
+        network_enabled=network_enabled,
+        masked_globs=masked_globs,
+        rlimits=rlimits,
+    )
+
+
+def _timeout_arg(args: Mapping[str, Any]) -> float | None:
+    value = args.get("timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ArgError("argument 'timeout' must be a positive number of seconds")
+    if math.isinf(value):
+        raise ArgError("argument 'timeout' must be finite")
+    return float(value)
+
+
+class RunBashTool:
+    """Runs one bash command line in the confined launcher."""
+
+    name = "run_bash"
+
+    def __init__(self, launcher: Launcher, *, rlimits: Rlimits | None = None) -> None:
+        """``launcher`` is the executor's long-lived launcher; ``rlimits`` the base limits
+        (file size comes from ``max_file_write_bytes``, CPU from the call's time limit)."""
+        self.launcher = launcher
+        self.rlimits = rlimits or Rlimits()
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        """Yield output chunks as they come, then the result."""
+        try:
+            command = args.get("command")
+            if not isinstance(command, str):
+                raise ArgError("missing required argument 'command' (a string)")
+            working_dir = args.get("working_dir")
+            if working_dir is not None and not isinstance(working_dir, str):
+                raise ArgError("argument 'working_dir' must be a string")
+            requested = _timeout_arg(args)
+        except ArgError as exc:
+            yield ToolResult(status=Status.ERROR, content=f"Error: {exc}", error=str(exc))
+            return
+        sandbox = get_sandbox(ctx)
+        where = sandbox.check(working_dir or ctx.working_dir or sandbox.cwd)
+        if not where.allowed:
+            yield _refused(f"working_dir: {where.reason}")
+            return
+        if not os.path.isdir(where.resolved):
+            yield _refused(f"working_dir: {where.resolved} is not a directory")
+            return
+        if where.resolved != sandbox.cwd:
+            # Relative paths in the command resolve against its own working directory.
+            sandbox = PathSandbox(
+                sandbox.roots,
+                where.resolved,
+                protected_write_globs=sandbox.protected_write_globs,
+                denied_read_globs=sandbox.denied_read_globs,
+            )
+        network = bool(setting(ctx, "network_enabled", False))
+        masked = tuple(setting(ctx, "denied_read_globs", ()) or sandbox.denied_read_globs)
+        analysis = analyze(
+            command, sandbox=sandbox, network_enabled=network, denied_read_globs=masked
+        )
+        if analysis.verdict == "deny":
+            yield _refused("; ".join(analysis.reasons) or analysis.explanation)
+            return
+
+        limit = self._time_limit(requested, ctx)
+        rlimits = Rlimits(
+            nproc=self.rlimits.nproc,
+            cpu_s=max(1, math.ceil(limit)),
+            as_bytes=self.rlimits.as_bytes,
+            fsize_bytes=int(setting(ctx, "max_file_write_bytes", self.rlimits.fsize_bytes)),
+            nofile=self.rlimits.nofile,
+        )
+        policy = confinement_policy(
+            sandbox, network_enabled=network, masked_globs=masked, rlimits=rlimits
+        )
+        queue: asyncio.Queue[Chunk] = asyncio.Queue()
+        combined: list[str] = []
+        kept = 0
+
+        def on_output(text: str, is_stderr: bool) -> None:
+            nonlocal kept
+            queue.put_nowait(Chunk(text, stderr=is_stderr))
+            if kept < MAX_CAPTURE_CHARS:
+                combined.append(text[: MAX_CAPTURE_CHARS - kept])
+                kept += len(combined[-1])
+
+        task = asyncio.create_task(
+            self.launcher.run(
+                command,
+                cwd=where.resolved,
+                policy=policy,
+                timeout_s=limit,
+                cancel=ctx.cancel,
+                on_output=on_output,
+            )
+        )
+        try:
+            while not task.done() or not queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            outcome = task.result()
+        except ConfinementFailed as exc:
+            yield ToolResult(
+                status=Status.ERROR, content=f"Error: {exc.message}", error=exc.message
+            )
+            return
+        finally:
+            if not task.done():
+                # Our consumer went away: cancelling run() makes the launcher kill it.
+                task.cancel()
+        text = "".join(combined)
+        if kept >= MAX_CAPTURE_CHARS:
+            text += f"\n[... output beyond {MAX_CAPTURE_CHARS} characters was dropped ...]"
+        yield self._result(
+            ctx, text, outcome.exit_code, outcome.timed_out, outcome.cancelled, limit
+        )
+
+    @staticmethod
+    def _time_limit(requested: float | None, ctx: ExecContext) -> float:
+        default = float(setting(ctx, "default_timeout_s", DEFAULT_TIMEOUT_S))
+        maximum = float(setting(ctx, "max_timeout_s", MAX_TIMEOUT_S))
+        limit = min(requested if requested is not None else default, maximum)
+        # The executor's own limit for this call (it kills a tool that overruns it).
+        if ctx.timeout_s > 0:
+            limit = min(limit, ctx.timeout_s)
+        return limit
+
+    @staticmethod
+    def _result(
+        ctx: ExecContext,
+        text: str,
+        exit_code: int,
+        timed_out: bool,
+        cancelled: bool,
+        limit: float,
+    ) -> ToolResult:
+        notes: list[str] = []
+        status = Status.OK
+        error = ""
+        if timed_out:
+            status = Status.TIMEOUT
+            error = f"timed out after {limit:g} s"
+            notes.append(
+                f"[timed out after {limit:g} s: the command and all it started were killed]"
+            )
+        elif cancelled:
+            status = Status.CANCELLED
+            error = "cancelled"
+            notes.append("[cancelled: the command and all it started were killed]")
+        elif exit_code != 0:
+            status = Status.ERROR
+            error = f"exit code {exit_code}"
+            notes.append(f"[exit code {exit_code}]")
+        if not text and not notes:
+            text = "(no output)"
+        library = setting(ctx, "library_dir", None)
+        workspace = setting(ctx, "workspace", None)
+        library_dir = None
+        if library:
+            library_dir = os.path.join(os.fspath(workspace or "."), os.fspath(library))
+        shaped = shape_output(
+            text,
+            call_id=ctx.call_id,
+            library_dir=library_dir,
+            max_chars=int(setting(ctx, "max_output_chars", DEFAULT_MAX_OUTPUT_CHARS)),
+        )
+        content = shaped.content
+        if notes:
+            content = (content + ("\n" if content and not content.endswith("\n") else "")) + (
+                "\n".join(notes)
+            )
+        return ToolResult(
+            status=status,
+            content=content,
+            exit_code=exit_code,
+            error=error,
+            truncated=shaped.truncated,
+            persisted_path=shaped.persisted_path,
+        )
+
+
+def _refused(reason: str) -> ToolResult:
+    return ToolResult(status=Status.REFUSED, content=f"Refused: {reason}", error=reason)
