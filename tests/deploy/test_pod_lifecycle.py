@@ -3,13 +3,14 @@ within the pod's grace period.
 
 For every Stockade container of every overlay the test runs what the image would run
 (``stockade serve`` + the container's ``args``) with the container's environment, moved
-to a temporary folder: paths under the pod's volumes become paths under ``tmp_path``,
-the listener a unix socket (the mTLS health-only listener a free loopback port), Secrets
-real files made by ``stockade.devcerts``, and the OTLP
-endpoint an address where nothing listens (a collector that is down must not stall the
-shutdown). It waits until the service reports ready, sends SIGTERM and requires a clean
-exit before ``terminationGracePeriodSeconds - preStop`` has passed — the time kubelet
-leaves the process before it sends SIGKILL.
+to a temporary folder: paths under the pod's volumes become paths under ``tmp_path``, the
+listener a unix socket (the mTLS health-only listener a free loopback port), Secrets real
+files made by ``stockade.devcerts``, and the OTLP endpoint an address where nothing
+listens (a collector that is down must not stall the shutdown). It waits until the
+service reports ready, checks that the health service the readiness probe names answers
+SERVING where the probe asks (and, with mTLS, that the main listener refuses a plaintext
+caller), sends SIGTERM and requires a clean exit before ``terminationGracePeriodSeconds -
+preStop`` has passed: the time kubelet leaves the process before it sends SIGKILL.
 """
 
 from __future__ import annotations
