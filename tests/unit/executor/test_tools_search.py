@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Mapping
@@ -192,3 +193,59 @@ async def test_grep_skips_policy_denied_files(ws: Path) -> None:
         "grep_files", {"pattern": "supersecret"}, make_ctx(ws, denied_read_globs=["**/.env"])
     )
     assert res.content == "No matches found"
+
+
+def _matcher_children() -> list[int]:
+    """Live child processes of this test process running the regex matcher."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"-I\0-S\0-c\0" in cmd:
+            pids.append(int(entry))
+    return pids
+
+
+async def test_grep_catastrophic_regex_times_out_without_freezing(ws: Path) -> None:
+    (ws / "evil.txt").write_text("a" * 40 + "b\n")
+    ctx = make_ctx(ws)
+    ctx.timeout_s = 0.5
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    res = await run("grep_files", {"pattern": r"(a+)+$", "path": "evil.txt"}, ctx)
+    stop.set()
+    await task
+    assert res.status is Status.TIMEOUT and "did not finish" in res.error
+    assert ticks > 1  # the event loop kept running while the pattern backtracked
+    assert _matcher_children() == []
+
+
+async def test_grep_cancelled_task_kills_matcher(ws: Path) -> None:
+    (ws / "evil.txt").write_text("a" * 40 + "b\n")
+    ctx = make_ctx(ws)
+    gen = file_tools()["grep_files"].run({"pattern": r"(a+)+$", "path": "evil.txt"}, ctx)
+    task = asyncio.ensure_future(gen.__anext__())
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if _matcher_children():
+            break
+    assert _matcher_children()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _matcher_children() == []
