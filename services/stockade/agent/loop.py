@@ -1,71 +1,111 @@
-"""The ReAct loop (first cut): model step → tool calls through the four services → results.
+"""The ReAct loop: model step → tool calls through the execution pipeline → results.
 
-Each tool call goes agent → executor.Inspect → decision.Decide → executor.Execute (only
-on ALLOW) → audit (fire-and-forget), and every step is streamed as RunTurn events. Any
-failure to inspect or decide denies the call (fail closed). Hooks, approvals, parallel
-batches, subagents and the full limit matrix come with the agent issue.
+``AgentCore.run_turn`` streams one turn's events. The turn runs in a task that puts events
+on a queue, so that events of parallel calls, approvals and subagents reach the stream
+as they happen; the last event is always ``terminated`` with the reason (AGT-6), and the
+SESSION_STOP audit row (through the AuditLog hook) names the same reason.
+
+Each step is planned by the limits (max steps with one forced final answer, the shared
+tree budget, diminishing returns, token soft/hard limits with compaction and its circuit
+breaker, cancellation, denial halt); the calls of a step go through ``ExecutionPipeline``.
+Built-in tools (subagent, ask_user, todo_write, compress_context, save_memory) run here.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2, timestamp_pb2
-from opentelemetry import trace
 
 from stockade.agent.auditsink import AuditSink
+from stockade.agent.builtin_hooks import CancelRegistry, standard_hooks
+from stockade.agent.compaction import CompactionError, CompactionResult, Compactor, estimate_tokens
 from stockade.agent.events import EventFactory
-from stockade.agent.providers.base import Message, ModelToolCall, Provider, ToolSchema
+from stockade.agent.hooks import Hook, HookPipeline, LifecycleEvent, LifecycleKind
+from stockade.agent.limits import (
+    DIMINISHING_REMINDER,
+    FORCED_ANSWER_REMINDER,
+    Budget,
+    CompactionCircuitBreaker,
+    DiminishingReturns,
+    DuplicateDetector,
+    LimitSettings,
+    StepLimiter,
+    StepPlan,
+    Termination,
+    TokenBudget,
+    TokenState,
+)
+from stockade.agent.pipeline import (
+    Emit,
+    ExecutionPipeline,
+    Outcome,
+    PendingCall,
+    denied_outcome,
+    error_outcome,
+)
+from stockade.agent.providers.base import Message, ModelTurn, Provider, ProviderError
+from stockade.agent.registry import BUILTIN_TOOLS, Location, ToolRegistry, default_registry
+from stockade.agent.remote_tools import ToolProviderClient, discover
+from stockade.agent.subagent import (
+    AgentScope,
+    initial_messages,
+    parse_request,
+    spawn_scope,
+)
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
+from stockade.errors import FailedPrecondition, StockadeError
 from stockade.v1 import agent_service_pb2 as a_pb2
-from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 
-tracer = trace.get_tracer("stockade.agent")
+log = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = "You are a careful assistant. Use tools only when needed."
-PREVIEW = 200
-EXECUTOR_TOOLS = {
-    "read_file": ToolSchema(
-        "read_file",
-        "Read a text file inside the workspace.",
-        {
-            "type": "object",
-            "properties": {"file_path": {"type": "string"}},
-            "required": ["file_path"],
-        },
-    )
-}
+UNAVAILABLE_BUILTINS = frozenset({"load_skill"})
+"""Built-ins this agent does not implement; they are never offered to the model."""
 
-_STATUS_TO_AUDIT: dict[int, au_pb2.AuditStatus.ValueType] = {
-    x_pb2.EXECUTION_STATUS_OK: au_pb2.AUDIT_STATUS_OK,
-    x_pb2.EXECUTION_STATUS_ERROR: au_pb2.AUDIT_STATUS_FAIL,
-    x_pb2.EXECUTION_STATUS_TIMEOUT: au_pb2.AUDIT_STATUS_FAIL,
-    x_pb2.EXECUTION_STATUS_CANCELLED: au_pb2.AUDIT_STATUS_CANCELLED,
-    x_pb2.EXECUTION_STATUS_REFUSED: au_pb2.AUDIT_STATUS_DENIED,
-}
+
+def offered_registry(registry: ToolRegistry) -> ToolRegistry:
+    """The tools worth offering: remote tools need a provider, built-ins an implementation."""
+    drop = [
+        spec.name
+        for spec in registry
+        if (spec.location is Location.REMOTE and not spec.provider)
+        or spec.name in UNAVAILABLE_BUILTINS
+    ]
+    return registry.without(drop)
 
 
 @dataclass
-class CallOutcome:
-    """What one tool call ended with."""
+class LoopResult:
+    """How one agent loop (lead or subagent) ended."""
 
-    status: int
-    verdict: int
-    content: str
-    rule: c_pb2.Rule
-    reason: str
-    policy_version: str
-    conflicts: str
-    elapsed_ms: int
+    reason: Termination
+    """Why."""
+    detail: str
+    """Details for the stream and the audit row."""
+    answer: str = ""
+    """The final answer, if any."""
+    steps: int = 0
+    """Steps run."""
+
+
+@dataclass
+class _Turn:
+    """State shared by the loops of one turn (the lead and its subagents)."""
+
+    session_id: str
+    provider: Provider
+    emit: Emit
+    cancel: asyncio.Event
+    tokens_used: int = 0
 
 
 class AgentCore:
@@ -79,203 +119,451 @@ class AgentCore:
         audit: AuditSink,
         provider_for: Callable[[str], Provider],
         max_steps: int = 8,
+        registry: ToolRegistry | None = None,
+        hooks: Sequence[Hook] = (),
+        tool_providers: Mapping[str, ToolProviderClient] | None = None,
+        limits: LimitSettings | None = None,
+        approval_wait_s: float = 130.0,
+        tool_timeout_s: float = 130.0,
     ) -> None:
         self.decision = decision
         self.executor = executor
         self.audit = audit
         self.provider_for = provider_for
-        self.max_steps = max_steps
-        self._cancelled: set[str] = set()
+        self.limits = limits or LimitSettings(max_steps=max_steps)
+        self.max_steps = self.limits.max_steps
+        self.registry = registry or default_registry()
+        self.tool_providers = dict(tool_providers or {})
+        self._discovered: set[str] = set()
+        self.cancels = CancelRegistry()
+        self.hooks = HookPipeline(standard_hooks(self.cancels, audit, extra=list(hooks)))
+        self.pipeline = ExecutionPipeline(
+            decision=decision,
+            executor=executor,
+            providers=self.tool_providers,
+            approval_wait_s=approval_wait_s,
+            tool_timeout_s=tool_timeout_s,
+        )
+        self._running: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._todos: dict[str, list[dict[str, Any]]] = {}
+        self._memory: dict[str, list[str]] = {}
+
+    # ------------------------------------------------------------ public API
 
     def cancel(self, session_id: str) -> bool:
-        """Mark the session's turn cancelled (checked at every step)."""
-        self._cancelled.add(session_id)
-        return True
+        """Cancel the session's running turn; False when none is running."""
+        return self.cancels.cancel(session_id)
+
+    async def resolve_approval(
+        self, request: d_pb2.ResolveApprovalRequest, *, authorization: str = ""
+    ) -> d_pb2.ResolveApprovalResponse:
+        """Pass an approval answer to the decision service with the caller's credentials."""
+        metadata = (("authorization", authorization),) if authorization else None
+        if metadata is None:
+            return await self.decision.resolve_approval(request)
+        call = self.decision.stub.ResolveApproval(request, timeout=5.0, metadata=metadata)
+        response: d_pb2.ResolveApprovalResponse = await call  # type: ignore[misc]
+        return response
 
     async def run_turn(
-        self, session_id: str, message: str, script: str = ""
+        self,
+        session_id: str,
+        message: str,
+        script: str = "",
+        mode: c_pb2.PermissionMode.ValueType = c_pb2.PERMISSION_MODE_UNSPECIFIED,
     ) -> AsyncIterator[a_pb2.RunTurnResponse]:
         """Run one turn and yield its events; the last is always ``terminated``."""
+        if session_id in self._running:
+            raise FailedPrecondition(f"a turn is already running for session {session_id!r}")
+        provider = self.provider_for(script)  # bad script names fail before streaming
+        self._running.add(session_id)
+        queue: asyncio.Queue[a_pb2.RunTurnResponse | None] = asyncio.Queue()
         events = EventFactory(session_id)
-        self._cancelled.discard(session_id)
-        provider = self.provider_for(script)
-        messages = [Message("system", SYSTEM_PROMPT), Message("user", message)]
-        tools = list(EXECUTOR_TOOLS.values())
-        reason, detail = a_pb2.TERMINATION_REASON_MAX_STEPS, "the step limit was reached"
-        tokens = 0
-        for step in range(1, self.max_steps + 1):
-            if session_id in self._cancelled:
-                reason, detail = a_pb2.TERMINATION_REASON_CANCELLED, "cancelled by the user"
-                break
-            turn = await provider.complete(messages, tools)
-            tokens += turn.prompt_tokens + turn.completion_tokens
-            if turn.text:
-                yield events.make(text=a_pb2.TextEvent(text=turn.text))
-            if not turn.tool_calls:
-                yield events.make(final_answer=a_pb2.FinalAnswerEvent(text=turn.text))
-                reason, detail = a_pb2.TERMINATION_REASON_COMPLETED, "final answer"
-                break
-            messages.append(Message("assistant", turn.text, tool_calls=turn.tool_calls))
-            for call in turn.tool_calls:
-                pb_call = _to_pb_call(call, session_id)
-                yield events.make(tool_call_started=a_pb2.ToolCallStartedEvent(call=pb_call))
-                # One tool call is one trace: Inspect, Decide, Execute and the audit
-                # event all happen inside this span (X-1).
-                with tracer.start_as_current_span(
-                    f"tool_call {call.name}",
-                    attributes={"stockade.call_id": call.id, "stockade.session_id": session_id},
-                ):
-                    outcome = await self._run_call(pb_call)
-                    self._record(pb_call, step, outcome)
-                yield events.make(
-                    tool_call_finished=a_pb2.ToolCallFinishedEvent(
-                        call_id=call.id,
-                        tool_name=call.name,
-                        status=outcome.status,  # type: ignore[arg-type]
-                        verdict=outcome.verdict,  # type: ignore[arg-type]
-                        content=outcome.content,
-                        winning_rule=outcome.rule,
-                        reason=outcome.reason,
-                        elapsed_ms=outcome.elapsed_ms,
+
+        def emit(agent_name: str, **event: Any) -> None:
+            queue.put_nowait(events.make(agent_name, **event))
+
+        cancel = self.cancels.begin(session_id)
+        turn = _Turn(session_id, provider, emit, cancel)
+        task = asyncio.create_task(self._turn(turn, message, mode))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+        finally:
+            if not task.done():
+                # The caller went away: cancel like a user would; BLOCK tools still finish.
+                cancel.set()
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------ the turn
+
+    async def _turn(self, turn: _Turn, message: str, mode: int) -> None:
+        result = LoopResult(Termination.ERROR, "the turn did not start")
+        try:
+            await self._prepare_session(turn.session_id, mode)
+            await self._discover_tools()
+            scope = AgentScope(
+                name="lead",
+                session_id=turn.session_id,
+                registry=offered_registry(self.registry),
+                hooks=self.hooks,
+                budget=Budget(
+                    max_steps=self.limits.tree_max_steps, max_tokens=self.limits.tree_max_tokens
+                ),
+                max_steps=self.limits.max_steps,
+            )
+            await self.hooks.emit(LifecycleEvent(LifecycleKind.SESSION_START, turn.session_id))
+            messages = [Message("system", SYSTEM_PROMPT), Message("user", message)]
+            result = await self._loop(turn, scope, messages)
+        except Exception as exc:  # the stream must always end with `terminated`
+            log.exception("turn of %s failed", turn.session_id)
+            turn.emit("lead", error={"message": f"internal error: {type(exc).__name__}"})
+            result = LoopResult(Termination.ERROR, f"internal error: {type(exc).__name__}")
+        finally:
+            await self.hooks.emit(
+                LifecycleEvent(
+                    LifecycleKind.SESSION_STOP,
+                    turn.session_id,
+                    details={
+                        "reason": result.reason.value,
+                        "detail": result.detail,
+                        "step": result.steps,
+                    },
+                )
+            )
+            turn.emit(
+                "lead",
+                terminated={
+                    "reason": a_pb2.TerminationReason.Value(
+                        f"TERMINATION_REASON_{result.reason.value}"
+                    ),
+                    "detail": result.detail,
+                },
+            )
+            self.cancels.end(turn.session_id)
+            self._running.discard(turn.session_id)
+
+    async def _prepare_session(self, session_id: str, mode: int) -> None:
+        """Create the decision session with the requested mode (best effort: Decide
+        creates unknown sessions itself, and fails closed if the service is down)."""
+        if mode == c_pb2.PERMISSION_MODE_UNSPECIFIED:
+            return
+        try:
+            await self.decision.create_session(session_id, mode)
+        except grpc.aio.AioRpcError as err:
+            log.warning("could not create session %s: %s", session_id, err.code().name)
+
+    async def _discover_tools(self) -> None:
+        pending = [c for a, c in self.tool_providers.items() if a not in self._discovered]
+        if pending:
+            found = await discover(self.registry, pending)
+            self._discovered.update(found)
+
+    async def _loop(self, turn: _Turn, scope: AgentScope, messages: list[Message]) -> LoopResult:
+        """One agent's ReAct loop (the lead or a subagent)."""
+        limits = self.limits
+        limiter = StepLimiter(scope.max_steps)
+        duplicates = DuplicateDetector(limits.duplicate_threshold)
+        tokens = TokenBudget(limits.token_soft_limit, limits.token_hard_limit)
+        diminishing = DiminishingReturns(limits.diminishing_steps)
+        compactor = Compactor(
+            turn.provider, CompactionCircuitBreaker(limits.compaction_max_failures)
+        )
+        tools = scope.registry.schemas()
+        forced: tuple[Termination, str, str] | None = None
+        ratio = 1.0  # provider tokens per estimated token, learnt from usage
+        while True:
+            if turn.cancel.is_set():
+                return LoopResult(Termination.CANCELLED, "cancelled by the user", "", limiter.step)
+            if forced is None:
+                plan = limiter.next_step(scope.budget)
+                if plan is StepPlan.FORCED_FINAL:
+                    detail = (
+                        f"the step limit ({scope.max_steps}) was reached"
+                        if limiter.step > scope.max_steps
+                        else "the agent tree's step budget is spent"
                     )
+                    forced = (Termination.MAX_STEPS, FORCED_ANSWER_REMINDER, detail)
+                elif plan is StepPlan.STOP:
+                    return LoopResult(Termination.MAX_STEPS, "step limit", "", limiter.step)
+            if forced is not None:
+                return await self._forced_answer(turn, scope, messages, forced, limiter.step)
+            try:
+                model_turn = await self._complete(turn, messages, tools, allow_tools=True)
+            except asyncio.CancelledError:
+                return LoopResult(Termination.CANCELLED, "cancelled by the user", "", limiter.step)
+            except ProviderError as exc:
+                turn.emit(scope.name, error={"message": f"provider error: {exc}"})
+                return LoopResult(Termination.ERROR, f"provider error: {exc}", "", limiter.step)
+            used = model_turn.prompt_tokens + model_turn.completion_tokens
+            scope.budget.spend_tokens(used)
+            turn.tokens_used += used
+            if model_turn.prompt_tokens:
+                ratio = max(1.0, model_turn.prompt_tokens / max(1, estimate_tokens(messages)))
+            if model_turn.text and not scope.silent:
+                turn.emit(scope.name, text={"text": model_turn.text})
+            if not model_turn.tool_calls:
+                if not scope.silent:
+                    turn.emit(scope.name, final_answer={"text": model_turn.text})
+                return LoopResult(
+                    Termination.COMPLETED, "final answer", model_turn.text, limiter.step
                 )
-                messages.append(Message("tool", outcome.content, tool_call_id=call.id))
-            yield events.make(step_complete=a_pb2.StepCompleteEvent(step=step, tokens_used=tokens))
-        self._record_stop(session_id, a_pb2.TerminationReason.Name(reason))
-        yield events.make(terminated=a_pb2.TerminatedEvent(reason=reason, detail=detail))
+            messages.append(Message("assistant", model_turn.text, tool_calls=model_turn.tool_calls))
 
-    async def _run_call(self, call: c_pb2.ToolCall) -> CallOutcome:
-        start = time.monotonic()
+            async def builtin(item: PendingCall) -> Outcome:
+                return await self._builtin(turn, scope, messages, item)
 
-        def ms() -> int:
-            return int((time.monotonic() - start) * 1000)
-
-        try:
-            inspection = await self.executor.inspect(x_pb2.InspectRequest(call=call))
-        except grpc.aio.AioRpcError as err:
-            return _denied(f"executor could not inspect the call: {err.details()}", ms())
-        decision = await self.decision.decide(d_pb2.DecideRequest(call=call, inspection=inspection))
-        conflicts = json.dumps(
-            [
-                {
-                    "pattern": c.rule.pattern,
-                    "effect": c_pb2.RuleEffect.Name(c.rule.effect),
-                    "note": c.note,
-                }
-                for c in decision.conflicts
-            ]
-        )
-        if decision.verdict != c_pb2.VERDICT_ALLOW:
-            reason = decision.reason
-            if decision.verdict == c_pb2.VERDICT_ASK:
-                reason = (
-                    f"needs approval ({decision.reason}); approvals are not built yet, so denied"
-                )
-            return CallOutcome(
-                x_pb2.EXECUTION_STATUS_REFUSED,
-                c_pb2.VERDICT_DENY,
-                f"Denied: {reason}",
-                decision.winning_rule,
-                reason,
-                decision.policy_version,
-                conflicts,
-                ms(),
+            outcomes = await self.pipeline.run_step(
+                scope,
+                limiter.step,
+                model_turn.tool_calls,
+                duplicates=duplicates,
+                cancel=turn.cancel,
+                emit=turn.emit,
+                builtin=builtin,
             )
-        result = x_pb2.ExecuteResult(status=x_pb2.EXECUTION_STATUS_ERROR, error="no result")
-        try:
-            async for msg in self.executor.execute(
-                x_pb2.ExecuteRequest(call=call, grant=decision.grant), timeout_s=130.0
+            for call, outcome in zip(model_turn.tool_calls, outcomes, strict=True):
+                messages.append(
+                    Message("tool", outcome.content, tool_call_id=call.id, name=call.name)
+                )
+            turn.emit(
+                scope.name,
+                step_complete={"step": limiter.step, "tokens_used": turn.tokens_used},
+            )
+            await self.hooks.emit(
+                LifecycleEvent(
+                    LifecycleKind.STEP_COMPLETE,
+                    scope.session_id,
+                    scope.name,
+                    {"step": limiter.step, "tokens_used": turn.tokens_used},
+                )
+            )
+            halted = next((o for o in outcomes if o.halt), None)
+            if halted is not None:
+                detail = halted.halt_reason or "the denial limit was reached"
+                return LoopResult(Termination.DENIAL_HALT, detail, "", limiter.step)
+            if turn.cancel.is_set():
+                return LoopResult(Termination.CANCELLED, "cancelled by the user", "", limiter.step)
+            asked = next((o for o in outcomes if o.ends_turn), None)
+            if asked is not None:
+                turn.emit(scope.name, final_answer={"text": asked.content})
+                return LoopResult(
+                    Termination.COMPLETED, "waiting for the user", asked.content, limiter.step
+                )
+            if diminishing.observe(
+                [o.content for o in outcomes],
+                errors=[o.status != x_pb2.EXECUTION_STATUS_OK for o in outcomes],
             ):
-                if msg.HasField("result"):
-                    result = msg.result
-        except grpc.aio.AioRpcError as err:
-            result = x_pb2.ExecuteResult(
-                status=x_pb2.EXECUTION_STATUS_ERROR, error=f"executor: {err.details()}"
-            )
-        content = (
-            result.content
-            if result.status == x_pb2.EXECUTION_STATUS_OK
-            else (f"Error: {result.error or result.content}")
+                forced = (
+                    Termination.DIMINISHING_RETURNS,
+                    DIMINISHING_REMINDER,
+                    f"{limits.diminishing_steps} steps in a row added no new information",
+                )
+                continue
+            stop = await self._manage_tokens(turn, scope, messages, tokens, compactor, ratio)
+            if stop is not None:
+                stop.steps = limiter.step
+                return stop
+
+    async def _complete(
+        self, turn: _Turn, messages: list[Message], tools: list[Any], *, allow_tools: bool
+    ) -> ModelTurn:
+        """Ask the model, giving up at once if the turn is cancelled meanwhile."""
+        task = asyncio.ensure_future(
+            turn.provider.complete(list(messages), tools, allow_tools=allow_tools)
         )
-        return CallOutcome(
-            result.status,
+        waiter = asyncio.ensure_future(turn.cancel.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            raise asyncio.CancelledError
+        return task.result()
+
+    async def _forced_answer(
+        self,
+        turn: _Turn,
+        scope: AgentScope,
+        messages: list[Message],
+        forced: tuple[Termination, str, str],
+        steps: int,
+    ) -> LoopResult:
+        """One last model call without tools, after a reminder; then the turn ends."""
+        reason, reminder, detail = forced
+        messages.append(Message("user", reminder))
+        try:
+            model_turn = await self._complete(turn, messages, [], allow_tools=False)
+        except asyncio.CancelledError:
+            return LoopResult(Termination.CANCELLED, "cancelled by the user", "", steps)
+        except ProviderError as exc:
+            turn.emit(scope.name, error={"message": f"provider error: {exc}"})
+            return LoopResult(reason, f"{detail}; the final answer failed: {exc}", "", steps)
+        used = model_turn.prompt_tokens + model_turn.completion_tokens
+        scope.budget.spend_tokens(used)
+        turn.tokens_used += used
+        if not scope.silent:
+            turn.emit(scope.name, final_answer={"text": model_turn.text})
+        return LoopResult(reason, detail, model_turn.text, steps)
+
+    async def _manage_tokens(
+        self,
+        turn: _Turn,
+        scope: AgentScope,
+        messages: list[Message],
+        tokens: TokenBudget,
+        compactor: Compactor,
+        ratio: float,
+    ) -> LoopResult | None:
+        """Nudge at the soft limit; compact (or end) at the hard limit."""
+        if scope.budget.remaining_tokens <= 0:
+            return LoopResult(Termination.TOKEN_BUDGET, "the agent tree's token budget is spent")
+        context = int(estimate_tokens(messages) * ratio)
+        state = tokens.state(context)
+        if state is TokenState.SOFT:
+            nudge = tokens.nudge(context)
+            if nudge:
+                messages.append(Message("user", nudge))
+            return None
+        if state is TokenState.OK:
+            return None
+        target = int(tokens.soft_limit / ratio)
+        result: CompactionResult | None = None
+        while result is None and not compactor.breaker.open:
+            await self.hooks.emit(
+                LifecycleEvent(LifecycleKind.PRE_COMPACT, scope.session_id, scope.name)
+            )
+            result = await compactor.auto(messages, target_tokens=target)
+        if result is None:
+            return LoopResult(
+                Termination.COMPACTION_FAILED,
+                f"compaction failed {compactor.breaker.failures} times in a row",
+            )
+        self._apply_compaction(turn, scope, messages, result)
+        await self.hooks.emit(
+            LifecycleEvent(
+                LifecycleKind.POST_COMPACT,
+                scope.session_id,
+                scope.name,
+                {
+                    "kind": result.kind,
+                    "tokens_before": result.tokens_before,
+                    "tokens_after": result.tokens_after,
+                },
+            )
+        )
+        if tokens.state(int(result.tokens_after * ratio)) is TokenState.HARD:
+            return LoopResult(
+                Termination.TOKEN_BUDGET,
+                f"the context is still above the hard limit ({tokens.hard_limit}) after compaction",
+            )
+        return None
+
+    def _apply_compaction(
+        self, turn: _Turn, scope: AgentScope, messages: list[Message], result: CompactionResult
+    ) -> None:
+        messages[:] = result.messages
+        turn.emit(
+            scope.name,
+            compaction={
+                "kind": result.kind,
+                "tokens_before": result.tokens_before,
+                "tokens_after": result.tokens_after,
+            },
+        )
+
+    # ------------------------------------------------------------ built-in tools
+
+    async def _builtin(
+        self, turn: _Turn, scope: AgentScope, messages: list[Message], item: PendingCall
+    ) -> Outcome:
+        name, args = item.call.name, item.arguments
+        ok = x_pb2.EXECUTION_STATUS_OK
+        allow = c_pb2.VERDICT_ALLOW
+        if name == "subagent":
+            return await self._subagent(turn, scope, item)
+        if name == "ask_user":
+            question = str(args.get("question", ""))
+            return Outcome(ok, allow, question, "question for the user", ends_turn=True)
+        if name == "todo_write":
+            todos = list(args.get("todos", []))
+            self._todos[scope.session_id] = todos
+            done = sum(1 for t in todos if t.get("status") == "completed")
+            return Outcome(ok, allow, f"Todo list updated: {len(todos)} items, {done} completed.")
+        if name == "save_memory":
+            entries = self._memory.setdefault(scope.session_id, [])
+            entries.append(str(args.get("content", "")))
+            return Outcome(ok, allow, f"Saved to this agent's memory ({len(entries)} entries).")
+        if name == "compress_context":
+            await self.hooks.emit(
+                LifecycleEvent(LifecycleKind.PRE_COMPACT, scope.session_id, scope.name)
+            )
+            compactor = Compactor(turn.provider)
+            try:
+                result = await compactor.manual(messages)
+            except CompactionError as exc:
+                return error_outcome(f"Error: {exc}", str(exc))
+            self._apply_compaction(turn, scope, messages, result)
+            await self.hooks.emit(
+                LifecycleEvent(
+                    LifecycleKind.POST_COMPACT, scope.session_id, scope.name, {"kind": "manual"}
+                )
+            )
+            return Outcome(
+                ok,
+                allow,
+                f"Context compacted from about {result.tokens_before} to "
+                f"{result.tokens_after} tokens.",
+            )
+        if name in BUILTIN_TOOLS:
+            return error_outcome(f"Error: {name} is not available in this agent", "not available")
+        return error_outcome(f"Error: {name} is not a built-in tool", "not built in")
+
+    async def _subagent(self, turn: _Turn, parent: AgentScope, item: PendingCall) -> Outcome:
+        try:
+            request = parse_request(item.arguments)
+            child = spawn_scope(parent, request, max_depth=self.limits.max_subagent_depth)
+        except StockadeError as exc:
+            return denied_outcome(exc.message)
+        turn.emit(
+            parent.name,
+            subagent_started={
+                "agent_name": child.name,
+                "profile": child.profile,
+                "task": request.task,
+            },
+        )
+        details = {"profile": child.profile, "task": request.task}
+        await self.hooks.emit(
+            LifecycleEvent(LifecycleKind.SUBAGENT_START, child.session_id, child.name, details)
+        )
+        result = await self._loop(turn, child, initial_messages(child, request))
+        reason = a_pb2.TerminationReason.Value(f"TERMINATION_REASON_{result.reason.value}")
+        turn.emit(
+            parent.name,
+            subagent_stopped={"agent_name": child.name, "reason": reason, "answer": result.answer},
+        )
+        await self.hooks.emit(
+            LifecycleEvent(
+                LifecycleKind.SUBAGENT_STOP,
+                child.session_id,
+                child.name,
+                {"reason": result.reason.value, "detail": result.detail},
+            )
+        )
+        if result.reason is Termination.COMPLETED:
+            return Outcome(x_pb2.EXECUTION_STATUS_OK, c_pb2.VERDICT_ALLOW, result.answer)
+        outcome = Outcome(
+            x_pb2.EXECUTION_STATUS_ERROR,
             c_pb2.VERDICT_ALLOW,
-            content,
-            decision.winning_rule,
-            decision.reason if result.status == x_pb2.EXECUTION_STATUS_OK else result.error,
-            decision.policy_version,
-            conflicts,
-            ms(),
+            f"Subagent {child.name} stopped ({result.reason.value}: {result.detail})."
+            + (f" Partial answer: {result.answer}" if result.answer else ""),
+            result.detail,
         )
-
-    def _record(self, call: c_pb2.ToolCall, step: int, outcome: CallOutcome) -> None:
-        self.audit.enqueue(
-            au_pb2.AuditEvent(
-                event_id=uuid.uuid4().hex,
-                session_id=call.session_id,
-                step=step,
-                tool_name=call.tool_name,
-                status=_STATUS_TO_AUDIT.get(outcome.status, au_pb2.AUDIT_STATUS_FAIL),
-                elapsed_ms=outcome.elapsed_ms,
-                output_preview=outcome.content[:PREVIEW],
-                agent_name=call.agent_name or "lead",
-                time=_now(),
-                call_id=call.call_id,
-                verdict=outcome.verdict,  # type: ignore[arg-type]
-                matched_rule=outcome.rule.pattern,
-                rule_source=outcome.rule.source,
-                trace_id=_trace_id(),
-                conflict_log=outcome.conflicts,
-                policy_version=outcome.policy_version,
-            )
-        )
-
-    def _record_stop(self, session_id: str, reason: str) -> None:
-        self.audit.enqueue(
-            au_pb2.AuditEvent(
-                event_id=uuid.uuid4().hex,
-                session_id=session_id,
-                tool_name="session",
-                status=au_pb2.AUDIT_STATUS_SESSION_STOP,
-                agent_name="lead",
-                time=_now(),
-                termination_reason=reason,
-            )
-        )
-
-
-def _trace_id() -> str:
-    ctx = trace.get_current_span().get_span_context()
-    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(time.time_ns())
-    return ts
-
-
-def _denied(reason: str, elapsed_ms: int) -> CallOutcome:
-    rule = c_pb2.Rule(effect=c_pb2.RULE_EFFECT_DENY, pattern="*", source=c_pb2.RULE_SOURCE_DEFAULT)
-    return CallOutcome(
-        x_pb2.EXECUTION_STATUS_REFUSED,
-        c_pb2.VERDICT_DENY,
-        f"Denied: {reason}",
-        rule,
-        reason,
-        "",
-        "[]",
-        elapsed_ms,
-    )
-
-
-def _to_pb_call(call: ModelToolCall, session_id: str) -> c_pb2.ToolCall:
-    args = struct_pb2.Struct()
-    args.update(call.arguments)
-    return c_pb2.ToolCall(
-        call_id=call.id,
-        tool_name=call.name,
-        arguments=args,
-        session_id=session_id,
-        agent_name="lead",
-    )
+        if result.reason is Termination.DENIAL_HALT:
+            outcome.halt, outcome.halt_reason = True, result.detail
+        return outcome

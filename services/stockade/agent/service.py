@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stockade.agent.auditsink import AuditSink
 from stockade.agent.loop import AgentCore
 from stockade.agent.providers.base import Provider
+from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
 from stockade.agent.providers.scripted import ScriptedProvider, load_script
+from stockade.agent.registry import ToolRegistry, default_registry
+from stockade.agent.remote_hooks import RemoteHook
+from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
 from stockade.client.base import TlsConfig, aio_channel
@@ -30,15 +34,34 @@ class AgentApp:
     settings: AgentSettings
     name: str = "agent"
 
+    _openai: OpenAIProvider | None = field(default=None, init=False, repr=False)
+
     def provider_for(self, script: str) -> Provider:
-        """A fresh provider for one turn."""
-        if self.settings.provider == "scripted":
-            return ScriptedProvider(
-                load_script(self.settings.script_dir, script or self.settings.default_script)
+        """The provider for one turn: a fresh scripted one, or the shared HTTP one."""
+        s = self.settings
+        if s.provider == "scripted":
+            return ScriptedProvider(load_script(s.script_dir, script or s.default_script))
+        if script:
+            raise InvalidArgument("'script' applies to the scripted provider only")
+        if self._openai is None:
+            self._openai = OpenAIProvider(
+                OpenAIConfig(
+                    base_url=s.openai_base_url,
+                    model=s.openai_model,
+                    api_key=s.openai_api_key,
+                    stream=s.openai_stream,
+                    timeout_s=s.openai_timeout_s,
+                    max_retries=s.openai_max_retries,
+                )
             )
-        raise InvalidArgument(
-            "provider 'openai' is not built yet (see README status table); use 'scripted'"
-        )
+        return self._openai
+
+    def registry(self) -> ToolRegistry:
+        """The default tools plus the ones declared in configuration."""
+        registry = default_registry()
+        for tool in self.settings.tools:
+            registry.register(tool.to_spec(), replace=True)
+        return registry
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[list[Registration]]:
@@ -55,12 +78,27 @@ class AgentApp:
         executor_ch = aio_channel(s.executor_addr, tls=tls)
         audit_ch = aio_channel(s.audit_addr, tls=tls)
         audit = AuditSink(audit_ch)
+        extra_channels = {
+            address: aio_channel(address, tls=tls)
+            for address in [*s.tool_providers, *(h.address for h in s.remote_hooks)]
+        }
+        providers = {
+            address: ToolProviderClient(address, extra_channels[address])
+            for address in s.tool_providers
+        }
+        hooks = [RemoteHook(config, extra_channels[config.address]) for config in s.remote_hooks]
         core = AgentCore(
             decision=DecisionClient(decision_ch, decide_deadline_s=s.decide_deadline_s),
             executor=ExecutorClient(executor_ch),
             audit=audit,
             provider_for=self.provider_for,
             max_steps=s.max_steps,
+            registry=self.registry(),
+            hooks=hooks,
+            tool_providers=providers,
+            limits=s.limit_settings(),
+            approval_wait_s=s.approval_wait_s,
+            tool_timeout_s=s.tool_timeout_s,
         )
         try:
             yield [
@@ -70,5 +108,7 @@ class AgentApp:
             ]
         finally:
             await audit.aclose()
-            for ch in (decision_ch, executor_ch, audit_ch):
+            for ch in (decision_ch, executor_ch, audit_ch, *extra_channels.values()):
                 await ch.close(None)
+            if self._openai is not None:
+                await self._openai.aclose()

@@ -10,9 +10,10 @@ from typing import Any
 import grpc
 
 from stockade.agent.loop import AgentCore
-from stockade.errors import InvalidArgument, NotImplementedYet
+from stockade.errors import InvalidArgument
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
+from stockade.v1 import decision_service_pb2 as d_pb2
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 MAX_MESSAGE_CHARS = 200_000
@@ -36,7 +37,9 @@ class AgentServicer(a_grpc.AgentServiceServicer):
             raise InvalidArgument("message must not be empty")
         if len(request.message) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"message is longer than {MAX_MESSAGE_CHARS} characters")
-        async for event in self.core.run_turn(session_id, request.message, request.script):
+        async for event in self.core.run_turn(
+            session_id, request.message, request.script, request.mode
+        ):
             yield event
 
     async def Cancel(  # noqa: N802
@@ -51,6 +54,29 @@ class AgentServicer(a_grpc.AgentServiceServicer):
         request: a_pb2.ResolveAgentApprovalRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> a_pb2.ResolveAgentApprovalResponse:
-        raise NotImplementedYet(
-            "AgentService.ResolveApproval is not built yet (see README status table)"
+        if not request.approval_id:
+            raise InvalidArgument("approval_id is required")
+        if request.resolution == d_pb2.RESOLUTION_UNSPECIFIED:
+            raise InvalidArgument("resolution must be ALLOW_ONCE, DENY or ALWAYS_ALLOW")
+        forward = d_pb2.ResolveApprovalRequest(
+            approval_id=request.approval_id,
+            resolution=request.resolution,
+            resolver=request.resolver,
         )
+        if request.HasField("scope"):
+            forward.scope.CopyFrom(request.scope)
+        # The caller's own credentials decide whether it may answer (admin RPC).
+        authorization = next(
+            (
+                value
+                for key, value in context.invocation_metadata() or ()
+                if key == "authorization" and isinstance(value, str)
+            ),
+            "",
+        )
+        try:
+            answer = await self.core.resolve_approval(forward, authorization=authorization)
+        except grpc.aio.AioRpcError as err:
+            # Pass the decision service's refusal through unchanged (code and message).
+            await context.abort(err.code(), err.details() or "")
+        return a_pb2.ResolveAgentApprovalResponse(approval=answer.approval)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import field_validator
+from pydantic import ValidationInfo, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from stockade.agent.limits import LimitSettings
+from stockade.agent.registry import ToolConfig
+from stockade.agent.remote_hooks import RemoteHookConfig
 from stockade.server.settings import ServerSettings
 
 
@@ -44,6 +47,37 @@ class AgentSettings(ServerSettings):
     decide_deadline_s: float = 2.0
     """A decision that takes longer is a denial (fail closed)."""
 
+    openai_stream: bool = False
+    """Stream answers from the endpoint (server-sent events)."""
+    openai_timeout_s: float = 120.0
+    """Per-request timeout of the OpenAI-compatible endpoint."""
+    openai_max_retries: int = 3
+    """Retries for 429, 5xx and connection errors."""
+    approval_wait_s: float = 130.0
+    """How long a call waits for an approval answer (the decision service's own approval
+    timeout, default 120 s, normally decides first: a timeout is a denial)."""
+    tool_timeout_s: float = 130.0
+    """Agent-side cap on one tool execution (the executor enforces its own limits)."""
+    max_subagent_depth: int = 2
+    """How deep subagents may nest."""
+    token_soft_limit: int = 32_000
+    """Context tokens at which the model is nudged to conclude."""
+    token_hard_limit: int = 40_000
+    """Context tokens at which the context is compacted (or the turn ends)."""
+    duplicate_threshold: int = 3
+    """Consecutive identical calls at which the call is refused."""
+    diminishing_steps: int = 3
+    """Steps in a row without new information that end the turn."""
+    tree_max_steps: int = 32
+    """Model steps the lead and all its subagents may spend in one turn."""
+    tree_max_tokens: int = 400_000
+    """Tokens the lead and all its subagents may spend in one turn."""
+    remote_hooks: list[RemoteHookConfig] = []
+    """Remote HookService endpoints, as JSON: ``[{"address": "...", "timeout_s": 2,
+    "failure_policy": "fail_closed"}]``."""
+    tools: list[ToolConfig] = []
+    """Extra tools, as JSON ``ToolConfig`` objects (remote tools name their provider)."""
+
     @field_validator("tool_providers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
@@ -64,3 +98,24 @@ class AgentSettings(ServerSettings):
         if not 1 <= value <= 1000:
             raise ValueError("must be between 1 and 1000")
         return value
+
+    @field_validator("token_hard_limit")
+    @classmethod
+    def _hard(cls, value: int, info: ValidationInfo) -> int:
+        soft = info.data.get("token_soft_limit", 0)
+        if value < soft:
+            raise ValueError(f"must be at least token_soft_limit ({soft})")
+        return value
+
+    def limit_settings(self) -> LimitSettings:
+        """The loop's limits from these settings."""
+        return LimitSettings(
+            max_steps=self.max_steps,
+            duplicate_threshold=self.duplicate_threshold,
+            token_soft_limit=self.token_soft_limit,
+            token_hard_limit=self.token_hard_limit,
+            diminishing_steps=self.diminishing_steps,
+            max_subagent_depth=self.max_subagent_depth,
+            tree_max_steps=self.tree_max_steps,
+            tree_max_tokens=self.tree_max_tokens,
+        )

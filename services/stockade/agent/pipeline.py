@@ -1,0 +1,611 @@
+"""The execution pipeline of one model step (AGT-7).
+
+validate and prepare (known tool, schema, duplicates, silent context) → PreToolUse hooks →
+permission (executor Inspect, decision Decide, approval round trip) → partition
+(consecutive concurrency-safe calls in parallel, the rest one by one) → execute (interrupt
+behaviour, sibling abort) → PostToolUse hooks → results in the model's order.
+
+Fail closed throughout: a failed Inspect, an unreachable or late decision service, an
+approval that times out — each is a denial whose reason says why, and nothing runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import grpc
+from opentelemetry import trace
+
+from stockade.agent.hooks import CallStatus, DecisionInfo, ToolCallContext, ToolResultContext
+from stockade.agent.limits import DuplicateDetector
+from stockade.agent.providers.base import ModelToolCall
+from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
+from stockade.agent.remote_tools import ToolProviderClient
+from stockade.agent.subagent import AgentScope, silent_refusal
+from stockade.agent.toolspec_proto import dict_to_struct
+from stockade.client.decision import DecisionClient
+from stockade.client.executor import ExecutorClient
+from stockade.errors import InvalidArgument, UnknownTool
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+from stockade.v1 import executor_service_pb2 as x_pb2
+
+log = logging.getLogger(__name__)
+
+CANCELLED_TEXT = "Cancelled: the user cancelled the turn."
+
+
+class Emit(Protocol):
+    """Puts one RunTurn event on the stream, tagged with the agent that caused it."""
+
+    def __call__(self, agent_name: str, **event: Any) -> None:
+        """Emit ``event`` (one ``RunTurnResponse`` oneof field)."""
+        ...
+
+
+@dataclass
+class Outcome:
+    """How one call ended, before and after PostToolUse hooks."""
+
+    status: x_pb2.ExecutionStatus.ValueType
+    """Execution status (REFUSED for denials and refusals)."""
+    verdict: c_pb2.Verdict.ValueType
+    """The permission verdict (UNSPECIFIED when no decision was made)."""
+    content: str
+    """The result the model sees."""
+    reason: str = ""
+    """Why, for denials and errors."""
+    rule: c_pb2.Rule = field(default_factory=c_pb2.Rule)
+    """The rule that decided."""
+    policy_version: str = ""
+    """The decision's policy version."""
+    conflicts: str = "[]"
+    """The decision's conflict log as JSON."""
+    elapsed_ms: int = 0
+    """Wall time from the start of the call's checks."""
+    halt: bool = False
+    """The decision service asked the agent to end the turn (DEC-9)."""
+    halt_reason: str = ""
+    """Why."""
+    ends_turn: bool = False
+    """A builtin (ask_user) ends the turn after this step."""
+
+    @property
+    def call_status(self) -> CallStatus:
+        """The status hooks and the audit log see."""
+        if self.status == x_pb2.EXECUTION_STATUS_OK:
+            return CallStatus.OK
+        if self.status == x_pb2.EXECUTION_STATUS_CANCELLED:
+            return CallStatus.CANCELLED
+        if self.verdict == c_pb2.VERDICT_DENY or self.status == x_pb2.EXECUTION_STATUS_REFUSED:
+            return CallStatus.DENIED
+        return CallStatus.FAIL
+
+
+def error_outcome(message: str, reason: str = "") -> Outcome:
+    """A call that could not run because it was malformed (not a denial)."""
+    return Outcome(x_pb2.EXECUTION_STATUS_ERROR, c_pb2.VERDICT_UNSPECIFIED, message, reason)
+
+
+def denied_outcome(reason: str, rule: c_pb2.Rule | None = None) -> Outcome:
+    """A refused call."""
+    return Outcome(
+        x_pb2.EXECUTION_STATUS_REFUSED,
+        c_pb2.VERDICT_DENY,
+        f"Denied: {reason}",
+        reason,
+        rule
+        or c_pb2.Rule(effect=c_pb2.RULE_EFFECT_DENY, pattern="*", source=c_pb2.RULE_SOURCE_DEFAULT),
+    )
+
+
+def cancelled_outcome(reason: str = "cancelled by the user") -> Outcome:
+    """A call stopped (or never started) because the turn was cancelled."""
+    return Outcome(
+        x_pb2.EXECUTION_STATUS_CANCELLED, c_pb2.VERDICT_UNSPECIFIED, CANCELLED_TEXT, reason
+    )
+
+
+@dataclass
+class PendingCall:
+    """One call moving through the pipeline."""
+
+    call: ModelToolCall
+    """As the model asked."""
+    started: float
+    """Monotonic start time."""
+    spec: ToolSpec | None = None
+    """Its registry entry (None for unknown tools)."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """Final arguments (after MutateInput)."""
+    outcome: Outcome | None = None
+    """Set as soon as the call is settled (refused early or executed)."""
+    grant: d_pb2.Grant | None = None
+    """The decision's grant, for executor tools."""
+    decision: d_pb2.DecideResponse | None = None
+    """The decision."""
+    context: tuple[str, ...] = ()
+    """Hook contexts appended to the result for the model."""
+
+    def elapsed_ms(self) -> int:
+        """Milliseconds since the call's checks started."""
+        return int((time.monotonic() - self.started) * 1000)
+
+
+BuiltinRunner = Callable[[PendingCall], Awaitable[Outcome]]
+
+
+def current_trace_id() -> str:
+    """The active OpenTelemetry trace id (32 hex), or empty."""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else ""
+
+
+def _conflicts_json(decision: d_pb2.DecideResponse) -> str:
+    return json.dumps(
+        [
+            {
+                "pattern": c.rule.pattern,
+                "effect": c_pb2.RuleEffect.Name(c.rule.effect),
+                "source": c_pb2.RuleSource.Name(c.rule.source),
+                "note": c.note,
+            }
+            for c in decision.conflicts
+        ]
+    )
+
+
+def _name(enum: Any, value: int, prefix: str) -> str:
+    try:
+        name: str = enum.Name(value)
+    except ValueError:
+        return ""
+    return "" if name.endswith("UNSPECIFIED") else name.removeprefix(prefix)
+
+
+class ExecutionPipeline:
+    """Runs the tool calls of one model step through every check, in the model's order."""
+
+    def __init__(
+        self,
+        *,
+        decision: DecisionClient,
+        executor: ExecutorClient,
+        providers: Mapping[str, ToolProviderClient] | None = None,
+        approval_wait_s: float = 130.0,
+        tool_timeout_s: float = 130.0,
+    ) -> None:
+        self.decision = decision
+        self.executor = executor
+        self.providers = dict(providers or {})
+        self.approval_wait_s = approval_wait_s
+        self.tool_timeout_s = tool_timeout_s
+
+    # ------------------------------------------------------------ the step
+
+    async def run_step(
+        self,
+        scope: AgentScope,
+        step: int,
+        calls: Sequence[ModelToolCall],
+        *,
+        duplicates: DuplicateDetector,
+        cancel: asyncio.Event,
+        emit: Emit,
+        builtin: BuiltinRunner,
+    ) -> list[Outcome]:
+        """Check and run ``calls``; return one outcome per call, in the model's order."""
+        pending: list[PendingCall] = []
+        for call in calls:
+            emit(scope.name, tool_call_started={"call": self._pb_call(scope, call, call.arguments)})
+            item = PendingCall(call=call, started=time.monotonic())
+            pending.append(item)
+            await self._check(scope, step, item, duplicates, cancel, emit)
+        for batch in self._partition(pending):
+            await self._execute_batch(scope, batch, cancel, builtin)
+            for item in batch:
+                await self._finish(scope, step, item, emit)
+        return [item.outcome for item in pending if item.outcome is not None]
+
+    # ------------------------------------------------------------ checks
+
+    async def _check(
+        self,
+        scope: AgentScope,
+        step: int,
+        item: PendingCall,
+        duplicates: DuplicateDetector,
+        cancel: asyncio.Event,
+        emit: Emit,
+    ) -> None:
+        call = item.call
+        if cancel.is_set():
+            item.outcome = cancelled_outcome()
+            return
+        try:
+            item.spec = scope.registry.get(call.name)
+            item.arguments = item.spec.validate(dict(call.arguments))
+        except (UnknownTool, InvalidArgument) as exc:
+            item.outcome = error_outcome(f"Error: {exc.message}", exc.message)
+            return
+        if duplicates.observe(call.name, item.arguments):
+            item.outcome = error_outcome(DuplicateDetector.message(call.name), "duplicate call")
+            return
+        refusal = silent_refusal(scope, call.name)
+        if refusal is not None:
+            item.outcome = error_outcome(refusal, "subagents cannot ask the user")
+            return
+        hooks = await scope.hooks.run_pre_tool_use(self._hook_call(scope, step, item))
+        item.context = hooks.additional_context
+        if hooks.blocked and hooks.blocked_by == "cancellation":
+            item.outcome = cancelled_outcome(hooks.block_reason)
+            return
+        if hooks.mutated_by and not hooks.blocked:
+            try:
+                item.arguments = item.spec.validate(dict(hooks.arguments))
+            except InvalidArgument as exc:
+                item.outcome = error_outcome(
+                    f"Error: hook {', '.join(hooks.mutated_by)} produced invalid arguments: "
+                    f"{exc.message}",
+                    exc.message,
+                )
+                return
+        signals = [
+            d_pb2.HookSignal(
+                kind=d_pb2.HookSignal.KIND_PERMISSION_REQUIRED, hook_name="hooks", message=message
+            )
+            for message in hooks.permission_required
+        ]
+        if hooks.blocked:
+            signals.append(
+                d_pb2.HookSignal(
+                    kind=d_pb2.HookSignal.KIND_BLOCK,
+                    hook_name=hooks.blocked_by,
+                    message=hooks.block_reason,
+                )
+            )
+        await self._permission(scope, item, signals, cancel, emit)
+
+    async def _permission(
+        self,
+        scope: AgentScope,
+        item: PendingCall,
+        signals: list[d_pb2.HookSignal],
+        cancel: asyncio.Event,
+        emit: Emit,
+    ) -> None:
+        assert item.spec is not None
+        pb_call = self._pb_call(scope, item.call, item.arguments)
+        if item.spec.location is Location.EXECUTOR:
+            try:
+                inspection = await self.executor.inspect(x_pb2.InspectRequest(call=pb_call))
+            except grpc.aio.AioRpcError as err:
+                item.outcome = denied_outcome(
+                    f"the executor could not inspect the call ({err.code().name}: "
+                    f"{err.details()}); denied (fail closed)"
+                )
+                return
+        else:
+            inspection = d_pb2.ToolInspection(read_only=item.spec.read_only)
+        decision = await self.decision.decide(
+            d_pb2.DecideRequest(call=pb_call, inspection=inspection, hook_signals=signals)
+        )
+        item.decision = decision
+        if decision.verdict == c_pb2.VERDICT_ASK:
+            decision = await self._approval(scope, item, pb_call, decision, cancel, emit)
+            if item.outcome is not None:
+                return
+        if decision.verdict != c_pb2.VERDICT_ALLOW:
+            outcome = denied_outcome(decision.reason or "denied", decision.winning_rule)
+            self._attach(outcome, item.decision)
+            outcome.halt, outcome.halt_reason = decision.halt, decision.halt_reason
+            item.outcome = outcome
+            return
+        item.grant = decision.grant
+
+    async def _approval(
+        self,
+        scope: AgentScope,
+        item: PendingCall,
+        pb_call: c_pb2.ToolCall,
+        decision: d_pb2.DecideResponse,
+        cancel: asyncio.Event,
+        emit: Emit,
+    ) -> d_pb2.DecideResponse:
+        """Surface the ASK, wait for its answer (or a cancel) and fold it into a decision."""
+        if not decision.approval_id:
+            return d_pb2.DecideResponse(
+                verdict=c_pb2.VERDICT_DENY,
+                reason=f"needs approval but no approval was opened ({decision.reason}); denied",
+                winning_rule=decision.winning_rule,
+            )
+        emit(
+            scope.name,
+            permission_requested={
+                "approval_id": decision.approval_id,
+                "call": pb_call,
+                "reason": decision.reason,
+                "explanation": decision.explanation,
+            },
+        )
+        waiter = asyncio.ensure_future(
+            self.decision.await_approval(decision.approval_id, timeout_s=self.approval_wait_s)
+        )
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({waiter, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if not waiter.done():
+            waiter.cancel()
+            emit(
+                scope.name,
+                permission_resolved={
+                    "approval_id": decision.approval_id,
+                    "verdict": c_pb2.VERDICT_DENY,
+                    "reason": "the turn was cancelled while waiting for the approval",
+                },
+            )
+            item.outcome = cancelled_outcome("cancelled while waiting for an approval")
+            return decision
+        answer = waiter.result()
+        emit(
+            scope.name,
+            permission_resolved={
+                "approval_id": decision.approval_id,
+                "verdict": answer.verdict,
+                "reason": answer.reason,
+            },
+        )
+        resolved = d_pb2.DecideResponse()
+        resolved.CopyFrom(decision)
+        resolved.verdict = answer.verdict
+        resolved.reason = answer.reason or decision.reason
+        resolved.ClearField("grant")
+        if answer.verdict == c_pb2.VERDICT_ALLOW:
+            resolved.grant.CopyFrom(answer.grant)
+        item.decision = resolved
+        return resolved
+
+    # ------------------------------------------------------------ partition & execute
+
+    @staticmethod
+    def _partition(pending: list[PendingCall]) -> list[list[PendingCall]]:
+        """Consecutive ready concurrency-safe calls form one batch; others run alone."""
+        batches: list[list[PendingCall]] = []
+        parallel: list[PendingCall] = []
+        for item in pending:
+            ready = item.outcome is None and item.spec is not None
+            if ready and item.spec is not None and item.spec.is_concurrency_safe(item.arguments):
+                parallel.append(item)
+                continue
+            if parallel:
+                batches.append(parallel)
+                parallel = []
+            batches.append([item])
+        if parallel:
+            batches.append(parallel)
+        return batches
+
+    async def _execute_batch(
+        self,
+        scope: AgentScope,
+        batch: list[PendingCall],
+        cancel: asyncio.Event,
+        builtin: BuiltinRunner,
+    ) -> None:
+        ready = [item for item in batch if item.outcome is None]
+        if not ready:
+            return
+        abort = asyncio.Event()  # set when a sibling-aborting call fails
+        stop = _AnyEvent(cancel, abort)
+
+        async def run(item: PendingCall) -> None:
+            assert item.spec is not None
+            item.outcome = await self._interruptible(scope, item, stop, builtin)
+            self._attach(item.outcome, item.decision)
+            if item.spec.causes_sibling_abort and item.outcome.call_status is CallStatus.FAIL:
+                abort.set()
+
+        await asyncio.gather(*(run(item) for item in ready))
+        if abort.is_set() and not cancel.is_set():
+            for item in ready:
+                if (
+                    item.outcome is not None
+                    and item.outcome.status == x_pb2.EXECUTION_STATUS_CANCELLED
+                ):
+                    item.outcome.reason = "aborted: a sibling call in the same batch failed"
+                    item.outcome.content = f"Cancelled: {item.outcome.reason}."
+
+    async def _interruptible(
+        self, scope: AgentScope, item: PendingCall, stop: _AnyEvent, builtin: BuiltinRunner
+    ) -> Outcome:
+        """Run one call; CANCEL tools stop when ``stop`` fires, BLOCK tools finish."""
+        assert item.spec is not None
+        task = asyncio.ensure_future(self._run(scope, item, builtin))
+        if item.spec.interrupt_behavior is InterruptBehavior.BLOCK:
+            return await task
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        if item.spec.location is Location.EXECUTOR:
+            try:
+                await self.executor.cancel(item.call.id)
+            except grpc.aio.AioRpcError as err:
+                log.warning("executor cancel of %s failed: %s", item.call.id, err.code().name)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return cancelled_outcome()
+
+    async def _run(self, scope: AgentScope, item: PendingCall, builtin: BuiltinRunner) -> Outcome:
+        assert item.spec is not None
+        if item.spec.location is Location.EXECUTOR:
+            outcome = await self._run_executor(scope, item)
+        elif item.spec.location is Location.REMOTE:
+            outcome = await self._run_remote(scope, item)
+        else:
+            outcome = await builtin(item)
+        return outcome
+
+    async def _run_executor(self, scope: AgentScope, item: PendingCall) -> Outcome:
+        assert item.spec is not None
+        behaviour = (
+            c_pb2.INTERRUPT_BEHAVIOR_CANCEL
+            if item.spec.interrupt_behavior is InterruptBehavior.CANCEL
+            else c_pb2.INTERRUPT_BEHAVIOR_BLOCK
+        )
+        request = x_pb2.ExecuteRequest(
+            call=self._pb_call(scope, item.call, item.arguments),
+            grant=item.grant,
+            interrupt_behavior=behaviour,
+        )
+        result = x_pb2.ExecuteResult(
+            status=x_pb2.EXECUTION_STATUS_ERROR, error="the executor sent no result"
+        )
+        try:
+            async for message in self.executor.execute(request, timeout_s=self.tool_timeout_s):
+                if message.HasField("result"):
+                    result = message.result
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            status = (
+                x_pb2.EXECUTION_STATUS_REFUSED
+                if code == grpc.StatusCode.PERMISSION_DENIED
+                else x_pb2.EXECUTION_STATUS_ERROR
+            )
+            result = x_pb2.ExecuteResult(
+                status=status, error=f"executor {code.name}: {err.details()}"
+            )
+        ok = result.status == x_pb2.EXECUTION_STATUS_OK
+        content = result.content if ok else f"Error: {result.error or result.content}"
+        verdict = c_pb2.VERDICT_ALLOW
+        return Outcome(result.status, verdict, content, "" if ok else result.error)
+
+    async def _run_remote(self, scope: AgentScope, item: PendingCall) -> Outcome:
+        assert item.spec is not None
+        client = self.providers.get(item.spec.provider)
+        if client is None:
+            return error_outcome(
+                f"Error: no tool provider is connected for {item.spec.name}", "no provider"
+            )
+        answer = await client.call_tool(
+            session_id=scope.session_id,
+            call_id=item.call.id,
+            tool_name=item.spec.name,
+            arguments=item.arguments,
+            agent_name=scope.name,
+            from_subagent=scope.from_subagent,
+            timeout_s=self.tool_timeout_s,
+        )
+        status = x_pb2.EXECUTION_STATUS_ERROR if answer.is_error else x_pb2.EXECUTION_STATUS_OK
+        return Outcome(
+            status, c_pb2.VERDICT_ALLOW, answer.content, answer.content if answer.is_error else ""
+        )
+
+    # ------------------------------------------------------------ finish
+
+    async def _finish(self, scope: AgentScope, step: int, item: PendingCall, emit: Emit) -> None:
+        outcome = item.outcome
+        assert outcome is not None
+        outcome.elapsed_ms = item.elapsed_ms()
+        decision = DecisionInfo(
+            verdict=_name(c_pb2.Verdict, outcome.verdict, "VERDICT_"),
+            matched_rule=outcome.rule.pattern,
+            rule_source=_name(c_pb2.RuleSource, outcome.rule.source, "RULE_SOURCE_"),
+            conflict_log=outcome.conflicts,
+            policy_version=outcome.policy_version,
+        )
+        post = await scope.hooks.run_post_tool_use(
+            ToolResultContext(
+                call=self._hook_call(scope, step, item),
+                content=outcome.content,
+                status=outcome.call_status,
+                elapsed_ms=outcome.elapsed_ms,
+                decision=decision,
+                trace_id=current_trace_id(),
+            )
+        )
+        outcome.content = post.content
+        if item.context:
+            outcome.content += "\n\n" + "\n".join(f"[hook context] {c}" for c in item.context)
+        emit(
+            scope.name,
+            tool_call_finished={
+                "call_id": item.call.id,
+                "tool_name": item.call.name,
+                "status": outcome.status,
+                "verdict": outcome.verdict,
+                "content": outcome.content,
+                "winning_rule": outcome.rule,
+                "reason": outcome.reason,
+                "elapsed_ms": outcome.elapsed_ms,
+            },
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _attach(outcome: Outcome, decision: d_pb2.DecideResponse | None) -> None:
+        if decision is None:
+            return
+        if outcome.verdict == c_pb2.VERDICT_UNSPECIFIED or outcome.verdict == decision.verdict:
+            outcome.verdict = decision.verdict
+        outcome.rule = decision.winning_rule
+        outcome.policy_version = decision.policy_version
+        outcome.conflicts = _conflicts_json(decision)
+
+    @staticmethod
+    def _pb_call(
+        scope: AgentScope, call: ModelToolCall, arguments: Mapping[str, Any]
+    ) -> c_pb2.ToolCall:
+        return c_pb2.ToolCall(
+            call_id=call.id,
+            tool_name=call.name,
+            arguments=dict_to_struct(arguments),
+            session_id=scope.session_id,
+            from_subagent=scope.from_subagent,
+            agent_name=scope.name,
+        )
+
+    @staticmethod
+    def _hook_call(scope: AgentScope, step: int, item: PendingCall) -> ToolCallContext:
+        return ToolCallContext(
+            session_id=scope.session_id,
+            call_id=item.call.id,
+            tool_name=item.call.name,
+            arguments=item.arguments or dict(item.call.arguments),
+            agent_name=scope.name,
+            step=step,
+            from_subagent=scope.from_subagent,
+        )
+
+
+class _AnyEvent:
+    """Waits until any of several events is set."""
+
+    def __init__(self, *events: asyncio.Event) -> None:
+        self._events = events
+
+    def is_set(self) -> bool:
+        return any(event.is_set() for event in self._events)
+
+    async def wait(self) -> None:
+        waiters = [asyncio.ensure_future(event.wait()) for event in self._events]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
