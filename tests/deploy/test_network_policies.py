@@ -10,12 +10,22 @@ unlabelled pod call the decision service?
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import GRPC_PORTS, STOCKADE_SERVICES, Manifest, pod_labels, workload
+from .conftest import (
+    DEPLOY,
+    GRPC_PORTS,
+    STOCKADE_SERVICES,
+    Manifest,
+    pod_labels,
+    render,
+    workload,
+)
 
 NAMESPACE = "stockade"
 
@@ -265,3 +275,27 @@ def test_evaluator_sees_a_missing_default_deny(prod: list[Manifest]) -> None:
 def test_dev_has_no_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     """Dev clusters often lack an enforcing CNI; policies there would give false comfort."""
     assert Policies(rendered["dev"]).items == []
+
+
+def test_executor_telemetry_opt_in_opens_only_the_collector_and_dns(tmp_path: Path) -> None:
+    """The opt-in component (not in any overlay) adds exactly two destinations."""
+    k8s = DEPLOY / "k8s"
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        f"namespace: {NAMESPACE}\n"
+        f"resources: [{os.path.relpath(k8s / 'overlays' / 'prod', tmp_path)}]\n"
+        f"components: [{os.path.relpath(k8s / 'components' / 'executor-telemetry', tmp_path)}]\n"
+    )
+    objs = render(tmp_path)
+    policies = Policies(objs)
+    executor = _pod(objs, "executor")
+    assert policies.connects(executor, _pod(objs, "otel-collector"), 4317)
+    assert policies.connects(executor, DNS, 53, "UDP")
+    assert not policies.connects(executor, _pod(objs, "otel-collector"), 4318)
+    assert not policies.connects(executor, INTERNET, 443)
+    assert not policies.connects(executor, METADATA, 80)
+    for service in ("decision", "audit", "agent", "papers"):
+        assert not policies.connects(executor, _pod(objs, service), GRPC_PORTS[service])
+    # Ingress is unchanged: still only the agent.
+    assert not policies.connects(STRANGER, executor, GRPC_PORTS["executor"])
