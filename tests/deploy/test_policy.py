@@ -262,14 +262,15 @@ def _secret_refs(obj: Manifest) -> set[str]:
     return refs
 
 
-def test_only_decision_can_read_the_grant_private_key(rendered: dict[str, list[Manifest]]) -> None:
+def test_grant_keys_go_only_where_they_are_used(rendered: dict[str, list[Manifest]]) -> None:
     for overlay, obj in _all_workloads(rendered):
         refs = _secret_refs(obj)
         if obj["metadata"]["name"] == "decision":
             assert GRANT_PRIVATE_SECRET in refs, overlay
-            assert GRANT_PUBLIC_SECRET not in refs
         else:
             assert GRANT_PRIVATE_SECRET not in refs, _label(overlay, obj)
+        # The verifying key goes to the executor alone: nobody else checks grants.
+        assert (GRANT_PUBLIC_SECRET in refs) is (obj["metadata"]["name"] == "executor")
 
 
 def test_executor_mounts_only_the_public_key(rendered: dict[str, list[Manifest]]) -> None:

@@ -10,7 +10,15 @@ from collections import Counter
 import kubernetes_validate
 import pytest
 
-from .conftest import DEPLOY, OVERLAYS, STOCKADE_SERVICES, Manifest, render, workloads
+from .conftest import (
+    DEPLOY,
+    OVERLAYS,
+    STOCKADE_SERVICES,
+    Manifest,
+    kubectl,
+    render,
+    workloads,
+)
 
 # The oldest Kubernetes minor these manifests promise to support: native gRPC probes (GA
 # 1.27), preStop sleep (1.30), and the schemas kubernetes-validate ships.
@@ -148,3 +156,10 @@ def test_each_base_and_component_folder_renders_alone() -> None:
     """The base renders by itself (components are exercised through the overlays)."""
     objs = render(DEPLOY / "k8s" / "base")
     assert {o["kind"] for o in objs} >= {"Deployment", "StatefulSet", "Service", "ConfigMap"}
+
+
+def test_missing_kubectl_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kubectl means a failed test, never a skipped one."""
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(pytest.fail.Exception, match="kubectl is not on PATH"):
+        kubectl()
