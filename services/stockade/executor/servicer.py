@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -12,18 +13,28 @@ import grpc
 from google.protobuf import duration_pb2, json_format
 
 from stockade.errors import InvalidArgument
+from stockade.executor.confine import Launcher
 from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.paths import PathSandbox
 from stockade.executor.runner import CallSpec, ExecutorCore, GrantCheck, Interrupt, Layer
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools import file_tools
 from stockade.executor.tools.base import Chunk, Status, Tool, ToolResult
+from stockade.executor.tools.run_bash import RunBashTool
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
 
-__all__ = ["ExecutorServicer", "call_arguments", "grant_check_from_settings", "inspection_to_proto"]
+__all__ = [
+    "ExecutorServicer",
+    "call_arguments",
+    "executor_servicer",
+    "grant_check_from_settings",
+    "inspection_to_proto",
+]
+
+logger = logging.getLogger("stockade.executor")
 
 _STATUS = {
     Status.OK: x_pb2.EXECUTION_STATUS_OK,
@@ -114,6 +125,43 @@ def inspection_to_proto(inspection: Inspection, call: c_pb2.ToolCall) -> d_pb2.T
     return message
 
 
+def _no_process_confinement() -> Sequence[Layer]:
+    return (
+        Layer(
+            "process_confinement",
+            False,
+            "no launcher: run_bash is not offered, so no command runs in this executor",
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def executor_servicer(
+    settings: ExecutorSettings, sandbox: PathSandbox | None = None
+) -> AsyncIterator[ExecutorServicer]:
+    """The executor's servicer with its launcher started (closed again on exit).
+
+    The layers the kernel refuses are logged at start (EXE-9: say so, never pretend).
+    """
+    if sandbox is None:
+        sandbox = PathSandbox.from_settings(
+            settings.workspace,
+            settings.library_dir,
+            settings.skills_dir,
+            settings.additional_dirs,
+            denied_read_globs=settings.denied_read_globs,
+        )
+    launcher = Launcher()
+    await launcher.start()
+    try:
+        for layer in launcher.layers():
+            if not layer.active:
+                logger.warning("confinement layer %s is not active: %s", layer.name, layer.detail)
+        yield ExecutorServicer(settings, sandbox, launcher=launcher)
+    finally:
+        await launcher.close()
+
+
 def _seconds(value: float) -> duration_pb2.Duration:
     message = duration_pb2.Duration()
     message.FromNanoseconds(int(value * 1e9))
@@ -131,12 +179,14 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         tools: dict[str, Tool] | None = None,
         layers: Callable[[], Sequence[Layer]] | None = None,
         grant_check: GrantCheck | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         """Build the core from ``settings``.
 
-        ``tools`` defaults to the file tools; ``layers`` reports the process confinement
-        layers (the path sandbox and grant layers are added here); ``grant_check`` defaults
-        to a verifier of ``grant_public_key_file`` when one is configured.
+        ``tools`` defaults to the file tools, plus run_bash when a started ``launcher`` is
+        given (its layers are then reported too); ``layers`` reports further confinement
+        layers (the path sandbox and grant layers are added here); ``grant_check``
+        defaults to a verifier of ``grant_public_key_file`` when one is configured.
         """
         self.settings = settings
         if settings.denied_read_globs and not sandbox.denied_read_globs:
@@ -148,11 +198,18 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
                 denied_read_globs=settings.denied_read_globs,
             )
         self.sandbox = sandbox
-        self._layers = layers or (lambda: ())
+        tools = dict(tools) if tools is not None else file_tools()
+        if launcher is not None:
+            tools.setdefault("run_bash", RunBashTool(launcher))
+            if layers is None:
+                layers = launcher.layers
+        elif layers is None:
+            layers = _no_process_confinement
+        self._layers = layers
         check = grant_check if grant_check is not None else grant_check_from_settings(settings)
         self.core = ExecutorCore(
             sandbox=sandbox,
-            tools=tools if tools is not None else file_tools(),
+            tools=tools,
             inspector=functools.partial(
                 inspect_call,
                 sandbox=sandbox,
