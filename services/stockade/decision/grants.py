@@ -57,11 +57,22 @@ def _canonical_value(value: Any) -> Any:
     return value
 
 
+def _flat_strings(value: Mapping[str, Any]) -> bool:
+    # The common case (string and bool arguments) needs no rewriting walk.
+    return all(isinstance(v, str | bool) for v in value.values())
+
+
 def canonical_json(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8, integral floats as integers."""
-    return json.dumps(
-        _canonical_value(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8")
+    if not (isinstance(value, dict) and _flat_strings(value)):
+        value = _canonical_value(value)
+    return _dumps(value)
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
 
 
 def argument_digest(arguments: Mapping[str, Any]) -> str:
@@ -117,11 +128,11 @@ class GrantSigner:
             "cid": call_id,
             "tool": tool_name,
             "args": argument_digest(arguments),
-            "exp": round(expires, 3),
+            "exp": int(expires * 1000) / 1000,
             "nonce": secrets.token_hex(16),
             "kid": self.key_id,
         }
-        payload = canonical_json(claims)
+        payload = _dumps(claims)  # claims hold only str, int and float: already canonical
         return SignedGrant(payload, self._key.sign(payload), self.key_id, expires)
 
 

@@ -11,7 +11,7 @@ patterns people write; it may miss exotic overlaps, never invents them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stockade.decision.rules import (
@@ -37,55 +37,92 @@ class Finding:
 _STRENGTH = {Effect.DENY: 3, Effect.ASK: 2, Effect.ALLOW: 1}
 
 
-def covers(broad: Rule, narrow: Rule) -> bool:
-    """True when every call ``narrow`` matches is also matched by ``broad``."""
+@dataclass(frozen=True)
+class _Parsed:
+    rule: Rule
+    tool: str | None
+    content: str | None
+    literal: str | None
+    """The content with wildcards taken literally."""
+    match: Callable[[str], bool] | None
+    """The compiled content matcher (DENY/ASK or ALLOW semantics per the rule's effect)."""
+
+
+def _parse(rule: Rule) -> _Parsed | None:
     try:
-        b = parse_pattern(broad.pattern)
-        n = parse_pattern(narrow.pattern)
+        p = parse_pattern(rule.pattern)
+        compiled = compile_rule(rule, 0)
     except InvalidPattern:
-        return False
+        return None
+    literal = None
+    if p.content is not None:
+        literal = "".join("*" if part is None else part for part in _split_glob(p.content))
+    return _Parsed(rule, p.tool, p.content, literal, compiled._text)
+
+
+def _covers(b: _Parsed, n: _Parsed) -> bool:
     if b.tool is not None and b.tool != n.tool:
         return False
     if b.content is None:
         return True
-    if n.content is None:
+    if n.content is None or b.match is None or n.literal is None:
         return False
-    literal = "".join("*" if p is None else p for p in _split_glob(n.content))
-    compiled = compile_rule(broad, 0)
-    assert compiled._text is not None
-    return compiled._text(literal) or compiled._text(n.content)
+    return b.match(n.literal) or b.match(n.content)
+
+
+def covers(broad: Rule, narrow: Rule) -> bool:
+    """True when every call ``narrow`` matches is also matched by ``broad``."""
+    b, n = _parse(broad), _parse(narrow)
+    return b is not None and n is not None and _covers(b, n)
 
 
 def lint_rules(rules: Sequence[Rule]) -> list[Finding]:
-    """Report every rule that can never take effect, in rule order."""
+    """Report every rule that can never take effect, in rule order.
+
+    Patterns are parsed once and only rules that can share a tool are compared, so a
+    policy of a thousand rules lints in well under a second.
+    """
+    parsed = [_parse(r) for r in rules]
+    by_tool: dict[str | None, list[tuple[int, _Parsed]]] = {}
+    for i, p in enumerate(parsed):
+        if p is not None:
+            by_tool.setdefault(p.tool, []).append((i, p))
     findings: list[Finding] = []
-    for i, rule in enumerate(rules):
-        finding = _shadow(rule, rules[:i], rules[i + 1 :])
+    for i, p in enumerate(parsed):
+        if p is None:
+            continue
+        candidates = sorted(by_tool.get(p.tool, []) + (by_tool.get(None, []) if p.tool else []))
+        finding = _shadow(i, p, candidates)
         if finding is not None:
             findings.append(finding)
     return findings
 
 
-def _shadow(rule: Rule, before: Sequence[Rule], after: Sequence[Rule]) -> Finding | None:
-    for other in before:
-        if other.effect is rule.effect and other.pattern.strip() == rule.pattern.strip():
+def _shadow(index: int, p: _Parsed, candidates: list[tuple[int, _Parsed]]) -> Finding | None:
+    rule = p.rule
+    for j, other in candidates:
+        if j >= index:
+            break
+        o = other.rule
+        if o.effect is rule.effect and o.pattern.strip() == rule.pattern.strip():
             return Finding(
                 rule,
-                other,
-                f"duplicate of an earlier {other.effect.value} rule from {other.source.value}",
+                o,
+                f"duplicate of an earlier {o.effect.value} rule from {o.source.value}",
                 f"delete the second {rule.pattern!r}",
             )
     # DENY beats everything and ASK beats ALLOW whatever their order (DEC-3).
-    for other in (*before, *after):
-        if other is rule or _STRENGTH[other.effect] <= _STRENGTH[rule.effect]:
+    for j, other in candidates:
+        o = other.rule
+        if j == index or _STRENGTH[o.effect] <= _STRENGTH[rule.effect]:
             continue
-        if covers(other, rule):
-            verb = "denied" if other.effect is Effect.DENY else "asked for"
+        if _covers(other, p):
+            verb = "denied" if o.effect is Effect.DENY else "asked for"
             return Finding(
                 rule,
-                other,
+                o,
                 f"every call {rule.pattern!r} matches is already {verb} by "
-                f"{other.pattern!r} ({other.effect.value} wins over {rule.effect.value})",
-                f"narrow {other.pattern!r} so it excludes these calls, or delete {rule.pattern!r}",
+                f"{o.pattern!r} ({o.effect.value} wins over {rule.effect.value})",
+                f"narrow {o.pattern!r} so it excludes these calls, or delete {rule.pattern!r}",
             )
     return None

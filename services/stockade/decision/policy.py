@@ -340,5 +340,8 @@ class PolicyStore:
 def _warn_lint(policy: CompiledPolicy) -> None:
     from stockade.decision.lint import lint_rules  # lint imports rules only; avoid a cycle
 
-    for finding in lint_rules(policy.rules):
+    findings = lint_rules(policy.rules)
+    for finding in findings[:20]:
         log.warning("policy rule %s never takes effect: %s", finding.rule.pattern, finding.reason)
+    if len(findings) > 20:
+        log.warning("%d more shadowed rules; run `stockade policy lint`", len(findings) - 20)

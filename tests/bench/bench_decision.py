@@ -1,0 +1,188 @@
+"""PERF-1: Decide over gRPC vs an echo RPC (p50, throughput at 64 in flight) and in-process
+decisions per second with 1,000 rules.
+
+The decision service and the echo server run in this process with the same server
+plumbing, each on a unix socket, and are measured alternately in the same run. The
+in-process figure uses 1,000 distinct calls (no two alike) with the executor's facts
+attached, as they arrive over gRPC, so no cache could flatter it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from stockade.client.base import aio_channel
+from stockade.decision.engine import DecisionRequest, Facts, decide
+from stockade.decision.explain import Explanation, Risk
+from stockade.decision.policy import PolicyDoc, compile_policy
+from stockade.decision.rules import Effect, Rule, Source
+from stockade.decision.service import DecisionApp
+from stockade.decision.settings import DecisionSettings
+from stockade.server import create_server, load_settings
+from stockade.server.app import stop_server
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+from stockade.v1 import decision_service_pb2_grpc as d_grpc
+from tests.bench.common import echo_caller, echo_server, figure, latencies, percentile, throughput
+
+N_LATENCY = 1500
+THROUGHPUT_S = 3.0
+IN_FLIGHT = 64
+
+
+def thousand_rules(seed: int = 7) -> list[Rule]:
+    """1,000 policy rules over 200 tools and the built-ins, every pattern form."""
+    rng = random.Random(seed)
+    tools = [f"tool_{i}" for i in range(200)] + ["run_bash", "read_file", "file_write"]
+    rules = []
+    for i in range(1000):
+        tool = rng.choice(tools)
+        form = rng.random()
+        # Bare names only for the synthetic tools: the benchmarked calls of built-in tools
+        # walk their content rules and end ALLOW (the hot path), not in an approval.
+        if form < 0.3 and tool.startswith("tool_"):
+            pattern = tool
+        elif form < 0.6:
+            pattern = f"{tool}(prefix{i}*)"
+        elif form < 0.8:
+            pattern = f"{tool}(*suffix{i})"
+        else:
+            pattern = f"{tool}(*mid{i}*)"
+        rules.append(Rule(rng.choice(list(Effect)), pattern, Source.MANAGED))
+    return rules
+
+
+def distinct_requests(n: int = 1000) -> list[DecisionRequest]:
+    """``n`` different calls, a mix of file reads, bash commands and other tools."""
+    ex = Explanation(Risk.LOW, "Reads a file")
+    out = []
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            facts = Facts(read_only=True, inside_working_dir=True, explanation=ex)
+            out.append(DecisionRequest("read_file", {"file_path": f"/w/src/m{i}.py"}, facts=facts))
+        elif kind == 1:
+            cmd = f"git log -n {i}"
+            facts = Facts(sub_commands=(cmd,), read_only=True, explanation=ex)
+            out.append(DecisionRequest("run_bash", {"command": cmd}, facts=facts))
+        elif kind == 2:
+            out.append(
+                DecisionRequest(f"tool_{i % 200}", {"url": f"https://x.org/{i}"}, facts=Facts())
+            )
+        else:
+            out.append(DecisionRequest("search_papers", {"query": f"q{i}"}, facts=Facts()))
+    return out
+
+
+def in_process_rate() -> float:
+    """Best of 7 rounds of 2 × 1,000 distinct decisions."""
+    policy = compile_policy(PolicyDoc(rules=tuple(thousand_rules())), cwd="/w")
+    reqs = distinct_requests()
+    for r in reqs:
+        decide(policy, r)
+    best = 0.0
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for r in reqs:
+            decide(policy, r)
+        for r in reqs:
+            decide(policy, r)
+        best = max(best, 2 * len(reqs) / (time.perf_counter() - t0))
+    return best
+
+
+def _decide_request() -> d_pb2.DecideRequest:
+    args = struct_pb2.Struct()
+    args.update({"file_path": "src/main.py"})
+    return d_pb2.DecideRequest(
+        call=c_pb2.ToolCall(call_id="c1", tool_name="read_file", arguments=args, session_id="b"),
+        inspection=d_pb2.ToolInspection(
+            read_only=True,
+            inside_working_dir=True,
+            explanation=c_pb2.Explanation(risk=c_pb2.RISK_LEVEL_LOW, summary="Reads a file"),
+        ),
+    )
+
+
+async def _rpc_figures() -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="bd", dir="/tmp") as tmp:
+        base = Path(tmp)
+        policy = base / "policy.toml"
+        rules = thousand_rules()
+        lines = {e: [r.pattern for r in rules if r.effect is e] for e in Effect}
+        policy.write_text(
+            "[permissions]\n"
+            + "".join(f"{e.value} = {lines[e]!r}\n" for e in Effect).replace("'", '"')
+        )
+        settings = load_settings(
+            DecisionSettings,
+            listen=f"unix://{base}/d.sock",
+            state_dir=base / "state",
+            policy_file=policy,
+            grace_seconds=0,
+        )
+        async with DecisionApp(settings).open() as regs:
+            srv = await create_server("decision", settings, regs)
+            try:
+                async with (
+                    echo_server(f"unix://{base}/e.sock") as echo_addr,
+                    aio_channel(echo_addr) as ech,
+                    aio_channel(srv.address) as dch,
+                ):
+                    stub = d_grpc.DecisionServiceStub(dch)
+                    req = _decide_request()
+
+                    def decide_call() -> Any:
+                        return stub.Decide(req)
+
+                    echo = echo_caller(ech)
+                    echo_p50 = percentile(await latencies(echo, N_LATENCY), 50)
+                    dec_p50 = percentile(await latencies(decide_call, N_LATENCY), 50)
+                    echo_tp = await throughput(echo, in_flight=IN_FLIGHT, seconds=THROUGHPUT_S)
+                    dec_tp = await throughput(
+                        decide_call, in_flight=IN_FLIGHT, seconds=THROUGHPUT_S
+                    )
+            finally:
+                await stop_server(srv)
+    return [
+        figure(
+            "PERF-1a",
+            "Decide p50 latency vs echo RPC (unix socket, 1,000 policy rules)",
+            dec_p50 * 1000,
+            "ms",
+            baseline=echo_p50 * 1000,
+            ratio=dec_p50 / echo_p50,
+            target="<= 1.3",
+        ),
+        figure(
+            "PERF-1b",
+            f"Decide throughput vs echo RPC at {IN_FLIGHT} in flight",
+            dec_tp,
+            "calls/s",
+            baseline=echo_tp,
+            ratio=dec_tp / echo_tp,
+            target=">= 0.8",
+        ),
+    ]
+
+
+def run() -> list[dict[str, Any]]:
+    """The three PERF-1 figures."""
+    figures = asyncio.run(_rpc_figures())
+    figures.append(
+        figure(
+            "PERF-1c",
+            "in-process decisions/s with 1,000 rules (1,000 distinct calls)",
+            in_process_rate(),
+            "decisions/s",
+            target=">= 200000",
+        )
+    )
+    return figures
