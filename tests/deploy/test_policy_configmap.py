@@ -4,10 +4,14 @@ forbids read_file to read is also masked for bash by the executor."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
 from stockade.decision.lint import lint_rules
-from stockade.decision.policy import parse_policy_text
+from stockade.decision.policy import PolicyStore, parse_policy_text
 from stockade.decision.rules import Effect
 
 from .conftest import DEPLOY, OVERLAYS, Manifest, env_of, find, main_container
@@ -49,3 +53,45 @@ def test_read_denials_are_masked_for_bash_too(
     env = env_of(main_container(rendered[overlay], "executor"))
     masked = set(env["STOCKADE_EXECUTOR_DENIED_READ_GLOBS"]["value"].split(","))
     assert read_denials <= masked, read_denials - masked
+
+
+def _kubelet_publish(volume: Path, generation: str, files: dict[str, str]) -> None:
+    """Publish ConfigMap contents the way kubelet's atomic writer does: a new timestamped
+    folder, then one rename that swaps the ``..data`` symlink, then the old folder goes."""
+    folder = volume / f"..{generation}"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    old = os.readlink(volume / "..data") if (volume / "..data").is_symlink() else None
+    tmp_link = volume / "..data_tmp"
+    tmp_link.symlink_to(folder.name)
+    os.replace(tmp_link, volume / "..data")
+    for name in files:
+        if not (volume / name).is_symlink():
+            (volume / name).symlink_to(f"..data/{name}")
+    if old is not None:
+        shutil.rmtree(volume / old)
+
+
+def test_configmap_update_reaches_the_decision_service(tmp_path: Path) -> None:
+    """The mounted policy.toml is a symlink into a folder kubelet swaps on every update;
+    the decision service's change detection must see through it, and a bad edit must keep
+    the last good policy."""
+    base = POLICY_FILE.read_text()
+    _kubelet_publish(tmp_path, "gen1", {"policy.toml": base})
+    store = PolicyStore(tmp_path / "policy.toml", {})
+    first = store.current.version
+    assert store.reload_if_changed() is None
+
+    stricter = base.replace("denial_max_total = 20", "denial_max_total = 10")
+    assert stricter != base
+    _kubelet_publish(tmp_path, "gen2", {"policy.toml": stricter})
+    result = store.reload_if_changed()
+    assert result is not None and result.changed
+    assert store.current.version != first
+    good = store.current.version
+
+    _kubelet_publish(tmp_path, "gen3", {"policy.toml": base + "\n[permissions\n"})
+    broken = store.reload_if_changed()
+    assert broken is not None and not broken.changed and broken.error
+    assert store.current.version == good
