@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from stockade.errors import FailedPrecondition, UnknownTool
+from stockade.errors import FailedPrecondition, PermissionDenied, StockadeError, UnknownTool
 from stockade.executor.confine.policy import Layer
 from stockade.executor.inspect import Inspection
 from stockade.executor.paths import PathSandbox
@@ -260,6 +260,11 @@ class ExecutorCore:
             result = ToolResult(status=Status.CANCELLED, content="Cancelled", error="cancelled")
             state.queue.put_nowait(result)
             raise
+        except StockadeError as exc:
+            # A domain error is the caller's to see (a refusal, a stale write ...).
+            status = Status.REFUSED if isinstance(exc, PermissionDenied) else Status.ERROR
+            result = ToolResult(status=status, content=f"Error: {exc.message}", error=exc.message)
+            state.queue.put_nowait(result)
         except Exception:
             logger.exception("tool %s failed on call %s", call.tool_name, call.call_id)
             result = ToolResult(status=Status.ERROR, content="", error="internal error in the tool")

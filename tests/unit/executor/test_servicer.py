@@ -14,6 +14,7 @@ import pytest
 from google.protobuf import duration_pb2, json_format, struct_pb2
 
 from stockade.decision.grants import GrantSigner, generate_keypair, load_private_key
+from stockade.errors import PathRefused
 from stockade.executor.inspect import Inspection
 from stockade.executor.service import SERVICE_NAME, build_sandbox
 from stockade.executor.servicer import ExecutorServicer
@@ -62,6 +63,20 @@ class SlowTool:
 
 
 @dataclass
+class RaisingTool:
+    """A real tool that fails: with a domain error, or with a bug."""
+
+    name: str
+    error: Exception
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        yield Chunk("before the failure\n")
+        raise self.error
+
+
+@dataclass
 class Server:
     stub: x_grpc.ExecutorServiceStub
     servicer: ExecutorServicer
@@ -75,8 +90,8 @@ async def _serve(settings: ExecutorSettings, tools: dict[str, Tool]) -> AsyncIte
 
     def inspector(tool: str, args: Mapping[str, Any]) -> Inspection:
         # The test-only tool has no executor rules; every real tool goes to inspect_call.
-        if tool == "slow":
-            return Inspection("slow", (), True, True, "low", "Ticks.")
+        if tool in ("slow", "refusing", "buggy"):
+            return Inspection(tool, (), True, True, "low", "A test tool.")
         return real_inspector(tool, args)
 
     servicer.core.inspector = inspector
@@ -112,7 +127,13 @@ def slow() -> SlowTool:
 async def server(ws: Path, slow: SlowTool) -> AsyncIterator[Server]:
     settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws, library_dir=ws.parent / "lib")
     (ws.parent / "lib").mkdir()
-    async for s in _serve(settings, {**file_tools(), "slow": slow}):
+    tools: dict[str, Tool] = {
+        **file_tools(),
+        "slow": slow,
+        "refusing": RaisingTool("refusing", PathRefused("not here", path="/x")),
+        "buggy": RaisingTool("buggy", RuntimeError("secret internals")),
+    }
+    async for s in _serve(settings, tools):
         yield s
 
 
@@ -380,3 +401,12 @@ async def test_grants_required_when_key_configured(ws: Path, tmp_path: Path) -> 
             )
         detail = error_info(info.value)
         assert detail is not None and detail.reason == "GRANT_MISMATCH"
+
+
+async def test_tool_failures_are_reported_not_leaked(server: Server) -> None:
+    chunks, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("refusing", {})))
+    assert [c.data for c in chunks] == ["before the failure\n"]
+    assert result.status == x_pb2.EXECUTION_STATUS_REFUSED and result.error == "not here"
+    _, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("buggy", {}, "c2")))
+    assert result.status == x_pb2.EXECUTION_STATUS_ERROR
+    assert "secret internals" not in result.error and "internal error" in result.error
