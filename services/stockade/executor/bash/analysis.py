@@ -292,6 +292,9 @@ class _Judge:
     def dispatch(
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, stdin_args: bool
     ) -> None:
+        if name in lists.VARIABLE_BUILTINS and not by_path:
+            if not self.variable_builtin(name, args):
+                return
         if name in lists.SHELLS:
             self.deny(f"{name} spawns a shell, whose commands cannot be checked (EXE-6)")
         elif name in lists.EVAL_COMMANDS:
@@ -322,6 +325,51 @@ class _Judge:
         else:
             self.scan_credentials(args)
             self.effect(f"{name!r} is not on the read-only list; it may change things")
+
+    def variable_builtin(self, name: str, args: list[Word]) -> bool:
+        """Judge the variable names a builtin sets; False after a DENY."""
+        for word in args:
+            value = word.value
+            if value is not None and ("$(" in value or "`" in value) and name != "printf":
+                self.deny(f"{name} argument {_short(value, 30)!r} is evaluated as code")
+                return False
+        values = [w.value for w in args]
+        if name in ("declare", "typeset", "local") and any(
+            v is not None and v.startswith("-") and "n" in v[1:] for v in values
+        ):
+            self.deny(f"{name} -n makes a name reference (an indirect assignment)")
+            return False
+        targets: list[str | None] = []
+        if name == "printf":
+            for k, value in enumerate(values[:-1]):
+                if value == "-v":
+                    targets.append(values[k + 1])
+        elif name in ("read", "mapfile", "readarray"):
+            skip = False
+            for value in values:
+                if skip:
+                    skip = False
+                elif value is not None and value.startswith("-"):
+                    skip = value[-1:] in "pdnNtuaOscC" and len(value) == 2 and value != "-r"
+                    if value == "-a":
+                        skip = False
+                else:
+                    targets.append(value)
+        elif name == "getopts" and len(values) >= 2:
+            targets.append(values[1])
+        for target in targets:
+            if target is None:
+                self.deny(f"{name} assigns a variable whose name is only known at run time")
+                return False
+            base = target.split("[", 1)[0]
+            if "[" in target and ("$" in target or "`" in target):
+                self.deny(f"{name} assigns {target!r}, whose subscript is evaluated as code")
+                return False
+            before = len(self.findings)
+            self.assignment(base)
+            if len(self.findings) > before:
+                return False
+        return True
 
     # --- categories ------------------------------------------------------------------------
 
@@ -415,7 +463,17 @@ class _Judge:
             return
         if name == "popd":
             return
+        if name == "jq":
+            args = self.jq_named_files(args)
         operands, pattern_given = self.options(name, spec, args)
+        if name == "hostname" and operands:
+            self.deny("hostname NAME changes the machine's host name")
+            return
+        if name == "xxd" and len(operands) >= 2:
+            self.path(operands[0], write=False)
+            if self.path(operands[1], write=True, what="writes") is not None:
+                self.effect(f"writes {_word_text(operands[1])}", "low")
+            return
         if name == "tee":
             for word in operands:
                 if self.path(word, write=True, what="writes") is not None:
@@ -437,6 +495,25 @@ class _Judge:
             self.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
         for word in operands:
             self.path(word, write=False)
+
+    def jq_named_files(self, args: list[Word]) -> list[Word]:
+        """jq's ``--rawfile NAME FILE`` / ``--slurpfile NAME FILE`` take two arguments:
+        judge FILE, and drop both so the rest parses as usual (``--arg NAME VALUE`` too)."""
+        out: list[Word] = []
+        i = 0
+        while i < len(args):
+            value = args[i].value
+            if value in ("--rawfile", "--slurpfile"):
+                if i + 2 < len(args):
+                    self.path(args[i + 2], write=False)
+                i += 3
+                continue
+            if value in ("--arg", "--argjson"):
+                i += 3
+                continue
+            out.append(args[i])
+            i += 1
+        return out
 
     def options(self, name: str, spec: lists.SafeSpec, args: list[Word]) -> tuple[list[Word], bool]:
         """Walk options (judging their values); return the operands and whether a pattern
@@ -688,7 +765,7 @@ class _Judge:
 
     def awk_program(self, program: str) -> None:
         code = _strip_awk_literals(program)
-        if re.search(r"\bsystem\s*\(", code):
+        if re.search(r"\bsystem\s*\(", code) or re.search(r"\bsystem\s*\(", program):
             self.deny("the awk program calls system(), which runs shell commands")
         if re.search(r"\|&|(?<!\|)\|(?!\|)", code):
             self.deny("the awk program pipes to or from a shell command")
@@ -696,7 +773,7 @@ class _Judge:
             self.deny("the awk program loads extensions")
         if re.search(r"\bprintf?\b[^;{}\n]*>", code):
             self.effect("the awk program redirects output to a file")
-        if re.search(r"\bgetline\b\s*<", code):
+        if re.search(r"\bgetline\b[^;{}\n]*<", code):
             self.effect("the awk program reads a file named in the program", immune=True)
 
     # --- git -----------------------------------------------------------------------------------
@@ -1102,6 +1179,16 @@ class _Judge:
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
         """Judge one path operand; the canonical path when it is allowed, else None."""
         value = word.path_value
+        if word.glob and value is not None and "{" in value:
+            expanded_words = _brace_expand(value)
+            if expanded_words is None:
+                self.ask(f"brace expansion {_short(value, 30)} is too large to check", immune=True)
+                return None
+            if len(expanded_words) > 1 or expanded_words[0] != value:
+                result: str | None = None
+                for item in expanded_words:
+                    result = self.path(_literal(item), write=write, what=what) or result
+                return result
         if value is None and word.text.startswith(("<(", ">(")):
             return None  # a process substitution: a pipe, its command is judged on its own
         if value is None:
@@ -1115,7 +1202,7 @@ class _Judge:
         expanded = self.expand(value)
         if word.glob and not write:
             self.glob_credentials(expanded)
-        result: str | None = None
+        result = None
         bases = self.bases if not expanded.startswith("/") else self.bases[:1]
         for base in bases:
             absolute = self.absolute(expanded, base)
@@ -1263,7 +1350,73 @@ _SECRET_BASENAMES = re.compile(
 
 
 def _literal(value: str) -> Word:
-    return Word(value, value, False, False, any(c in "*?[" for c in value))
+    return Word(value, value, False, False, any(c in "*?[{" for c in value))
+
+
+_MAX_BRACE_ITEMS = 64
+
+
+def _brace_expand(value: str) -> list[str] | None:
+    """bash brace expansion of ``value`` (comma lists, nesting, ``{a..z}`` / ``{1..9}``
+    ranges); None past _MAX_BRACE_ITEMS results. Over-splitting on a quoted comma only
+    yields shorter items, which are judged too."""
+    depth = 0
+    start = -1
+    for k, ch in enumerate(value):
+        if ch == "{":
+            if depth == 0:
+                start = k
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                inner = value[start + 1 : k]
+                items = _brace_items(inner)
+                if items is None:
+                    continue
+                prefix, suffix = value[:start], value[k + 1 :]
+                out: list[str] = []
+                for item in items:
+                    expanded = _brace_expand(prefix + item + suffix)
+                    if expanded is None:
+                        return None
+                    out.extend(expanded)
+                    if len(out) > _MAX_BRACE_ITEMS:
+                        return None
+                return out
+    return [value]
+
+
+def _brace_items(inner: str) -> list[str] | None:
+    """The items of one ``{...}``, or None when it is not a brace expansion."""
+    parts: list[str] = []
+    depth = 0
+    last = 0
+    for k, ch in enumerate(inner):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(inner[last:k])
+            last = k + 1
+    if parts:
+        parts.append(inner[last:])
+        return parts
+    match = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.-?\d+)?", inner)
+    if match is None:
+        return None
+    first, last_item = match.group(1), match.group(2)
+    if first.lstrip("-").isdigit() and last_item.lstrip("-").isdigit():
+        lo, hi = int(first), int(last_item)
+        if abs(hi - lo) > _MAX_BRACE_ITEMS:
+            return [str(lo)] * (_MAX_BRACE_ITEMS + 1)
+        step = 1 if hi >= lo else -1
+        return [str(n) for n in range(lo, hi + step, step)]
+    if first.isalpha() and last_item.isalpha():
+        step = 1 if ord(last_item) >= ord(first) else -1
+        return [chr(c) for c in range(ord(first), ord(last_item) + step, step)]
+    return None
 
 
 def _split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
@@ -1461,14 +1614,50 @@ def _sed_effects(script: str) -> _SedEffects:
     )
 
 
-_AWK_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_AWK_REGEX = re.compile(r"(^|[(,~!&|{};\n]|\bif\b)\s*/(?:[^/\\\n]|\\.)*/")
+# After these characters (or at the start) a `/` begins a regex literal in awk; after an
+# operand (a name, a number, `)`, `]`, `$`) it is division. Regexes are only skipped where
+# awk itself reads one, so code cannot hide in what the scan takes for a regex. `+` and `-`
+# are left out: after a postfix `i--` a `/` is division.
+_AWK_REGEX_AFTER = frozenset("(,~!&|{};\n?:=*%<>^")
 
 
 def _strip_awk_literals(program: str) -> str:
-    """Blank out string and regex literals, so `/a|b/` and `"x > y"` are not operators."""
-    program = _AWK_STRING.sub('""', program)
-    return _AWK_REGEX.sub(lambda m: m.group(1) + " //", program)
+    """Blank out string and regex literals in one left-to-right pass (as awk lexes them),
+    so `/a|b/` and `"x > y"` are not taken for operators."""
+    out: list[str] = []
+    last = ""  # last significant character emitted
+    i, n = 0, len(program)
+    while i < n:
+        ch = program[i]
+        if ch == "#":
+            end = program.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if ch == '"' or (ch == "/" and (not last or last in _AWK_REGEX_AFTER)):
+            close = ch
+            j = i + 1
+            in_bracket = False
+            while j < n and program[j] != "\n":
+                c = program[j]
+                if c == "\\":
+                    j += 2
+                    continue
+                if close == "/" and c == "[":
+                    in_bracket = True
+                elif close == "/" and c == "]":
+                    in_bracket = False
+                elif c == close and not in_bracket:
+                    break
+                j += 1
+            out.append('""' if close == '"' else "//")
+            last = '"'
+            i = j + 1
+            continue
+        out.append(ch)
+        if not ch.isspace():
+            last = ch
+        i += 1
+    return "".join(out)
 
 
 # --- entry point ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "SAFE_DEVICES",
     "SHELLS",
     "SYSTEM_BIN_DIRS",
+    "VARIABLE_BUILTINS",
     "WRAPPERS",
     "WRITE_COMMANDS",
     "InterpreterSpec",
@@ -379,6 +380,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "rg": _RG,
     "ag": SafeSpec(
         operands="pattern_then_paths",
+        # --pager runs a program on the output.
+        deny_options=_f("--pager"),
         value_options=_f("-A", "-B", "-C", "-G", "-m", "--depth", "--ignore"),
         what="searches files",
     ),
@@ -599,6 +602,28 @@ EVAL_COMMANDS: dict[str, str] = {
 }
 """Builtins that run or store shell code: DENY (``source FILE`` of a plain file: ASK)."""
 
+
+VARIABLE_BUILTINS = frozenset(
+    {
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "printf",
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+        "unset",
+        "let",
+        "test",
+        "[",
+        "wait",
+    }
+)
+"""Builtins whose arguments name variables or arithmetic: a static argument with ``$(``
+in it is code bash runs when it evaluates an array subscript (``test -v 'a[$(id)]'``)."""
 
 DENY_COMMANDS: dict[str, str] = {
     # Privilege escalation: the executor must never gain rights it was not given.
@@ -1124,7 +1149,8 @@ DANGEROUS_ENV_VARS = frozenset(
         "PATH",
         "BASH_ENV",
         "ENV",
-        "IFS",
+        # (IFS is not here: `IFS= read -r line` is everyday shell; `${IFS}` tricks only
+        # work in words that are judged dynamic anyway.)
         "PS4",
         "PROMPT_COMMAND",
         "SHELLOPTS",

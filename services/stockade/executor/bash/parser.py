@@ -261,7 +261,9 @@ class _WordBuilder:
             value, escaped, glob = _unescape_bare(_text(node))
             self.literal(value)
             self.quoted = self.quoted or escaped
-            self.glob = self.glob or glob
+            # An unquoted brace may start brace expansion (`{/etc/shadow,""}`): judged
+            # like a glob, by expanding it.
+            self.glob = self.glob or glob or "{" in value
         elif kind == "raw_string":
             self.literal(_text(node)[1:-1])
             self.quoted = True
@@ -301,9 +303,6 @@ class _WordBuilder:
 
     def build(self, text: str) -> Word:
         value = "".join(self.parts) if self.static else None
-        if value is not None and ("{" in value and ("," in value or ".." in value)):
-            # Unquoted braces with a comma or a range are brace expansion: `{rm,-rf,x}`.
-            self.glob = self.glob or "{" in text and not self.quoted
         home = None
         if not self.static and self.home_parts:
             home = "".join(self.home_parts)
@@ -416,6 +415,13 @@ class _Walker:
             return
         if kind == "comment" or kind == "heredoc_content":
             return
+        if kind == "for_statement":
+            variable = node.child_by_field_name("variable")
+            if variable is not None:
+                # `for PATH in /tmp/evil; do ls; done` assigns PATH.
+                self.assignments.append(Assignment(_text(variable), None, _text(node)[:40]))
+        elif kind == "expansion":
+            self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
             word = _word(node)
             if word.value is not None and ("$(" in word.value or "`" in word.value):
@@ -489,6 +495,8 @@ class _Walker:
                 self.error = f"nesting deeper than {_MAX_DEPTH} levels"
             return
         kind = node.type
+        if kind == "expansion":
+            self._expansion(node)
         if kind in ("command_substitution", "process_substitution"):
             self.walk(node, depth, False)
         elif kind in _REDIRECT_NODES:
@@ -502,14 +510,28 @@ class _Walker:
         else:
             self._scan(node, depth)
 
+    def _expansion(self, node: Node) -> None:
+        """``${NAME=value}`` and ``${NAME:=value}`` assign NAME."""
+        name: str | None = None
+        for child in node.children:
+            if child.type == "variable_name" and name is None:
+                name = _text(child)
+            elif child.type in ("=", ":=") and name is not None:
+                self.assignments.append(Assignment(name, None, _text(node)))
+                return
+
     def _declaration(self, node: Node, depth: int) -> None:
         children = node.children
         keyword = children[0] if children else node
         name = Word(_text(keyword), _text(keyword), False, False, False)
         args: list[Word] = []
+        declares = node.type == "declaration_command"
         for child in children[1:]:
             if not child.is_named:
                 continue
+            if child.type == "variable_name" and declares:
+                # `export LD_PRELOAD` exports a value set elsewhere (e.g. `${X:=...}`).
+                self.assignments.append(Assignment(_text(child), None, _text(node)))
             if child.type == "variable_assignment":
                 assignment = self._make_assignment(child)
                 self.assignments.append(assignment)
@@ -545,6 +567,12 @@ class _Walker:
     def _make_redirects(self, node: Node) -> list[Redirect]:
         kind = node.type
         if kind == "heredoc_redirect":
+            raw = node.text or b""
+            if b"\\\n" in raw and self.error is None:
+                # bash joins backslash-newline in an unquoted here-doc body, so `E\<nl>OF`
+                # ends it early and the lines after run as commands; tree-sitter keeps them
+                # in the body. Refused rather than guessed.
+                self.error = "a backslash-newline inside a here-document"
             return [Redirect("<<", None, None)]
         if kind == "herestring_redirect":
             return [Redirect("<<<", None, None)]
