@@ -13,11 +13,14 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf import timestamp_pb2
 from opentelemetry import metrics
+
 from stockade.agent.hooks import (
     CONTINUE,
     Block,
@@ -38,38 +41,75 @@ from stockade.v1 import common_pb2
 log = logging.getLogger(__name__)
 
 
+class CancelToken:
+    """A turn's cancel flag that also cancels the tasks registered with ``watch``.
+
+    Cancelling registered tasks directly (instead of racing each against a waiter task)
+    keeps the per-call overhead of interruptibility to a set insertion.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def is_set(self) -> bool:
+        """True once the turn was cancelled."""
+        return self._event.is_set()
+
+    def set(self) -> None:
+        """Cancel the turn: wake waiters and cancel every watched task."""
+        self._event.set()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def wait(self) -> None:
+        """Wait until the turn is cancelled."""
+        await self._event.wait()
+
+    @contextmanager
+    def watch(self, task: asyncio.Future[Any]) -> Iterator[None]:
+        """Cancel ``task`` if the turn is (or gets) cancelled while inside the block."""
+        if self.is_set():
+            task.cancel()
+        self._tasks.add(task)
+        try:
+            yield
+        finally:
+            self._tasks.discard(task)
+
+
 class CancelRegistry:
     """Which sessions' running turns were cancelled (the seed's ``cancelled_runs``)."""
 
     def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
+        self._tokens: dict[str, CancelToken] = {}
 
-    def begin(self, session_id: str) -> asyncio.Event:
-        """Register a running turn; returns the event set when it is cancelled."""
-        event = asyncio.Event()
-        self._events[session_id] = event
-        return event
+    def begin(self, session_id: str) -> CancelToken:
+        """Register a running turn; returns its cancel token."""
+        token = CancelToken()
+        self._tokens[session_id] = token
+        return token
 
     def cancel(self, session_id: str) -> bool:
         """Cancel the running turn of ``session_id``; False when none is running."""
-        event = self._events.get(session_id)
-        if event is None:
+        token = self._tokens.get(session_id)
+        if token is None:
             return False
-        event.set()
+        token.set()
         return True
 
     def is_cancelled(self, session_id: str) -> bool:
         """True when the session's running turn was cancelled."""
-        event = self._events.get(session_id)
-        return event is not None and event.is_set()
+        token = self._tokens.get(session_id)
+        return token is not None and token.is_set()
 
-    def event(self, session_id: str) -> asyncio.Event | None:
-        """The running turn's cancel event, if any."""
-        return self._events.get(session_id)
+    def token(self, session_id: str) -> CancelToken | None:
+        """The running turn's cancel token, if any."""
+        return self._tokens.get(session_id)
 
     def end(self, session_id: str) -> None:
         """Forget the session's turn (called on session stop)."""
-        self._events.pop(session_id, None)
+        self._tokens.pop(session_id, None)
 
 
 class CancellationHook(Hook):

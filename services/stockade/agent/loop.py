@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from stockade.agent.auditsink import AuditSink
-from stockade.agent.builtin_hooks import CancelRegistry, standard_hooks
+from stockade.agent.builtin_hooks import CancelRegistry, CancelToken, standard_hooks
 from stockade.agent.compaction import CompactionError, CompactionResult, Compactor, estimate_tokens
 from stockade.agent.events import EventFactory
 from stockade.agent.hooks import Hook, HookPipeline, LifecycleEvent, LifecycleKind
@@ -83,6 +83,10 @@ def offered_registry(registry: ToolRegistry) -> ToolRegistry:
     return registry.without(drop)
 
 
+class TurnCancelled(Exception):
+    """The user cancelled the turn while the model was answering."""
+
+
 @dataclass
 class LoopResult:
     """How one agent loop (lead or subagent) ended."""
@@ -104,7 +108,7 @@ class _Turn:
     session_id: str
     provider: Provider
     emit: Emit
-    cancel: asyncio.Event
+    cancel: CancelToken
     tokens_used: int = 0
 
 
@@ -293,7 +297,7 @@ class AgentCore:
                 return await self._forced_answer(turn, scope, messages, forced, limiter.step)
             try:
                 model_turn = await self._complete(turn, messages, tools, allow_tools=True)
-            except asyncio.CancelledError:
+            except TurnCancelled:
                 return LoopResult(Termination.CANCELLED, "cancelled by the user", "", limiter.step)
             except ProviderError as exc:
                 turn.emit(scope.name, error={"message": f"provider error: {exc}"})
@@ -375,15 +379,13 @@ class AgentCore:
         task = asyncio.ensure_future(
             turn.provider.complete(list(messages), tools, allow_tools=allow_tools)
         )
-        waiter = asyncio.ensure_future(turn.cancel.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if not task.done():
-            task.cancel()
-            raise asyncio.CancelledError
-        return task.result()
+        with turn.cancel.watch(task):
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if task.cancelled() and turn.cancel.is_set():
+                    raise TurnCancelled from None
+                raise
 
     async def _forced_answer(
         self,
@@ -398,7 +400,7 @@ class AgentCore:
         messages.append(Message("user", reminder))
         try:
             model_turn = await self._complete(turn, messages, [], allow_tools=False)
-        except asyncio.CancelledError:
+        except TurnCancelled:
             return LoopResult(Termination.CANCELLED, "cancelled by the user", "", steps)
         except ProviderError as exc:
             turn.emit(scope.name, error={"message": f"provider error: {exc}"})

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import grpc
 from opentelemetry import trace
 
+from stockade.agent.builtin_hooks import CancelToken
 from stockade.agent.hooks import CallStatus, DecisionInfo, ToolCallContext, ToolResultContext
 from stockade.agent.limits import DuplicateDetector
 from stockade.agent.providers.base import ModelToolCall
@@ -141,6 +142,10 @@ class PendingCall:
 BuiltinRunner = Callable[[PendingCall], Awaitable[Outcome]]
 
 
+def _cancellable(item: PendingCall) -> bool:
+    return item.spec is not None and item.spec.interrupt_behavior is InterruptBehavior.CANCEL
+
+
 def current_trace_id() -> str:
     """The active OpenTelemetry trace id (32 hex), or empty."""
     context = trace.get_current_span().get_span_context()
@@ -196,7 +201,7 @@ class ExecutionPipeline:
         calls: Sequence[ModelToolCall],
         *,
         duplicates: DuplicateDetector,
-        cancel: asyncio.Event,
+        cancel: CancelToken,
         emit: Emit,
         builtin: BuiltinRunner,
     ) -> list[Outcome]:
@@ -221,7 +226,7 @@ class ExecutionPipeline:
         step: int,
         item: PendingCall,
         duplicates: DuplicateDetector,
-        cancel: asyncio.Event,
+        cancel: CancelToken,
         emit: Emit,
     ) -> None:
         call = item.call
@@ -277,7 +282,7 @@ class ExecutionPipeline:
         scope: AgentScope,
         item: PendingCall,
         signals: list[d_pb2.HookSignal],
-        cancel: asyncio.Event,
+        cancel: CancelToken,
         emit: Emit,
     ) -> None:
         assert item.spec is not None
@@ -315,7 +320,7 @@ class ExecutionPipeline:
         item: PendingCall,
         pb_call: c_pb2.ToolCall,
         decision: d_pb2.DecideResponse,
-        cancel: asyncio.Event,
+        cancel: CancelToken,
         emit: Emit,
     ) -> d_pb2.DecideResponse:
         """Surface the ASK, wait for its answer (or a cancel) and fold it into a decision."""
@@ -337,24 +342,22 @@ class ExecutionPipeline:
         waiter = asyncio.ensure_future(
             self.decision.await_approval(decision.approval_id, timeout_s=self.approval_wait_s)
         )
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({waiter, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-        if not waiter.done():
-            waiter.cancel()
-            emit(
-                scope.name,
-                permission_resolved={
-                    "approval_id": decision.approval_id,
-                    "verdict": c_pb2.VERDICT_DENY,
-                    "reason": "the turn was cancelled while waiting for the approval",
-                },
-            )
-            item.outcome = cancelled_outcome("cancelled while waiting for an approval")
-            return decision
-        answer = waiter.result()
+        with cancel.watch(waiter):
+            try:
+                answer = await waiter
+            except asyncio.CancelledError:
+                if not (cancel.is_set() and waiter.cancelled()):
+                    raise
+                emit(
+                    scope.name,
+                    permission_resolved={
+                        "approval_id": decision.approval_id,
+                        "verdict": c_pb2.VERDICT_DENY,
+                        "reason": "the turn was cancelled while waiting for the approval",
+                    },
+                )
+                item.outcome = cancelled_outcome("cancelled while waiting for an approval")
+                return decision
         emit(
             scope.name,
             permission_resolved={
@@ -397,57 +400,53 @@ class ExecutionPipeline:
         self,
         scope: AgentScope,
         batch: list[PendingCall],
-        cancel: asyncio.Event,
+        cancel: CancelToken,
         builtin: BuiltinRunner,
     ) -> None:
         ready = [item for item in batch if item.outcome is None]
         if not ready:
             return
-        abort = asyncio.Event()  # set when a sibling-aborting call fails
-        stop = _AnyEvent(cancel, abort)
+        tasks = {id(item): asyncio.ensure_future(self._run(scope, item, builtin)) for item in ready}
+        aborted: set[int] = set()
 
-        async def run(item: PendingCall) -> None:
-            assert item.spec is not None
-            item.outcome = await self._interruptible(scope, item, stop, builtin)
+        def abort_siblings(failed: PendingCall) -> None:
+            for other in ready:
+                task = tasks[id(other)]
+                if other is failed or task.done() or not _cancellable(other):
+                    continue
+                aborted.add(id(other))
+                task.cancel()
+
+        async def finish(item: PendingCall) -> None:
+            task = tasks[id(item)]
+            item.outcome = await self._interruptible(item, task, cancel)
+            if id(item) in aborted and item.outcome.status == x_pb2.EXECUTION_STATUS_CANCELLED:
+                item.outcome.reason = "aborted: a sibling call in the same batch failed"
+                item.outcome.content = f"Cancelled: {item.outcome.reason}."
             self._attach(item.outcome, item.decision)
+            assert item.spec is not None
             if item.spec.causes_sibling_abort and item.outcome.call_status is CallStatus.FAIL:
-                abort.set()
+                abort_siblings(item)
 
-        await asyncio.gather(*(run(item) for item in ready))
-        if abort.is_set() and not cancel.is_set():
-            for item in ready:
-                if (
-                    item.outcome is not None
-                    and item.outcome.status == x_pb2.EXECUTION_STATUS_CANCELLED
-                ):
-                    item.outcome.reason = "aborted: a sibling call in the same batch failed"
-                    item.outcome.content = f"Cancelled: {item.outcome.reason}."
+        await asyncio.gather(*(finish(item) for item in ready))
 
     async def _interruptible(
-        self, scope: AgentScope, item: PendingCall, stop: _AnyEvent, builtin: BuiltinRunner
+        self, item: PendingCall, task: asyncio.Future[Outcome], cancel: CancelToken
     ) -> Outcome:
-        """Run one call; CANCEL tools stop when ``stop`` fires, BLOCK tools finish."""
-        assert item.spec is not None
-        task = asyncio.ensure_future(self._run(scope, item, builtin))
-        if item.spec.interrupt_behavior is InterruptBehavior.BLOCK:
-            return await task
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        if item.spec.location is Location.EXECUTOR:
+        """Await one call; CANCEL tools stop when the turn is cancelled, BLOCK tools finish."""
+        if not _cancellable(item):
+            return await asyncio.shield(task)  # BLOCK: even our own cancel must not cut it
+        with cancel.watch(task):
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this coroutine itself was cancelled, not the call
+        if item.spec is not None and item.spec.location is Location.EXECUTOR:
             try:
                 await self.executor.cancel(item.call.id)
             except grpc.aio.AioRpcError as err:
                 log.warning("executor cancel of %s failed: %s", item.call.id, err.code().name)
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
         return cancelled_outcome()
 
     async def _run(self, scope: AgentScope, item: PendingCall, builtin: BuiltinRunner) -> Outcome:
@@ -591,21 +590,3 @@ class ExecutionPipeline:
             step=step,
             from_subagent=scope.from_subagent,
         )
-
-
-class _AnyEvent:
-    """Waits until any of several events is set."""
-
-    def __init__(self, *events: asyncio.Event) -> None:
-        self._events = events
-
-    def is_set(self) -> bool:
-        return any(event.is_set() for event in self._events)
-
-    async def wait(self) -> None:
-        waiters = [asyncio.ensure_future(event.wait()) for event in self._events]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
