@@ -16,7 +16,7 @@ from typing import Any
 
 from stockade.agent.limits import LimitSettings
 from stockade.agent.loop import AgentCore
-from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, ToolSchema
+from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, Provider, ToolSchema
 from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
@@ -81,11 +81,15 @@ async def _per_call_us(width: int) -> float:
     start = time.perf_counter()
     for turn in range(TURNS):
         provider = _Provider(width)
+
+        def provider_for(_script: str, provider: _Provider = provider) -> Provider:
+            return provider
+
         core = AgentCore(
             decision=_Decision(),  # type: ignore[arg-type]
             executor=_Executor(),  # type: ignore[arg-type]
             audit=_Sink(),  # type: ignore[arg-type]
-            provider_for=lambda _script, p=provider: p,
+            provider_for=provider_for,
             limits=LimitSettings(max_steps=STEPS + 1, diminishing_steps=STEPS + 2),
         )
         async for _ in core.run_turn(f"s{turn}", "go"):
