@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -102,7 +102,7 @@ class ApprovalBroker:
             if event is not None:
                 event.set()
 
-    async def watch(self, session_id: str = "") -> AsyncIterator[ApprovalRecord]:
+    async def watch(self, session_id: str = "") -> AsyncGenerator[ApprovalRecord, None]:
         """Yield the pending approvals now, then every change, until the caller stops."""
         queue: asyncio.Queue[ApprovalRecord] = asyncio.Queue()
         entry = (session_id, queue)

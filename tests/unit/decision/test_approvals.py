@@ -1,0 +1,145 @@
+"""Sessions store and approval broker on a real SQLite file (DEC-6, DEC-8, DEC-9)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from stockade.decision.approvals import ApprovalBroker, GrantScope, Resolution, grant_pattern
+from stockade.decision.modes import Mode
+from stockade.decision.rules import Effect
+from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
+from stockade.errors import ApprovalAlreadyResolved, ApprovalNotFound, InvalidPattern
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
+    s = await SessionStore.open(tmp_path / "d.db")
+    await s.create_session("s1", Mode.DEFAULT)
+    yield s
+    await s.close()
+
+
+async def ask(broker: ApprovalBroker, command: str = "make", timeout: float = 60) -> str:
+    rec = await broker.create(
+        "s1",
+        PendingCall("c1", "run_bash", {"command": command}),
+        reason="needs approval",
+        risk="medium",
+        summary="Runs make",
+        timeout_s=timeout,
+    )
+    return rec.approval_id
+
+
+async def test_many_resolvers_at_once_exactly_one_wins(store: SessionStore) -> None:
+    broker = ApprovalBroker(store)
+    approval = await ask(broker)
+    answers = [Resolution.ALLOW_ONCE, Resolution.DENY] * 5
+
+    async def resolve(i: int, r: Resolution) -> str | None:
+        try:
+            rec, _ = await broker.resolve(approval, r, resolver=f"r{i}")
+        except ApprovalAlreadyResolved:
+            return None
+        return rec.resolver
+
+    results = await asyncio.gather(*(resolve(i, r) for i, r in enumerate(answers)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    final = await store.get_approval(approval)
+    assert final.resolver == winners[0] and final.state is not ApprovalState.PENDING
+
+
+async def test_watchers_see_backlog_and_changes(store: SessionStore) -> None:
+    broker = ApprovalBroker(store)
+    first = await ask(broker)
+    w1, w2 = broker.watch("s1"), broker.watch("")
+    assert (await anext(w1)).approval_id == first
+    assert (await anext(w2)).approval_id == first
+    second = await ask(broker, "make test")
+    assert (await anext(w1)).approval_id == second
+    await broker.resolve(first, Resolution.DENY, resolver="ui")
+    assert (await anext(w2)).approval_id == second
+    update = await anext(w2)
+    assert (update.approval_id, update.state) == (first, ApprovalState.DENIED)
+    assert broker.watcher_count == 2
+    await w1.aclose()
+    await w2.aclose()
+    assert broker.watcher_count == 0
+
+
+async def test_wait_times_out_to_expired_and_counts_a_denial(store: SessionStore) -> None:
+    broker = ApprovalBroker(store)
+    approval = await ask(broker, timeout=0.05)
+    rec = await broker.wait(approval)
+    assert rec.state is ApprovalState.EXPIRED
+    assert (await store.get_session("s1")).total_denials == 1
+    with pytest.raises(ApprovalAlreadyResolved):
+        await broker.resolve(approval, Resolution.ALLOW_ONCE, resolver="late")
+
+
+async def test_wait_wakes_on_answer(store: SessionStore) -> None:
+    broker = ApprovalBroker(store)
+    approval = await ask(broker)
+    waiter = asyncio.create_task(broker.wait(approval))
+    await asyncio.sleep(0.01)
+    await broker.resolve(approval, Resolution.ALLOW_ONCE, resolver="ui")
+    rec = await asyncio.wait_for(waiter, 10)
+    assert rec.state is ApprovalState.ALLOWED and rec.resolver == "ui"
+
+
+async def test_always_allow_grant_scopes(store: SessionStore) -> None:
+    clock = Clock()
+    store._clock = clock  # the store's deadline checks use the same clock
+    broker = ApprovalBroker(store, clock=clock)
+    approval = await ask(broker, "ls *.py")
+    _, grant = await broker.resolve(
+        approval,
+        Resolution.ALWAYS_ALLOW,
+        resolver="alice",
+        scope=GrantScope(remaining_uses=2, expire_time=clock.now + 30),
+    )
+    assert grant is not None
+    assert grant.rule.pattern == r"run_bash(ls \*.py)"  # exact content, star escaped
+    index = await store.session_rules("s1")
+    [allow] = index.for_tool("run_bash")[2]
+    assert allow.allows_command("ls *.py") and not allow.allows_command("ls secret.txt")
+    await store.use_grants("s1", (grant.rule,))
+    assert [g.remaining_uses for g in await store.list_grants("s1")] == [1]
+    clock.now += 31
+    assert await store.list_grants("s1") == []
+    assert len(await store.session_rules("s1")) == 0  # the index drops the expired grant
+
+
+async def test_grant_pattern_for_tools_without_content() -> None:
+    assert grant_pattern(PendingCall("c", "search_papers", {"query": "x"})) == "search_papers"
+    assert grant_pattern(PendingCall("c", "read_file", {"file_path": "a*b"})) == (
+        r"read_file(a\*b)"
+    )
+
+
+async def test_session_rules_and_counters(store: SessionStore) -> None:
+    rule = await store.add_rule("s1", Effect.DENY, "read_file(*.pem)", request_id="r1")
+    assert (await store.add_rule("s1", Effect.DENY, "read_file(*.pem)", request_id="r1")) == rule
+    with pytest.raises(InvalidPattern):
+        await store.add_rule("s1", Effect.ALLOW, "read_file(")
+    assert [r.pattern for r in await store.list_rules("s1")] == ["read_file(*.pem)"]
+    for _ in range(2):
+        await store.record_outcome("s1", denied=True)
+    rec = await store.record_outcome("s1", denied=False)
+    assert (rec.consecutive_denials, rec.total_denials) == (0, 2)
+    assert await store.delete_session("s1")
+    with pytest.raises(ApprovalNotFound):
+        await store.get_approval("missing")
