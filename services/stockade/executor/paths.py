@@ -216,11 +216,14 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
 
 
 def _probe_openat2() -> bool:
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = _openat2(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ".", 0, 0)
+        fd = _openat2(root, ".", 0, 0)
     except OSError:
         # ENOSYS (old kernel) or EPERM (seccomp filter): use the O_NOFOLLOW walk instead.
         return False
+    finally:
+        os.close(root)
     os.close(fd)
     return True
 
@@ -544,6 +547,10 @@ class PathSandbox:
                 elif entered and not self._is_ancestor_of_root(current):
                     escaped = escaped or current
                 continue
+            if entered and self.root_for(candidate) is None:
+                # A link outside the roots, reached after entering one: whoever controls
+                # it controls where the chain goes.
+                escaped = escaped or candidate
             hops += 1
             if hops > _MAX_SYMLINK_HOPS:
                 raise _Refusal(f"too many symlinks (a loop?) at {candidate}")
