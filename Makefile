@@ -40,7 +40,7 @@ bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as rati
 	$(BIN)/python -m tests.bench
 
 certs: $(STAMP) ## Create a dev CA, per-service mTLS certificates and grant keys in .stockade/certs
-	$(BIN)/python -m stockade.devcerts --out .stockade/certs
+	$(BIN)/python -m stockade.devcerts --out .stockade/certs --services decision,executor,audit,agent,papers
 
 render: $(STAMP) ## Render the Kubernetes overlays with kubectl kustomize
 	@for o in deploy/k8s/overlays/*/; do echo "--- $$o"; kubectl kustomize "$$o" >/dev/null && echo ok; done
