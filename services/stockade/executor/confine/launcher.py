@@ -128,7 +128,7 @@ class LauncherServer:
                 drop_caps,
                 "every capability dropped before exec"
                 if drop_caps
-                else "the launcher holds no capabilities to drop",
+                else self._off(CAPABILITIES) or "the launcher holds no capabilities to drop",
             )
         )
         orig_net_fd = -1
@@ -149,7 +149,11 @@ class LauncherServer:
             layers.append(Layer(NETNS, False, f"unavailable: {exc.strerror or exc}"))
         abi = 0 if self._off(LANDLOCK) else landlock.abi_version()
         layers.append(
-            Layer(LANDLOCK, abi > 0, f"ABI {abi}" if abi > 0 else "the kernel offers no Landlock")
+            Layer(
+                LANDLOCK,
+                abi > 0,
+                f"ABI {abi}" if abi > 0 else self._off(LANDLOCK) or "the kernel offers no Landlock",
+            )
         )
         mountns = self._off(MOUNT_MASK) or _try_mount_namespace()
         layers.append(
@@ -173,6 +177,7 @@ class LauncherServer:
             drop_caps=drop_caps,
             cgroup=self.cgroup_root is not None,
             empty_file=empty,
+            inactive=tuple((x.name, x.detail) for x in layers if not x.active),
         )
 
     def _off(self, layer: str) -> str | None:

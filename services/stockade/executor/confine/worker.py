@@ -87,6 +87,12 @@ class Plan:
     """Workers are placed in a pids cgroup."""
     empty_file: str
     """The empty read-only file bind-mounted over masked files."""
+    inactive: tuple[tuple[str, str], ...] = ()
+    """(layer, why) for every layer the launcher found unavailable or was told not to use."""
+
+    def why(self, layer: str) -> str:
+        """Why ``layer`` is inactive on this host."""
+        return dict(self.inactive).get(layer, "unavailable")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -245,8 +251,8 @@ def _confine(
             plan.pid_namespace,
             "pid 1 is the worker: every descendant dies with it, even after setsid"
             if plan.pid_namespace
-            else "unavailable: descendants that leave the process group are only caught"
-            " by the pids cgroup",
+            else plan.why(PID_NAMESPACE)
+            + "; descendants that leave the process group are only caught by the pids cgroup",
         ),
     ]
 
@@ -258,7 +264,7 @@ def _confine(
     elif plan.netns:
         layers.append(Layer(NETNS, True, "own network namespace: only loopback, and it is down"))
     else:
-        layers.append(Layer(NETNS, False, "unavailable (needs CAP_SYS_ADMIN)"))
+        layers.append(Layer(NETNS, False, plan.why(NETNS)))
     if plan.orig_net_fd >= 0:
         os.close(plan.orig_net_fd)
 
@@ -280,7 +286,7 @@ def _confine(
             )
         )
     else:
-        layers.append(Layer(MOUNT_MASK, False, "no private mount namespace"))
+        layers.append(Layer(MOUNT_MASK, False, plan.why(MOUNT_MASK)))
 
     # 3. Limits.
     r = policy.rlimits
@@ -288,7 +294,7 @@ def _confine(
         limits.set_max(slot.cgroup, r.nproc)
         layers.append(Layer(PIDS_CGROUP, True, f"pids.max={r.nproc}"))
     else:
-        layers.append(Layer(PIDS_CGROUP, False, "no writable pids cgroup"))
+        layers.append(Layer(PIDS_CGROUP, False, plan.why(PIDS_CGROUP)))
     os.chdir(cwd)
     limits.apply_rlimits(r)
     nproc_note = (
@@ -328,7 +334,7 @@ def _confine(
             )
         )
     else:
-        layers.append(Layer(LANDLOCK, False, "the kernel offers no Landlock"))
+        layers.append(Layer(LANDLOCK, False, plan.why(LANDLOCK)))
     for other in prepared.rulesets.values():
         other.close()
 
@@ -341,7 +347,7 @@ def _confine(
         kernel.drop_all_capabilities()
         layers.append(Layer(CAPABILITIES, True, "all capabilities dropped, securebits locked"))
     else:
-        layers.append(Layer(CAPABILITIES, False, "no capabilities to drop"))
+        layers.append(Layer(CAPABILITIES, False, plan.why(CAPABILITIES)))
 
     layers.append(Layer(GIT_NEUTRALISED, True, "git ignores system/global config and hooks"))
     argv = [BASH, "--noprofile", "--norc", "-c", str(request["command"])]
