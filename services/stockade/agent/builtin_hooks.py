@@ -1,8 +1,9 @@
-"""The built-in hooks (AGT-4): Cancellation, Redaction, Metrics and AuditLog.
+"""The built-in hooks (AGT-4): Cancellation, Redaction, Truncation, Metrics and AuditLog.
 
 ``standard_hooks`` returns them in the order that makes their guarantees hold: Cancellation
-first (a cancelled turn runs nothing else), Redaction before Metrics and AuditLog (neither
-the model nor the log sees a secret), AuditLog last (it records the final output).
+first (a cancelled turn runs nothing else), Redaction before everything that stores or
+counts output (neither the model, a persisted file nor the log sees a secret), AuditLog
+last (it records the final output).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf import timestamp_pb2
@@ -144,6 +146,48 @@ class RedactionHook(Hook):
             log.info("redacted %s in %s output", ",".join(redacted.kinds), result.call.tool_name)
             return MutateOutput(redacted.text)
         return CONTINUE
+
+
+class TruncationHook(Hook):
+    """Keeps huge outputs (remote and built-in tools) out of the context (the seed's
+    large-result persistence): the head and tail stay, the middle is cut, and the whole
+    output is saved under ``persist_dir`` when one is configured.
+
+    Executor tools arrive already shaped by the executor; this guards everything else.
+    Placed after Redaction, so a persisted file never holds an unmasked secret.
+    """
+
+    name = "truncation"
+
+    def __init__(self, max_chars: int = 16_000, persist_dir: Path | None = None) -> None:
+        if max_chars < 200:
+            raise ValueError("max_chars must be at least 200")
+        self.max_chars = max_chars
+        self.persist_dir = persist_dir
+
+    def _persist(self, result: ToolResultContext) -> str:
+        if self.persist_dir is None:
+            return ""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in result.call.call_id)
+        session = "".join(c if c.isalnum() or c in "-_." else "_" for c in result.call.session_id)
+        folder = self.persist_dir / session
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{safe or 'call'}.txt"
+        path.write_text(result.content, encoding="utf-8")
+        return str(path)
+
+    async def post_tool_use(self, result: ToolResultContext) -> PostAction:
+        """Cut the middle of an output longer than ``max_chars``."""
+        content = result.content
+        if len(content) <= self.max_chars:
+            return CONTINUE
+        saved = self._persist(result)
+        head = content[: self.max_chars // 2]
+        tail = content[-(self.max_chars // 4) :]
+        cut = len(content) - len(head) - len(tail)
+        note = f"\n[... {cut} characters cut"
+        note += f"; full output saved to {saved}]\n" if saved else "]\n"
+        return MutateOutput(head + note + tail)
 
 
 @dataclass
@@ -326,10 +370,16 @@ def standard_hooks(
     *,
     meter: metrics.Meter | None = None,
     extra: list[Hook] | None = None,
+    max_output_chars: int = 16_000,
+    persist_dir: Path | None = None,
 ) -> list[Hook]:
     """The built-in hooks in their safe order, with embedder hooks between Redaction and
     the recorders (so recorders see what embedders changed)."""
-    hooks: list[Hook] = [CancellationHook(cancel_registry), RedactionHook()]
+    hooks: list[Hook] = [
+        CancellationHook(cancel_registry),
+        RedactionHook(),
+        TruncationHook(max_output_chars, persist_dir),
+    ]
     hooks.extend(extra or [])
     hooks.append(MetricsHook(meter))
     if audit_sink is not None:

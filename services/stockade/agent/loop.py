@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -129,6 +130,8 @@ class AgentCore:
         limits: LimitSettings | None = None,
         approval_wait_s: float = 130.0,
         tool_timeout_s: float = 130.0,
+        max_output_chars: int = 16_000,
+        persist_dir: Path | None = None,
     ) -> None:
         self.decision = decision
         self.executor = executor
@@ -140,7 +143,15 @@ class AgentCore:
         self.tool_providers = dict(tool_providers or {})
         self._discovered: set[str] = set()
         self.cancels = CancelRegistry()
-        self.hooks = HookPipeline(standard_hooks(self.cancels, audit, extra=list(hooks)))
+        self.hooks = HookPipeline(
+            standard_hooks(
+                self.cancels,
+                audit,
+                extra=list(hooks),
+                max_output_chars=max_output_chars,
+                persist_dir=persist_dir,
+            )
+        )
         self.pipeline = ExecutionPipeline(
             decision=decision,
             executor=executor,

@@ -99,6 +99,8 @@ class AgentApp:
             limits=s.limit_settings(),
             approval_wait_s=s.approval_wait_s,
             tool_timeout_s=s.tool_timeout_s,
+            max_output_chars=s.max_tool_output_chars,
+            persist_dir=s.tool_results_dir,
         )
         try:
             yield [

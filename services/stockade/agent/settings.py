@@ -72,6 +72,10 @@ class AgentSettings(ServerSettings):
     """Model steps the lead and all its subagents may spend in one turn."""
     tree_max_tokens: int = 400_000
     """Tokens the lead and all its subagents may spend in one turn."""
+    max_tool_output_chars: int = 16_000
+    """Outputs of remote and built-in tools longer than this keep only head and tail."""
+    tool_results_dir: Path | None = None
+    """Where cut outputs are saved in full (unset: not saved)."""
     remote_hooks: list[RemoteHookConfig] = []
     """Remote HookService endpoints, as JSON: ``[{"address": "...", "timeout_s": 2,
     "failure_policy": "fail_closed"}]``."""

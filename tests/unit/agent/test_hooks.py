@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from stockade.agent.builtin_hooks import (
     CancelRegistry,
     MetricsHook,
     RedactionHook,
+    TruncationHook,
     standard_hooks,
 )
 from stockade.agent.hooks import (
@@ -266,3 +268,22 @@ async def test_redaction_hook_leaves_clean_output_alone() -> None:
         ToolResultContext(call=CALL, content="hello world")
     )
     assert result.content == "hello world" and result.mutated_by == ()
+
+
+async def test_truncation_keeps_head_and_tail_and_persists_redacted_output(
+    tmp_path: Path,
+) -> None:
+    pipeline = HookPipeline([RedactionHook(), TruncationHook(400, tmp_path)])
+    content = "HEAD" + f" key={AWS} " + "m" * 2000 + "TAIL"
+    call = ToolCallContext(session_id="s/../x", call_id="c/1", tool_name="t", arguments={})
+    result = await pipeline.run_post_tool_use(ToolResultContext(call=call, content=content))
+    assert result.content.startswith("HEAD") and result.content.endswith("TAIL")
+    assert len(result.content) < 500 and "characters cut" in result.content
+    (saved,) = list(tmp_path.rglob("*.txt"))
+    assert saved.is_relative_to(tmp_path) and ".." not in saved.parts
+    text = saved.read_text()
+    assert len(text) > 2000 and AWS not in text and str(saved) in result.content
+    short = await pipeline.run_post_tool_use(ToolResultContext(call=call, content="small"))
+    assert short.content == "small"
+    with pytest.raises(ValueError):
+        TruncationHook(10)
