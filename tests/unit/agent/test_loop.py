@@ -461,3 +461,29 @@ async def test_mode_creates_the_session(harness: Harness) -> None:
     provider = ListProvider([])
     await run(harness.core(provider), mode=c_pb2.PERMISSION_MODE_PLAN)
     assert harness.decision.sessions[0].mode == c_pb2.PERMISSION_MODE_PLAN
+
+
+async def test_tree_token_budget_ends_the_turn(harness: Harness) -> None:
+    provider = ListProvider([turn(call(f"c{i}", "read_file", file_path=f"f{i}")) for i in range(9)])
+    events = await run(harness.core(provider, limits=LimitSettings(tree_max_tokens=40)))
+    assert terminated(events).reason == a_pb2.TERMINATION_REASON_TOKEN_BUDGET
+    assert len(harness.executor.executed) == 3  # 15 tokens a step: the 3rd step spends it all
+    assert harness.sink.events[-1].termination_reason == "TOKEN_BUDGET"
+
+
+async def test_context_still_over_the_hard_limit_after_compaction(harness: Harness) -> None:
+    async def sized(tool_call: c_pb2.ToolCall, ex: Any) -> x_pb2.ExecuteResult:
+        size = 20_000 if tool_call.call_id == "c3" else 3000
+        return x_pb2.ExecuteResult(
+            status=x_pb2.EXECUTION_STATUS_OK, content=tool_call.call_id + "z" * size
+        )
+
+    harness.executor.behaviours["read_file"] = sized
+    provider = ListProvider(
+        [turn(call(f"c{i}", "read_file", file_path=f"f{i}")) for i in range(6)], summary="sum"
+    )
+    limits = LimitSettings(token_soft_limit=2500, token_hard_limit=3000, diminishing_steps=99)
+    events = await run(harness.core(provider, limits=limits))
+    assert "compaction" in kinds(events)
+    assert terminated(events).reason == a_pb2.TERMINATION_REASON_TOKEN_BUDGET
+    assert "still above the hard limit" in terminated(events).detail
