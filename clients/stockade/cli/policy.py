@@ -2,7 +2,9 @@
 
 ``check`` decides one call against a policy file with the same engine the decision
 service runs and, for the executor's tools, the same executor analysis as Inspect.
-It prints the verdict and exits 0 whatever the verdict (2 on usage errors).
+It prints the verdict and exits 0 whatever the verdict (2 on usage errors). ``replay``
+reads the audit service's trail and lists the recorded calls whose verdict a candidate
+policy would change.
 """
 
 from __future__ import annotations
@@ -53,7 +55,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replay", help="re-decide the calls recorded by the audit service under a new policy"
     )
     replay.add_argument("--policy", required=True, help="the candidate policy file")
-    replay.add_argument("--addr", default="127.0.0.1:50053", help="audit service address")
+    replay.add_argument(
+        "--addr",
+        default=os.environ.get("STOCKADE_AUDIT_ADDR", "127.0.0.1:50053"),
+        help="audit service address (default: $STOCKADE_AUDIT_ADDR or 127.0.0.1:50053)",
+    )
+    replay.add_argument("--session", default="", help="only this session's calls")
+    replay.add_argument("--mode", help="permission mode to replay in (default: the policy's)")
+    replay.add_argument("--root", action="append", default=[], help="an allowed root (repeatable)")
+    replay.add_argument("--cwd", help="working directory (default: the current one)")
+    replay.add_argument("--json", action="store_true", help="print one JSON object")
     replay.set_defaults(func=run_replay)
 
 
@@ -193,11 +204,102 @@ def run_lint(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """Not built yet: it needs the audit service to store decided calls for re-deciding."""
+    """Re-decide the audit trail's calls under ``--policy``; list every verdict that changes."""
+    from stockade.decision.replay import LIMITATIONS, replay
+
+    cwd = os.path.realpath(args.cwd or os.getcwd())
+    try:
+        mode: Mode | None = parse_mode(args.mode) if args.mode else None
+        policy = load_policy(args.policy, {}, cwd=cwd, mode_override=mode)
+    except StockadeError as exc:
+        return _usage(exc.message)
+    try:
+        records = _recorded_calls(args.addr, args.session)
+    except Exception as exc:  # noqa: BLE001 - grpc.RpcError and friends: say why and stop
+        print(f"stockade policy replay: cannot read the audit trail at {args.addr}: {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+
+    def facts(tool: str, call_args: Mapping[str, Any]) -> Facts:
+        return executor_facts(tool, call_args, roots=args.root, cwd=cwd) or Facts()
+
+    report = replay(policy, records, facts=facts)
+    changes = [
+        {
+            "session_id": c.call.session_id,
+            "call_id": c.call.call_id,
+            "tool": c.call.tool_name,
+            "arguments": c.call.arguments_json,
+            "old_verdict": c.call.verdict.value,
+            "old_rule": c.call.matched_rule,
+            "new_verdict": c.new_verdict.value,
+            "new_rule": c.new_rule,
+            "new_reason": c.new_reason,
+        }
+        for c in report.changes
+    ]
+    if args.json:
+        out = {
+            "policy_version": report.policy_version,
+            "replayed": report.replayed,
+            "skipped": report.skipped,
+            "changes": changes,
+            "note": LIMITATIONS,
+        }
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    for c in changes:
+        print(
+            f"{c['session_id']}/{c['call_id']} {c['tool']} {c['arguments']}: "
+            f"{c['old_verdict']} ({c['old_rule']}) -> {c['new_verdict']} ({c['new_rule']})"
+        )
     print(
-        "stockade policy replay is not built yet: it needs the audit service (at --addr) to "
-        "return the recorded calls with their inspections, which it does not expose yet. "
-        "Nothing was replayed.",
-        file=sys.stderr,
+        f"{len(changes)} of {report.replayed} replayed calls would change under "
+        f"{report.policy_version} ({report.skipped} skipped); note: {LIMITATIONS}"
     )
-    return 1
+    return 0
+
+
+def _recorded_calls(addr: str, session_id: str) -> list[Any]:
+    """Every decided tool call in the audit trail, oldest first."""
+    from stockade.client.base import sync_channel
+    from stockade.decision.replay import RecordedCall
+    from stockade.v1 import audit_service_pb2 as au_pb2
+    from stockade.v1 import audit_service_pb2_grpc as au_grpc
+    from stockade.v1 import common_pb2 as c_pb2
+
+    verdicts = {
+        c_pb2.VERDICT_ALLOW: Effect.ALLOW,
+        c_pb2.VERDICT_ASK: Effect.ASK,
+        c_pb2.VERDICT_DENY: Effect.DENY,
+    }
+    out: list[RecordedCall] = []
+    with sync_channel(addr) as channel:
+        stub = au_grpc.AuditServiceStub(channel)
+        token = ""
+        while True:
+            resp = stub.Query(
+                au_pb2.QueryRequest(session_id=session_id, page_size=1000, page_token=token),
+                timeout=30,
+            )
+            for rec in resp.records:
+                e = rec.event
+                verdict = verdicts.get(e.verdict)
+                if verdict is None or e.tool_name == "session":
+                    continue
+                out.append(
+                    RecordedCall(
+                        e.session_id,
+                        e.call_id,
+                        e.tool_name,
+                        e.arguments_json,
+                        verdict,
+                        e.matched_rule,
+                        e.agent_name,
+                    )  # fmt: skip
+                )
+            token = resp.next_page_token
+            if not token:
+                break
+    out.reverse()  # Query pages newest first
+    return out

@@ -110,8 +110,3 @@ def test_lint(tmp_path: Path, capsys: pytest.CaptureFixture[str], pfile: Path) -
     assert out["findings"][0]["rule"]["pattern"] == "run_bash(git log)"
     assert out["findings"][0]["fix"]
     assert run(["policy", "lint", str(tmp_path / "missing.toml")]) == 2
-
-
-def test_replay_says_it_is_not_built(pfile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["policy", "replay", "--policy", str(pfile)]) == 1
-    assert "not built yet" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""Policy replay (DEC-14): re-decide recorded calls under a candidate policy, list changes.
+
+The audit trail keeps each call's tool, redacted arguments, verdict and winning rule. A
+replay decides the same calls again with the candidate policy (and, through the
+``facts`` callback, the executor's analysis) and reports every call whose verdict would
+change. What a record does not keep cannot be replayed: session rules, the session's
+mode at the time and hook signals; the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.decision.engine import CompiledPolicy, DecisionRequest, Facts, decide
+from stockade.decision.modes import Mode
+from stockade.decision.rules import Effect
+
+LIMITATIONS = (
+    "replayed with the candidate policy only: session rules, the session's mode at the "
+    "time and hook signals are not in the audit trail and are not replayed"
+)
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One decided call from the audit trail."""
+
+    session_id: str
+    call_id: str
+    tool_name: str
+    arguments_json: str
+    verdict: Effect
+    matched_rule: str
+    agent_name: str = "lead"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A call whose verdict would differ under the candidate policy."""
+
+    call: RecordedCall
+    new_verdict: Effect
+    new_rule: str
+    new_reason: str
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay found."""
+
+    policy_version: str
+    replayed: int
+    skipped: int
+    """Records that could not be replayed (no verdict, unreadable arguments)."""
+    changes: tuple[Change, ...]
+
+
+def replay(
+    policy: CompiledPolicy,
+    records: Iterable[RecordedCall],
+    *,
+    facts: Callable[[str, Mapping[str, Any]], Facts] = lambda tool, args: Facts(),
+    mode: Mode | None = None,
+) -> ReplayReport:
+    """Decide every record again under ``policy`` and collect the verdicts that change."""
+    replayed = skipped = 0
+    changes: list[Change] = []
+    for rec in records:
+        try:
+            args = json.loads(rec.arguments_json) if rec.arguments_json else {}
+        except json.JSONDecodeError:
+            skipped += 1
+            continue
+        if not isinstance(args, dict):
+            skipped += 1
+            continue
+        try:
+            call_facts = facts(rec.tool_name, args)
+        except Exception:  # noqa: BLE001 - an unjudgeable record is skipped, not fatal
+            skipped += 1
+            continue
+        d = decide(
+            policy,
+            DecisionRequest(
+                tool_name=rec.tool_name,
+                arguments=args,
+                mode=mode or policy.mode,
+                from_subagent=rec.agent_name not in ("", "lead"),
+                facts=call_facts,
+            ),
+        )
+        replayed += 1
+        if d.verdict is not rec.verdict:
+            changes.append(Change(rec, d.verdict, d.winning_rule.pattern, d.reason))
+    return ReplayReport(policy.version, replayed, skipped, tuple(changes))
