@@ -181,7 +181,6 @@ async def test_tool_calling_round_trip_in_wire_format(server: FakeServer) -> Non
         "role": "tool",
         "tool_call_id": "call_1",
         "content": "hello",
-        "name": "read_file",
     }
 
 

@@ -75,15 +75,9 @@ class _Retryable(Exception):
 def message_to_wire(message: Message) -> dict[str, Any]:
     """One ``Message`` in the Chat Completions request format."""
     if message.role == "tool":
-        wire: dict[str, Any] = {
-            "role": "tool",
-            "tool_call_id": message.tool_call_id,
-            "content": message.content,
-        }
-        if message.name:
-            wire["name"] = message.name
-        return wire
-    wire = {"role": message.role, "content": message.content}
+        # Only the documented fields: strict gateways reject extras such as "name".
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.role == "assistant" and message.tool_calls:
         wire["content"] = message.content or None
         wire["tool_calls"] = [
