@@ -115,29 +115,41 @@ class Decision(NamedTuple):
 DEFAULT_RULE = Rule(Effect.ALLOW, "*", Source.DEFAULT, "no rule matched; allowed by default")
 
 
-@dataclass
 class _Matches:
     """Everything that matched one call, split by precedence tier."""
 
-    policy_deny: list[Rule]
-    tool_deny: list[Rule]
-    session_deny: list[Rule]
-    hook_block: list[Rule]
-    hook_ask: list[Rule]
-    explicit_ask: list[Rule]
-    tool_ask: list[Rule]
-    allow: list[Rule]
-    allow_covers: bool
-    """True when the ALLOW rules cover the whole call (every sub-command for run_bash)."""
+    __slots__ = (
+        "policy_deny", "tool_deny", "session_deny", "hook_block", "hook_ask", "explicit_ask",
+        "tool_ask", "allow", "allow_covers", "total",
+    )  # fmt: skip
 
-    @property
-    def total(self) -> int:
-        """How many rules and signals matched."""
-        return (
-            len(self.policy_deny) + len(self.tool_deny) + len(self.session_deny)
-            + len(self.hook_block) + len(self.hook_ask) + len(self.explicit_ask)
-            + len(self.tool_ask) + len(self.allow)
+    def __init__(
+        self,
+        policy_deny: list[Rule],
+        tool_deny: list[Rule],
+        session_deny: list[Rule],
+        hook_block: list[Rule],
+        hook_ask: list[Rule],
+        explicit_ask: list[Rule],
+        tool_ask: list[Rule],
+        allow: list[Rule],
+        allow_covers: bool,
+    ) -> None:
+        self.policy_deny = policy_deny
+        self.tool_deny = tool_deny
+        self.session_deny = session_deny
+        self.hook_block = hook_block
+        self.hook_ask = hook_ask
+        self.explicit_ask = explicit_ask
+        self.tool_ask = tool_ask
+        self.allow = allow
+        self.allow_covers = allow_covers
+        """True when the ALLOW rules cover the whole call (every sub-command for run_bash)."""
+        self.total = (
+            len(policy_deny) + len(tool_deny) + len(session_deny) + len(hook_block)
+            + len(hook_ask) + len(explicit_ask) + len(tool_ask) + len(allow)
         )  # fmt: skip
+        """How many rules and signals matched."""
 
     def tiers(self) -> list[tuple[str, list[Rule]]]:
         """(step label, rules) in precedence order."""

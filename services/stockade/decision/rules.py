@@ -79,6 +79,7 @@ _BENIGN_WRAPPERS = frozenset(
     {"env", "command", "builtin", "exec", "nohup", "time", "nice", "ionice", "stdbuf", "timeout"}
 )
 _PRIVILEGE_WRAPPERS = frozenset({"sudo", "doas", "su", "pkexec", "chroot", "xargs", "setsid"})
+_ALL_WRAPPERS = _BENIGN_WRAPPERS | _PRIVILEGE_WRAPPERS
 _WRAPPER_OPTS_WITH_VALUE: Mapping[str, frozenset[str]] = {
     "nice": frozenset({"-n", "--adjustment"}),
     "ionice": frozenset({"-c", "-n", "-p", "--class", "--classdata"}),
@@ -98,9 +99,11 @@ def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
     ``git status``. Whitespace runs collapse to one space.
     """
     tokens = text.split()
-    wrappers = (
-        _BENIGN_WRAPPERS | _PRIVILEGE_WRAPPERS if look_through_privilege else _BENIGN_WRAPPERS
-    )
+    if tokens:
+        first = tokens[0]
+        if "/" not in first and "=" not in first and first not in _ALL_WRAPPERS:
+            return " ".join(tokens)  # a plain name: nothing to look through (the common case)
+    wrappers = _ALL_WRAPPERS if look_through_privilege else _BENIGN_WRAPPERS
     changed = True
     while tokens and changed:
         changed = False
