@@ -18,7 +18,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import fnmatch
+import functools
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,6 +127,9 @@ def _is_magic(path: str) -> bool:
     return any(_is_within(path, prefix) for prefix in _MAGIC_PREFIXES)
 
 
+_WILDCARDS = frozenset("*?[")
+
+
 def _glob_parts_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
     """Match path components against pattern components (``**`` spans components)."""
     if not pattern:
@@ -134,24 +139,63 @@ def _glob_parts_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
         return any(_glob_parts_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
     if not parts:
         return False
-    return fnmatch.fnmatchcase(parts[0], head) and _glob_parts_match(pattern[1:], parts[1:])
+    if _WILDCARDS.isdisjoint(head):
+        matched = parts[0] == head  # most protected names are literal: skip fnmatch
+    else:
+        matched = fnmatch.fnmatchcase(parts[0], head)
+    return matched and _glob_parts_match(pattern[1:], parts[1:])
+
+
+def _component_regex(part: str) -> str:
+    """One glob component as a regex that never crosses ``/``.
+
+    ``*`` and ``?`` stop at ``/``; a ``[...]`` class is translated by fnmatch (its escaping
+    rules) and a negated one is made to exclude ``/`` too.
+    """
+    out: list[str] = []
+    i, n = 0, len(part)
+    while i < n:
+        ch = part[i]
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            j = i + 1
+            if j < n and part[j] == "!":
+                j += 1
+            if j < n and part[j] == "]":
+                j += 1
+            close = part.find("]", j)
+            if close < 0:
+                out.append(re.escape(ch))
+            else:
+                translated = fnmatch.translate(part[i : close + 1])  # '(?s:[...])\Z'
+                cls = translated[len("(?s:") : -len(")\\Z")]
+                out.append("[^/" + cls[2:] if cls.startswith("[^") else cls)
+                i = close
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """A sandbox glob compiled once: matched with ``search`` against an absolute path."""
+    parts = [p for p in glob.split("/") if p]
+    pieces = ["(?:/[^/]+)*" if part == "**" else "/" + _component_regex(part) for part in parts]
+    return re.compile(("^" if glob.startswith("/") else "") + "".join(pieces) + r"\Z")
 
 
 def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
     """Return the first glob in ``globs`` that matches the absolute path ``resolved``, or None.
 
-    Used for protected writes and for policy-denied reads alike.
+    Used for protected writes and for policy-denied reads alike. Each glob is compiled to a
+    regex once; an unanchored glob matches at any component boundary.
     """
-    parts = [p for p in resolved.split("/") if p]
     for glob in globs:
-        anchored = glob.startswith("/")
-        pat = [p for p in glob.split("/") if p]
-        if not pat:
-            continue
-        if anchored:
-            if _glob_parts_match(pat, parts):
-                return glob
-        elif any(_glob_parts_match(pat, parts[i:]) for i in range(len(parts))):
+        if glob.strip("/") and _glob_regex(glob).search(resolved):
             return glob
     return None
 

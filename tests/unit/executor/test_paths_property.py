@@ -128,3 +128,30 @@ def test_arbitrary_text_names_never_escape(world: tuple[Path, PathSandbox], name
         assert not decision.allowed
     if decision.allowed:
         assert any(_inside(decision.resolved, r.path) for r in sb.roots)
+
+
+GLOB_PARTS = ["*", "**", "?", "a", "b", ".git", "hooks", "*.py", "[ab]", "[!a]", "a*b", "x?"]
+PATH_PARTS = ["a", "b", "ab", ".git", "hooks", "x.py", "xy", "c", "a.b", "ba"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    glob_parts=st.lists(st.sampled_from(GLOB_PARTS), min_size=1, max_size=4),
+    anchored=st.booleans(),
+    path_parts=st.lists(st.sampled_from(PATH_PARTS), min_size=1, max_size=5),
+)
+def test_compiled_globs_agree_with_component_matching(
+    glob_parts: list[str], anchored: bool, path_parts: list[str]
+) -> None:
+    """The compiled regex (fast path) means exactly what the glob says component-wise."""
+    from stockade.executor.paths import _glob_parts_match, is_protected_write
+
+    glob = ("/" if anchored else "") + "/".join(glob_parts)
+    path = "/" + "/".join(path_parts)
+    if anchored:
+        expected = _glob_parts_match(glob_parts, path_parts)
+    else:
+        expected = any(
+            _glob_parts_match(glob_parts, path_parts[i:]) for i in range(len(path_parts))
+        )
+    assert (is_protected_write(path, [glob]) is not None) == expected
