@@ -358,3 +358,64 @@ def test_retry_after_parsing() -> None:
 
 def test_api_key_is_not_in_the_config_repr() -> None:
     assert "sk-secret" not in repr(OpenAIConfig(base_url="u", model="m", api_key="sk-secret"))
+
+
+async def test_agent_turn_driven_by_the_http_model(server: FakeServer) -> None:
+    """The whole loop with the real provider: the model's tool call runs, its result goes
+    back in the next request as a ``tool`` message, and the final text ends the turn."""
+    import grpc
+
+    from stockade.agent.loop import AgentCore
+    from stockade.client.decision import DecisionClient
+    from stockade.client.executor import ExecutorClient
+    from stockade.v1 import agent_service_pb2 as a_pb2
+    from stockade.v1 import decision_service_pb2_grpc as d_grpc
+    from stockade.v1 import executor_service_pb2_grpc as x_grpc
+    from tests.unit.agent.conftest import FakeDecision, FakeExecutor, Sink
+
+    server.replies += [
+        Reply(
+            body=completion(
+                {
+                    "role": "assistant",
+                    "content": "Reading.",
+                    "tool_calls": [
+                        {
+                            "id": "call_a",
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": '{"file_path":"x"}'},
+                        }
+                    ],
+                }
+            )
+        ),
+        Reply(body=completion({"role": "assistant", "content": "All done."})),
+    ]
+    grpc_server = grpc.aio.server()
+    d_grpc.add_DecisionServiceServicer_to_server(FakeDecision(), grpc_server)  # type: ignore[abstract]
+    executor = FakeExecutor()  # type: ignore[abstract]
+    x_grpc.add_ExecutorServiceServicer_to_server(executor, grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    await grpc_server.start()
+    model = provider(server)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        core = AgentCore(
+            decision=DecisionClient(channel),
+            executor=ExecutorClient(channel),
+            audit=Sink(),  # type: ignore[arg-type]
+            provider_for=lambda _script: model,
+        )
+        events = [e async for e in core.run_turn("s1", "read x")]
+    await model.aclose()
+    await grpc_server.stop(None)
+    assert events[-1].terminated.reason == a_pb2.TERMINATION_REASON_COMPLETED
+    assert [e.final_answer.text for e in events if e.WhichOneof("event") == "final_answer"] == [
+        "All done."
+    ]
+    assert executor.executed[0].call.call_id == "call_a"
+    second = server.requests[1]["body"]["messages"]
+    assert second[-2]["tool_calls"][0]["id"] == "call_a"
+    assert second[-1]["role"] == "tool" and second[-1]["tool_call_id"] == "call_a"
+    assert "read_file" in second[-1]["content"]
+    offered = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
+    assert "read_file" in offered and "search_papers" not in offered  # no provider: not offered
