@@ -1,0 +1,61 @@
+"""Admin RPC authorisation (X-3): bearer tokens or an mTLS identity; nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stockade.decision.servicer import AdminAuth
+from stockade.errors import NotAuthorized
+
+
+class FakeContext:
+    """Only the two ServicerContext methods AdminAuth reads (a real server is tested in
+    tests/integration/test_decision_service.py; peer certificates need mTLS set-up)."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...] = (), cn: str | None = None):
+        self._metadata = metadata
+        self._auth = {"x509_common_name": [cn.encode()]} if cn else {}
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+
+def check(auth: AdminAuth, ctx: FakeContext) -> str:
+    return auth.check(ctx, "SetMode")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (),
+        (("authorization", "Bearer nope"),),
+        (("authorization", "tok"),),  # no scheme
+        (("authorization", "Basic tok"),),
+        (("x-authorization", "Bearer tok"),),
+        (("authorization", "Bearer tok2"),),  # a prefix-extended token
+        (("authorization", "Bearer to"),),  # a truncated token
+    ],
+)
+def test_wrong_or_missing_tokens_are_refused(metadata: Any) -> None:
+    with pytest.raises(NotAuthorized) as err:
+        check(AdminAuth(["tok"]), FakeContext(metadata))
+    assert err.value.code == "PERMISSION_DENIED" and "SetMode" in err.value.message
+
+
+def test_token_and_identity_accepted() -> None:
+    auth = AdminAuth(["tok"], ["ops-admin"])
+    assert check(auth, FakeContext((("authorization", "bearer tok"),))) == "token"
+    assert check(auth, FakeContext(cn="ops-admin")) == "ops-admin"
+    with pytest.raises(NotAuthorized):
+        check(auth, FakeContext(cn="agent"))
+
+
+def test_nothing_configured_refuses_everyone_and_says_how_to_configure() -> None:
+    with pytest.raises(NotAuthorized) as err:
+        check(AdminAuth([], []), FakeContext((("authorization", "Bearer "),), cn="x"))
+    assert "STOCKADE_DECISION_ADMIN_TOKENS" in err.value.message
