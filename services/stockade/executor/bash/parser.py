@@ -342,12 +342,26 @@ _REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_re
 
 _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
 
+# Leaf nodes whose text tree-sitter-bash leaves unparsed although bash expands it: a
+# backtick substitution inside `${x:-`cmd`}`, an `=~` regex or a here-doc body is seen by
+# bash, not by the grammar. Their text is searched for substitutions (see _leaf_text).
+_TEXT_LEAVES = frozenset({"word", "regex", "string_content", "extglob_pattern"})
+
 # Nodes the command walker records itself: only their insides need scanning.
 _RECORDED = _REDIRECT_NODES | {"command_name", "variable_assignment"}
 
 # Nodes that cannot contain a command.
 _LEAVES = frozenset(
-    {"word", "raw_string", "string_content", "variable_name", "number", "ansi_c_string"}
+    {
+        "word",
+        "raw_string",
+        "string_content",
+        "variable_name",
+        "number",
+        "ansi_c_string",
+        "regex",
+        "extglob_pattern",
+    }
 )
 
 
@@ -381,6 +395,15 @@ class _Walker:
                 self.error = f"nesting deeper than {_MAX_DEPTH} levels"
             return
         kind = node.type
+        if kind in _TEXT_LEAVES:
+            self._leaf_text(node, depth)
+        if kind == "command_substitution" and node.child_count and node.children[0].type == "`":
+            quoted_body = _text(node)[1:-1]
+            if "\\" in quoted_body:
+                # Inside backticks bash first removes the backslash of \\ \` \$, so
+                # `echo \`id\`` runs id: parse what bash will parse.
+                self._sub_parse(_unescape_backticks(quoted_body), depth)
+                return
         if kind == "command":
             self._command(node, depth, ())
             return
@@ -398,7 +421,7 @@ class _Walker:
                 extra = tuple(c for c in node.children if c.type in _REDIRECT_NODES)
                 self._command(body, depth + 1, extra)
                 for child in node.children:
-                    if child.is_named and child is not body and child != body:
+                    if child.is_named and child != body:
                         self.walk(child, depth + 1, in_eval)
                 return
         if kind in _DECLARATION_NODES:
@@ -502,13 +525,84 @@ class _Walker:
         elif kind in _REDIRECT_NODES:
             # A here-doc's own redirects (`<<EOF > f`) are nested inside it.
             self.redirects.extend(self._make_redirects(node))
+            if kind == "heredoc_redirect":
+                self._heredoc_body(node, depth)
             self._scan(node, depth)
         elif kind in _EVAL_CONTEXTS or kind == "subscript":
             self.walk(node, depth, True)
         elif kind in _LEAVES:
+            if kind in _TEXT_LEAVES:
+                self._leaf_text(node, depth)
             return
         else:
             self._scan(node, depth)
+
+    def _leaf_text(self, node: Node, depth: int) -> None:
+        """Parse backtick substitutions the grammar left inside a leaf's text."""
+        text = _text(node)
+        if "`" in text:
+            self._backticks(text, depth)
+        elif "$(" in text and node.type != "string_content":
+            if self.error is None:
+                self.error = f"a command substitution the parser did not understand: {text!r}"
+
+    def _heredoc_body(self, node: Node, depth: int) -> None:
+        """Backticks in an unquoted here-doc body run commands; the grammar skips them."""
+        start = next((c for c in node.children if c.type == "heredoc_start"), None)
+        if start is None or any(q in _text(start) for q in "'\"\\"):
+            return  # a quoted delimiter: the body is literal
+        for child in node.children:
+            if child.type != "heredoc_body":
+                continue
+            raw = child.text or b""
+            base = child.start_byte
+            pos = base
+            pieces: list[bytes] = []
+            for part in child.children:
+                if part.type in ("command_substitution", "expansion", "simple_expansion"):
+                    pieces.append(raw[pos - base : part.start_byte - base])
+                    pos = part.end_byte
+            pieces.append(raw[pos - base :])
+            text = b" ".join(pieces).decode("utf-8", "surrogateescape")
+            if "`" in text:
+                self._backticks(text, depth)
+
+    def _backticks(self, text: str, depth: int) -> None:
+        """Walk the commands inside every unescaped `...` pair of ``text``."""
+        inner: list[str] | None = None
+        i, n = 0, len(text)
+        while i < n:
+            ch = text[i]
+            if ch == "\\" and i + 1 < n:
+                if inner is not None:
+                    inner.append(text[i : i + 2])
+                i += 2
+                continue
+            if ch == "`":
+                if inner is None:
+                    inner = []
+                else:
+                    self._sub_parse(_unescape_backticks("".join(inner)), depth)
+                    inner = None
+                i += 1
+                continue
+            if inner is not None:
+                inner.append(ch)
+            i += 1
+        if inner is not None and self.error is None:
+            self.error = "an unterminated backtick substitution"
+
+    def _sub_parse(self, source: str, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            if self.error is None:
+                self.error = f"nesting deeper than {_MAX_DEPTH} levels"
+            return
+        root = _PARSER.parse(source.encode("utf-8", "surrogateescape")).root_node
+        if root.has_error:
+            if self.error is None:
+                self.error = "inside backticks: " + _first_error(root)
+            return
+        self.walk(root, depth + 1, False)
 
     def _expansion(self, node: Node) -> None:
         """``${NAME=value}`` and ``${NAME:=value}`` assign NAME."""
@@ -591,6 +685,8 @@ class _Walker:
 
     def _redirect(self, node: Node, depth: int) -> None:
         self.redirects.extend(self._make_redirects(node))
+        if node.type == "heredoc_redirect":
+            self._heredoc_body(node, depth + 1)
         self._scan(node, depth + 1)
 
     def _function(self, node: Node, depth: int) -> None:
@@ -602,6 +698,21 @@ class _Walker:
             self._walk_children(node, depth)
         finally:
             self.fn_stack.pop()
+
+
+def _unescape_backticks(body: str) -> str:
+    """Inside `...`, a backslash before \\, ` or $ is removed before parsing."""
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        ch = body[i]
+        if ch == "\\" and i + 1 < n and body[i + 1] in "\\`$":
+            out.append(body[i + 1])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _uncovered(node: Node) -> str | None:
@@ -664,6 +775,8 @@ def parse(source: str) -> ParsedScript:
         return ParsedScript((), (), (), (), (), (), None, True)
     walker = _Walker()
     walker.walk(root, 0, False)
+    if walker.error is not None:
+        return ParsedScript((), (), (), (), (), (), walker.error)
     return ParsedScript(
         tuple(walker.commands),
         tuple(walker.redirects),
