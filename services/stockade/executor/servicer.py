@@ -125,6 +125,25 @@ def inspection_to_proto(inspection: Inspection, call: c_pb2.ToolCall) -> d_pb2.T
     return message
 
 
+def _with_settings_globs(sandbox: PathSandbox, settings: ExecutorSettings) -> PathSandbox:
+    """``sandbox`` with the settings' protected-write and denied-read globs in force.
+
+    Policy-denied reads bind the file tools too, not only bash (EXE-9); a sandbox built
+    without them (e.g. from the roots alone) is rebuilt here rather than trusted.
+    """
+    protected = (
+        tuple(settings.protected_write_globs)
+        if settings.protected_write_globs is not None
+        else sandbox.protected_write_globs
+    )
+    denied = tuple(settings.denied_read_globs) or sandbox.denied_read_globs
+    if protected == sandbox.protected_write_globs and denied == sandbox.denied_read_globs:
+        return sandbox
+    return PathSandbox(
+        sandbox.roots, sandbox.cwd, protected_write_globs=protected, denied_read_globs=denied
+    )
+
+
 def _no_process_confinement() -> Sequence[Layer]:
     return (
         Layer(
@@ -149,7 +168,6 @@ async def executor_servicer(
             settings.library_dir,
             settings.skills_dir,
             settings.additional_dirs,
-            denied_read_globs=settings.denied_read_globs,
         )
     launcher = Launcher()
     await launcher.start()
@@ -189,15 +207,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         defaults to a verifier of ``grant_public_key_file`` when one is configured.
         """
         self.settings = settings
-        if settings.denied_read_globs and not sandbox.denied_read_globs:
-            # Policy-denied reads bind the file tools too, not only bash (EXE-9).
-            sandbox = PathSandbox(
-                sandbox.roots,
-                sandbox.cwd,
-                protected_write_globs=sandbox.protected_write_globs,
-                denied_read_globs=settings.denied_read_globs,
-            )
-        self.sandbox = sandbox
+        self.sandbox = sandbox = _with_settings_globs(sandbox, settings)
         tools = dict(tools) if tools is not None else file_tools()
         if launcher is not None:
             tools.setdefault("run_bash", RunBashTool(launcher))

@@ -45,10 +45,14 @@ class ExecutorSettings(ServerSettings):
     """Paths nothing may read, comma-separated globs (masked for bash too), e.g. ``**/.env``."""
     grant_public_key_file: Path | None = None
     """Ed25519 public key that verifies the decision service's grants (PEM)."""
+    protected_write_globs: Annotated[list[str] | None, NoDecode] = None
+    """Paths the file tools never write even inside a writable root, comma-separated globs;
+    unset: ``stockade.executor.paths.DEFAULT_PROTECTED_WRITES`` (git hooks and config, shell
+    rc files, editor task folders, .ssh, .envrc, .npmrc). Set to empty to protect nothing."""
 
-    _split_lists = field_validator("additional_dirs", "denied_read_globs", mode="before")(
-        classmethod(lambda cls, v: _split(v))
-    )
+    _split_lists = field_validator(
+        "additional_dirs", "denied_read_globs", "protected_write_globs", mode="before"
+    )(classmethod(lambda cls, v: _split(v)))
 
     @field_validator("default_timeout_s", "max_timeout_s")
     @classmethod

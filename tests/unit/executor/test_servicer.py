@@ -410,3 +410,36 @@ async def test_tool_failures_are_reported_not_leaked(server: Server) -> None:
     _, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("buggy", {}, "c2")))
     assert result.status == x_pb2.EXECUTION_STATUS_ERROR
     assert "secret internals" not in result.error and "internal error" in result.error
+
+
+async def test_settings_globs_bind_the_file_tools(ws: Path) -> None:
+    (ws / ".env").write_text("TOKEN=1\n")
+    settings = ExecutorSettings(
+        listen="127.0.0.1:0",
+        workspace=ws,
+        denied_read_globs=["**/.env"],
+        protected_write_globs=["*.lock"],
+    )
+    async for s in _serve(settings, file_tools()):
+        _, r = await execute(
+            s.stub, x_pb2.ExecuteRequest(call=call("read_file", {"file_path": ".env"}))
+        )
+        assert r.status == x_pb2.EXECUTION_STATUS_REFUSED and "TOKEN" not in r.content
+        ins = await s.stub.Inspect(
+            x_pb2.InspectRequest(call=call("read_file", {"file_path": ".env"}))
+        )
+        assert ins.inspection.tool_rules[0].effect == c_pb2.RULE_EFFECT_DENY
+        _, r = await execute(
+            s.stub,
+            x_pb2.ExecuteRequest(
+                call=call("file_write", {"file_path": "poetry.lock", "content": "x"}, "w1")
+            ),
+        )
+        assert r.status == x_pb2.EXECUTION_STATUS_REFUSED and not (ws / "poetry.lock").exists()
+        _, r = await execute(
+            s.stub,
+            x_pb2.ExecuteRequest(
+                call=call("file_write", {"file_path": ".bashrc", "content": "x"}, "w2")
+            ),
+        )
+        assert r.status == x_pb2.EXECUTION_STATUS_OK  # the configured list replaced the default
