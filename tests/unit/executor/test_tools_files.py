@@ -345,3 +345,16 @@ async def test_edit_refuses_protected_even_if_read(ws: Path) -> None:
         ctx,
     )
     assert res.status is Status.REFUSED and (ws / ".git" / "config").read_text() == "[core]\n"
+
+
+async def test_edit_crlf_file_with_lf_strings(ws: Path) -> None:
+    (ws / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    ctx = make_ctx(ws)
+    await run("read_file", {"file_path": "w.txt"}, ctx)
+    res = await run(
+        "file_edit",
+        {"file_path": "w.txt", "old_string": "one\ntwo", "new_string": "1\n2\n2b"},
+        ctx,
+    )
+    assert res.status is Status.OK
+    assert (ws / "w.txt").read_bytes() == b"1\r\n2\r\n2b\r\nthree\r\n"

@@ -94,6 +94,11 @@ class FileEditTool:
                     text, count, index = new, 1, 0
                 else:
                     count = current.count(old)
+                    if count == 0 and "\r\n" in current and "\r" not in old:
+                        # The model writes \n; a CRLF file keeps its own line endings.
+                        old = old.replace("\n", "\r\n")
+                        new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+                        count = current.count(old)
                     if count == 0:
                         return error_result(f"old_string was not found in {resolved}")
                     if count > 1 and not replace_all:
