@@ -339,8 +339,10 @@ def _subagent_step(req: DecisionRequest, out: _Outcome) -> _Outcome:
 
 def _conflicts(m: _Matches, final: _Outcome, precedence: _Outcome) -> tuple[Conflict, ...]:
     """Everything that matched but did not decide, with why it lost."""
-    if m.total == 1 and final.winner is precedence.winner and final.step != "P8":
-        return ()  # the common case: one rule matched and it decided
+    if final.winner is precedence.winner and (
+        m.total == 0 or (m.total == 1 and final.step != "P8")
+    ):
+        return ()  # the common cases: nothing matched, or one rule matched and it decided
     out: list[Conflict] = []
     win = f"{final.verdict.name} ({final.step})"
     for step, rules in m.tiers():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -249,10 +249,18 @@ def _split_glob(content: str) -> list[str | None]:
     return parts
 
 
+def _fast(literal: str | None, regex: re.Pattern[str] | None, exact: bool) -> Callable[[str], Any]:
+    """One bound C function that tests a string: equality, substring search or full match."""
+    if literal is not None:
+        return literal.__eq__ if exact else re.compile(re.escape(literal)).search
+    assert regex is not None
+    return regex.fullmatch
+
+
 class _TextMatcher:
     """Matches free text (commands, globs, URLs): wildcards anchor, bare text is substring/equal."""
 
-    __slots__ = ("literal", "regex", "exact")
+    __slots__ = ("literal", "regex", "exact", "fn")
 
     def __init__(self, content: str, *, exact: bool) -> None:
         parts = _split_glob(content)
@@ -264,6 +272,8 @@ class _TextMatcher:
             self.literal = None
             body = "".join(".*" if p is None else re.escape(p) for p in parts)
             self.regex = re.compile(body, re.DOTALL)
+        self.fn = _fast(self.literal, self.regex, exact)
+        """The same test as one C-level call (truthy on a match), for the hot path."""
 
     def __call__(self, text: str) -> bool:
         if self.literal is not None:
@@ -275,7 +285,7 @@ class _TextMatcher:
 class _PathMatcher:
     """Matches normalised absolute paths with ``*`` (one segment) and ``**`` (any depth)."""
 
-    __slots__ = ("literal", "regex", "exact")
+    __slots__ = ("literal", "regex", "exact", "fn")
 
     def __init__(self, content: str, *, exact: bool, cwd: str) -> None:
         self.exact = exact
@@ -285,6 +295,7 @@ class _PathMatcher:
             # A bare DENY/ASK content is a substring of the path; a bare ALLOW equals it.
             self.literal: str | None = normalize_path(lit, cwd) if exact else lit
             self.regex: re.Pattern[str] | None = None
+            self.fn = _fast(self.literal, None, exact)
             return
         self.literal = None
         raw = content
@@ -301,6 +312,7 @@ class _PathMatcher:
         else:
             regex = r"(?:.*/)?" + body.removeprefix(r"(?:.*/)?")
         self.regex = re.compile(regex, re.DOTALL)
+        self.fn = _fast(None, self.regex, exact)
 
     def __call__(self, path: str) -> bool:
         if self.literal is not None:
@@ -450,15 +462,19 @@ class CompiledRule:
         if self.content is None:
             return True
         assert self._text is not None and self._path is not None and self._command is not None
+        text, path, command = self._text.fn, self._path.fn, self._command.fn
         for name, value in call.fields.items():
             if name in PATH_FIELDS:
                 norm = call.paths.get(name)
-                if (norm is not None and self._path(norm)) or self._text(value):
+                if (norm is not None and path(norm)) or text(value):
                     return True
             elif name == "command" and call.tool_name == BASH_TOOL:
-                if self._text(value) or any(self._command(s) for s in call.sub_commands):
+                if text(value):
                     return True
-            elif self._text(value):
+                for sub in call.sub_commands:
+                    if command(sub):
+                        return True
+            elif text(value):
                 return True
         return False
 
@@ -473,15 +489,15 @@ class CompiledRule:
             return False
         assert self._text is not None and self._path is not None
         if field_name in PATH_FIELDS:
-            return self._path(call.paths[field_name])
-        return self._text(call.fields[field_name])
+            return bool(self._path.fn(call.paths.get(field_name, "")))
+        return bool(self._text.fn(call.fields[field_name]))
 
     def allows_command(self, text: str) -> bool:
         """ALLOW semantics for one bash sub-command (or the whole command)."""
         if self.content is None:
             return True
         assert self._command is not None
-        return self._command(text)
+        return bool(self._command.fn(text))
 
 
 def compile_rule(rule: Rule, order: int, *, cwd: str = "/") -> CompiledRule:
