@@ -98,7 +98,10 @@ def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
     ``/tmp/git status``, ``env git status`` and ``GIT_DIR=x git status`` all become
     ``git status``. Whitespace runs collapse to one space.
     """
-    tokens = text.split()
+    tokens = _split_words(text) if any(q in text for q in "\\'\"") else text.split()
+    if tokens and any(q in tokens[0] for q in "\\'\""):
+        # The shell removes quotes and backslashes from a command name: 'r'm and \rm are rm.
+        tokens[0] = _unquote(tokens[0])
     if tokens:
         first = tokens[0]
         if "/" not in first and "=" not in first and first not in _ALL_WRAPPERS:
@@ -112,6 +115,7 @@ def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
             changed = True
         if not tokens:
             break
+        tokens[0] = _unquote(tokens[0])
         name = posixpath.basename(tokens[0]) or tokens[0]
         if name in wrappers and len(tokens) > 1:
             tokens = _skip_wrapper(name, tokens[1:])
@@ -119,6 +123,57 @@ def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
     if tokens:
         tokens[0] = posixpath.basename(tokens[0]) or tokens[0]
     return " ".join(tokens)
+
+
+def _split_words(text: str) -> list[str]:
+    """Split on whitespace outside quotes, keeping each word's quotes (``X='a b'`` is one)."""
+    words: list[str] = []
+    buf: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'" and i + 1 < len(text):
+            buf.append(text[i : i + 2])
+            i += 2
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch.isspace():
+            if buf:
+                words.append("".join(buf))
+                buf = []
+            i += 1
+            continue
+        buf.append(ch)
+        i += 1
+    if buf:
+        words.append("".join(buf))
+    return words
+
+
+def _unquote(word: str) -> str:
+    """Shell quote removal for one word (quotes and backslashes, no expansion)."""
+    if not any(q in word for q in "\\'\""):
+        return word
+    out: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(word):
+        ch = word[i]
+        if ch == "\\" and quote != "'" and i + 1 < len(word):
+            out.append(word[i + 1])
+            i += 2
+            continue
+        if ch in "'\"" and (not quote or quote == ch):
+            quote = "" if quote else ch
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _skip_wrapper(name: str, rest: list[str]) -> list[str]:

@@ -360,13 +360,40 @@ def test_compound_command_with_every_part_allowed_is_allowed() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["echo hi; rm -rf /", "/bin/rm -rf /", "env rm x", "FOO=1 rm x", "sudo rm -r x", "ls | rm x"],
+    [
+        "echo hi; rm -rf /",
+        "/bin/rm -rf /",
+        "env rm x",
+        "FOO=1 rm x",
+        "sudo rm -r x",
+        "ls | rm x",
+        "'r'm -rf /",
+        "\\rm -rf /",
+        'echo "$(rm -rf /)"',
+        "ls\nrm -rf /",
+        "true && `rm -rf /`",
+    ],
 )
 def test_deny_matches_any_sub_command_with_normalised_names(command: str) -> None:
     """DEC-1/DEC-2: DENY run_bash(rm *) catches rm behind paths, env, assignments, pipes."""
     policy = compile_policy(pol((D, "run_bash(rm *)"), (L, "run_bash")))
     d = decide(policy, DecisionRequest("run_bash", {"command": command}))
     assert d.verdict is Effect.DENY, command
+
+
+def test_empty_and_missing_content_never_match_an_allow_with_content() -> None:
+    """A call without the content an ALLOW rule names is not allowed by it (nor crashes)."""
+    policy = compile_policy(pol((L, "read_file(README.md)"), (L, "run_bash(ls)")))
+    ask = Facts(tool_rules=(Rule(A, "t", Source.TOOL),))
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("read_file", {"file_path": ""}),
+        ("read_file", {}),
+        ("run_bash", {"command": ""}),
+        ("run_bash", {"command": 5}),
+    ]
+    for tool, args in cases:
+        d = decide(policy, DecisionRequest(tool, args, facts=ask))
+        assert d.verdict is Effect.ASK, (tool, args)
 
 
 def test_allow_does_not_look_through_sudo() -> None:

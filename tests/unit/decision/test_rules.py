@@ -133,6 +133,11 @@ def test_allow_path_never_matches_more_than_written() -> None:
         ("timeout -s KILL 5 nice -n 3 rm -rf x", "rm -rf x"),
         ("sudo -u root rm x", "rm x"),
         ("command -p ls", "ls"),
+        ("'r'm -rf /", "rm -rf /"),
+        ("\\rm -rf /", "rm -rf /"),
+        ('"/bin/rm" x', "rm x"),
+        ("env 'rm' x", "rm x"),
+        ("X='a b' rm x", "rm x"),
     ],
 )
 def test_command_name_normalisation(raw: str, expected: str) -> None:
