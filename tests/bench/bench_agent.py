@@ -88,7 +88,7 @@ async def _per_call_us(width: int) -> float:
         core = AgentCore(
             decision=_Decision(),  # type: ignore[arg-type]
             executor=_Executor(),  # type: ignore[arg-type]
-            audit=_Sink(),  # type: ignore[arg-type]
+            audit=_Sink(),
             provider_for=provider_for,
             limits=LimitSettings(max_steps=STEPS + 1, diminishing_steps=STEPS + 2),
         )

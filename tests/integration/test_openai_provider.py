@@ -402,7 +402,7 @@ async def test_agent_turn_driven_by_the_http_model(server: FakeServer) -> None:
         core = AgentCore(
             decision=DecisionClient(channel),
             executor=ExecutorClient(channel),
-            audit=Sink(),  # type: ignore[arg-type]
+            audit=Sink(),
             provider_for=lambda _script: model,
         )
         events = [e async for e in core.run_turn("s1", "read x")]

@@ -22,8 +22,7 @@ from typing import Any
 
 import grpc
 
-from stockade.agent.auditsink import AuditSink
-from stockade.agent.builtin_hooks import CancelRegistry, CancelToken, standard_hooks
+from stockade.agent.builtin_hooks import AuditSink, CancelRegistry, CancelToken, standard_hooks
 from stockade.agent.compaction import CompactionError, CompactionResult, Compactor, estimate_tokens
 from stockade.agent.events import EventFactory
 from stockade.agent.hooks import Hook, HookPipeline, LifecycleEvent, LifecycleKind

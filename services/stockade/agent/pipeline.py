@@ -133,6 +133,8 @@ class PendingCall:
     """The decision."""
     context: tuple[str, ...] = ()
     """Hook contexts appended to the result for the model."""
+    announced: bool = False
+    """True once ``tool_call_started`` was emitted."""
 
     def elapsed_ms(self) -> int:
         """Milliseconds since the call's checks started."""
@@ -208,15 +210,28 @@ class ExecutionPipeline:
         """Check and run ``calls``; return one outcome per call, in the model's order."""
         pending: list[PendingCall] = []
         for call in calls:
-            emit(scope.name, tool_call_started={"call": self._pb_call(scope, call, call.arguments)})
             item = PendingCall(call=call, started=time.monotonic())
             pending.append(item)
             await self._check(scope, step, item, duplicates, cancel, emit)
         for batch in self._partition(pending):
+            for item in batch:
+                self._announce(scope, item, emit)
             await self._execute_batch(scope, batch, cancel, builtin)
             for item in batch:
                 await self._finish(scope, step, item, emit)
         return [item.outcome for item in pending if item.outcome is not None]
+
+    def _announce(self, scope: AgentScope, item: PendingCall, emit: Emit) -> None:
+        """Emit ``tool_call_started`` once, right before the call's first other event.
+
+        So every call's events are contiguous in a simple stream reader's eyes: a call
+        settled by the checks shows started/finished together, a parallel batch shows its
+        starts then its results, an ASK shows started before its permission request.
+        """
+        if not item.announced:
+            item.announced = True
+            pb_call = self._pb_call(scope, item.call, item.call.arguments)
+            emit(scope.name, tool_call_started={"call": pb_call})
 
     # ------------------------------------------------------------ checks
 
@@ -330,6 +345,7 @@ class ExecutionPipeline:
                 reason=f"needs approval but no approval was opened ({decision.reason}); denied",
                 winning_rule=decision.winning_rule,
             )
+        self._announce(scope, item, emit)
         emit(
             scope.name,
             permission_requested={

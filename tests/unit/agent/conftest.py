@@ -245,7 +245,7 @@ class Harness:
         return AgentCore(
             decision=DecisionClient(decision_ch, decide_deadline_s=decide_deadline_s),
             executor=ExecutorClient(executor_ch),
-            audit=self.sink,  # type: ignore[arg-type]
+            audit=self.sink,
             provider_for=lambda _script: provider,
             registry=registry,
             hooks=hooks or [],

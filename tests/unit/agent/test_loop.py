@@ -94,9 +94,21 @@ async def test_read_only_calls_run_in_parallel_and_writes_serially(harness: Harn
     events = await run(harness.core(provider))
     assert harness.executor.max_in_flight == 2
     assert harness.executor.finished[2:] == ["w1", "w2"]
-    names = kinds(events)
-    assert names[:8] == ["tool_call_started"] * 4 + ["tool_call_finished"] * 4
-    assert [e.tool_call_finished.call_id for e in events[4:8]] == ["r1", "r2", "w1", "w2"]
+    calls = [
+        (e.WhichOneof("event"), e.tool_call_started.call.call_id or e.tool_call_finished.call_id)
+        for e in events[:8]
+    ]
+    # The parallel batch starts together; each serial write starts after the previous ended.
+    assert calls == [
+        ("tool_call_started", "r1"),
+        ("tool_call_started", "r2"),
+        ("tool_call_finished", "r1"),
+        ("tool_call_finished", "r2"),
+        ("tool_call_started", "w1"),
+        ("tool_call_finished", "w1"),
+        ("tool_call_started", "w2"),
+        ("tool_call_finished", "w2"),
+    ]
     tool_messages = [m for m in provider.requests[1][0] if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["r1", "r2", "w1", "w2"]
 
