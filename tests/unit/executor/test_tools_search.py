@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -249,3 +250,37 @@ async def test_grep_cancelled_task_kills_matcher(ws: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert _matcher_children() == []
+
+
+async def test_glob_walk_race_never_lists_outside(tmp_path: Path) -> None:
+    """A folder flips between a real directory and a symlink out of the roots while
+    glob_files walks: names from outside must never be listed."""
+    ws = tmp_path / "race_ws"
+    (ws / "d").mkdir(parents=True)
+    (ws / "d" / "inside.txt").write_text("")
+    outside = tmp_path / "race_out"
+    outside.mkdir()
+    (outside / "OUTSIDE_NAME.txt").write_text("")
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            os.rename(ws / "d", ws / "d.parked")
+            os.symlink(outside, ws / "d")
+            time.sleep(0.0002)  # hold each state a moment so the walker meets both
+            os.unlink(ws / "d")
+            os.rename(ws / "d.parked", ws / "d")
+            time.sleep(0.0002)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    seen: set[str] = set()
+    try:
+        ctx = make_ctx(ws)
+        for _ in range(3000):
+            res = await run("glob_files", {"pattern": "**/*.txt"}, ctx)
+            seen.update(res.content.splitlines())
+    finally:
+        stop.set()
+        flipper.join()
+    assert not any("OUTSIDE_NAME" in line for line in seen)

@@ -130,7 +130,11 @@ class GlobFilesTool:
         depth = None if "**" in rest_parts else len(rest_parts)
         count = 0
         for entry in walk(
-            root, max_entries=MAX_WALK_ENTRIES, max_depth=depth, should_stop=ctx.cancel.is_set
+            sandbox,
+            root,
+            max_entries=MAX_WALK_ENTRIES,
+            max_depth=depth,
+            should_stop=ctx.cancel.is_set,
         ):
             count += 1
             if entry.is_dir or not match_relative_glob(rest, entry.rel):

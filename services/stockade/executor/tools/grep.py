@@ -186,7 +186,7 @@ class GrepFilesTool:
         if not decision.allowed:
             return refused_result(decision.reason)
         globs = expand_braces(glob) if glob else []
-        files = await asyncio.to_thread(self._files, decision.resolved, globs, ctx)
+        files = await asyncio.to_thread(self._files, sandbox, decision.resolved, globs, ctx)
         lines: list[str] = []
         capped = False
         search = _Search(sandbox, files, pattern, ignore_case)
@@ -218,11 +218,13 @@ class GrepFilesTool:
         return ok_result(ctx, "\n".join(lines))
 
     @staticmethod
-    def _files(base: str, globs: list[str], ctx: ExecContext) -> list[str]:
+    def _files(sandbox: PathSandbox, base: str, globs: list[str], ctx: ExecContext) -> list[str]:
         if not os.path.isdir(base):
             return [base]
         found = []
-        for entry in walk(base, max_entries=MAX_WALK_ENTRIES, should_stop=ctx.cancel.is_set):
+        for entry in walk(
+            sandbox, base, max_entries=MAX_WALK_ENTRIES, should_stop=ctx.cancel.is_set
+        ):
             if entry.is_dir or entry.is_symlink:
                 continue
             if globs and not any(

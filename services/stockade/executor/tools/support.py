@@ -222,6 +222,7 @@ class WalkEntry:
 
 
 def walk(
+    sandbox: PathSandbox,
     base: str,
     *,
     max_entries: int,
@@ -229,35 +230,45 @@ def walk(
     skip_dirs: frozenset[str] = SKIP_DIRS,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[WalkEntry]:
-    """Breadth-first walk of ``base`` that never follows symlinks.
+    """Breadth-first walk of the canonical folder ``base`` that never follows symlinks.
 
-    Stops after ``max_entries`` entries (the caller reports that the search was cut short)
-    or when ``should_stop()`` turns true. Unreadable folders are skipped.
+    Every folder is opened through the sandbox (no symlink anywhere on its path, beneath
+    its root) and listed from that fd, so a folder swapped for a symlink mid-walk is
+    skipped instead of listed. Stops after ``max_entries`` entries (the caller reports that
+    the search was cut short) or when ``should_stop()`` turns true. Unreadable or refused
+    folders are skipped.
     """
     seen = 0
     queue: deque[tuple[str, str, int]] = deque([(base, "", 0)])
     while queue:
         folder, rel_folder, depth = queue.popleft()
         try:
-            with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            fd = sandbox.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        except PathRefused:
+            continue
+        try:
+            with os.scandir(fd) as it:
+                listed = []
+                for entry in it:
+                    try:
+                        listed.append((entry.name, entry.stat(follow_symlinks=False)))
+                    except OSError:
+                        continue
         except OSError:
             continue
-        for entry in entries:
+        finally:
+            os.close(fd)
+        for name, st in sorted(listed, key=lambda item: item[0]):
             seen += 1
             if seen > max_entries or should_stop():
                 return
-            rel = f"{rel_folder}/{entry.name}" if rel_folder else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
+            path = f"{folder.rstrip('/')}/{name}"
+            rel = f"{rel_folder}/{name}" if rel_folder else name
             is_link = stat.S_ISLNK(st.st_mode)
             is_dir = stat.S_ISDIR(st.st_mode)
-            yield WalkEntry(entry.path, rel, is_dir, is_link, st.st_mtime_ns)
-            if is_dir and entry.name not in skip_dirs:
-                if max_depth is None or depth + 1 < max_depth:
-                    queue.append((entry.path, rel, depth + 1))
+            yield WalkEntry(path, rel, is_dir, is_link, st.st_mtime_ns)
+            if is_dir and name not in skip_dirs and (max_depth is None or depth + 1 < max_depth):
+                queue.append((path, rel, depth + 1))
 
 
 def expand_braces(pattern: str) -> list[str]:
