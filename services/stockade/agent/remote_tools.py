@@ -50,9 +50,9 @@ class ToolProviderClient:
         if self._owns_channel:
             await self._channel.close(None)
 
-    async def list_tools(self) -> list[ToolSpec]:
-        """The provider's tools as registry entries."""
-        response = await self._stub.ListTools(tp_pb2.ListToolsRequest(), timeout=self.timeout_s)
+    async def list_tools(self, *, timeout_s: float = 3.0) -> list[ToolSpec]:
+        """The provider's tools as registry entries (short deadline: a turn waits on it)."""
+        response = await self._stub.ListTools(tp_pb2.ListToolsRequest(), timeout=timeout_s)
         return [spec_from_proto(tool, provider=self.address) for tool in response.tools]
 
     async def call_tool(
