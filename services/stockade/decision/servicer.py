@@ -9,6 +9,7 @@ the read-only RPCs do not.
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from stockade.decision.engine import Decision, Facts, HookSignal, SignalKind
 from stockade.decision.explain import Explanation, Risk
 from stockade.decision.grants import SignedGrant
 from stockade.decision.lint import lint_rules
+from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import READ_ONLY_TOOLS, Mode
 from stockade.decision.policy import compile_policy, parse_policy_text
 from stockade.decision.rules import BASH_TOOL, Effect, Rule, Source
@@ -265,11 +267,15 @@ class AdminAuth:
 class DecisionServicer(d_grpc.DecisionServiceServicer):
     """The decision service over gRPC."""
 
-    def __init__(self, core: DecisionCore, auth: AdminAuth) -> None:
+    def __init__(
+        self, core: DecisionCore, auth: AdminAuth, metrics: DecisionMetrics | None = None
+    ) -> None:
         self.core = core
         self.auth = auth
+        self.metrics = metrics or DecisionMetrics()
 
     async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:  # noqa: N802
+        started = time.perf_counter()
         call = request.call
         args = json_format.MessageToDict(call.arguments)
         outcome = await self.core.decide(
@@ -291,6 +297,10 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         resp.approval_id = outcome.approval_id
         resp.halt = outcome.halt
         resp.halt_reason = outcome.halt_reason
+        d = outcome.decision
+        self.metrics.record(
+            d.verdict.value, d.step, time.perf_counter() - started, halt=outcome.halt
+        )
         return resp
 
     async def CreateSession(  # noqa: N802
