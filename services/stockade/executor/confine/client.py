@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stockade.errors import StockadeError
@@ -73,6 +74,21 @@ def probe_layers() -> tuple[Layer, ...]:
     return tuple(Layer.from_dict(item) for item in json.loads(proc.stdout))
 
 
+@dataclass
+class _Worker:
+    """A ready worker: its socket and a pidfd to see it end."""
+
+    wid: int
+    sock: socket.socket
+    pidfd: int
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
 class Launcher:
     """One long-lived launcher process per executor."""
 
@@ -92,7 +108,7 @@ class Launcher:
         self._capture_bytes = capture_bytes
         self._proc: asyncio.subprocess.Process | None = None
         self._sock: socket.socket | None = None
-        self._idle: asyncio.Queue[tuple[int, socket.socket] | None] = asyncio.Queue()
+        self._idle: asyncio.Queue[_Worker | None] = asyncio.Queue()
         self._layers: tuple[Layer, ...] = ()
         self._hello: asyncio.Future[dict[str, Any]] | None = None
         self._start_lock = asyncio.Lock()
@@ -184,7 +200,13 @@ class Launcher:
                 if self._hello is not None and not self._hello.done():
                     self._hello.set_result(message)
             elif message.get("ev") == "worker" and len(fds) == 1:
-                self._idle.put_nowait((int(message["wid"]), socket.socket(fileno=fds[0])))
+                sock = socket.socket(fileno=fds[0])
+                try:
+                    pidfd = os.pidfd_open(int(message["pid"]))
+                except OSError:
+                    sock.close()  # it died already; the launcher will fork another
+                    continue
+                self._idle.put_nowait(_Worker(int(message["wid"]), sock, pidfd))
             else:
                 for fd in fds:
                     os.close(fd)
@@ -200,7 +222,7 @@ class Launcher:
         while not self._idle.empty():
             item = self._idle.get_nowait()
             if item is not None:
-                item[1].close()
+                item.close()
         self._idle.put_nowait(None)  # wakes a run() waiting for a worker
 
     def _tell(self, message: dict[str, Any]) -> None:
@@ -217,7 +239,7 @@ class Launcher:
             if self._sock is not None:
                 self._sock.setblocking(False)
 
-    async def _take_worker(self) -> tuple[int, socket.socket]:
+    async def _take_worker(self) -> _Worker:
         for _ in range(2):
             if not self.running:
                 await self.start()
@@ -249,21 +271,27 @@ class Launcher:
             raise ConfinementFailed("command contains NUL or is too long")
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        wid, wsock = await self._take_worker()
+        worker = await self._take_worker()
+        wid = worker.wid
         pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(3)]
         try:
             request = {"command": command, "cwd": cwd, "policy": policy.to_dict()}
-            wsock.setblocking(True)
-            socket.send_fds(wsock, [json.dumps(request).encode()], [w for _, w in pipes])
+            worker.sock.setblocking(True)
+            socket.send_fds(worker.sock, [json.dumps(request).encode()], [w for _, w in pipes])
         except OSError as exc:
             for r, _ in pipes:
                 os.close(r)
+            worker.close()
             raise ConfinementFailed(f"cannot reach the worker: {exc}") from exc
         finally:
-            wsock.close()
             for _, w in pipes:
                 os.close(w)
-            self._tell({"op": "took", "wid": wid})
+            # The replacement fork competes for CPU with the command: ask for it now
+            # only if no worker is left, otherwise once this command is over.
+            refill_now = self._idle.empty()
+            if refill_now:
+                self._tell({"op": "took", "wid": wid})
+        worker.sock.close()
         streams = [
             _Stream(pipes[0][0], False, self._capture_bytes, on_output),
             _Stream(pipes[1][0], True, self._capture_bytes, on_output),
@@ -277,10 +305,14 @@ class Launcher:
         timed_out = cancelled = False
         finished = False
         try:
-            # The command's end is its reported exit code (or the worker's death): the
-            # worker's own exit (namespace teardown) is not waited for.
+            # The command's end is its reported exit code (the worker kills what it left
+            # behind first), or the worker's death.
             timed_out, cancelled = await self._wait(status.ended, wid, timeout_s, cancel)
             await status.ended
+            if timed_out or cancelled or "code" not in status.text():
+                # Killed: return only once the worker, and with it the whole pid
+                # namespace, is gone.
+                await _exited(worker.pidfd)
             await _drain(streams[:2])
             finished = True
         finally:
@@ -289,6 +321,9 @@ class Launcher:
             if not finished:
                 # We were cancelled ourselves: the command must not outlive the caller.
                 self._tell({"op": "kill", "wid": wid})
+            if not refill_now:
+                self._tell({"op": "took", "wid": wid})
+            worker.close()
         report: dict[str, Any] = {}
         for line in status.text().splitlines():
             with contextlib.suppress(ValueError):
@@ -310,7 +345,7 @@ class Launcher:
             stdout=streams[0].text(),
             stderr=streams[1].text(),
             elapsed_s=time.monotonic() - started,
-            layers=tuple(Layer.from_dict(x) for x in report["layers"]),
+            layers=tuple(Layer(str(n), bool(a), str(d)) for n, a, d in report["layers"]),
             output_dropped=streams[0].dropped or streams[1].dropped,
         )
 
@@ -411,6 +446,24 @@ class _StatusStream(_Stream):
         # Each report is one small write (atomic on a pipe) ending in a newline.
         if self.eof.done() or ('"code"' in text or '"error"' in text) and text.endswith("\n"):
             self.ended.set_result(None)
+
+
+async def _exited(pidfd: int) -> None:
+    """Wait (bounded) until the process behind ``pidfd`` has exited."""
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, ready)
+    try:
+        await asyncio.wait_for(gone, _DRAIN_TIMEOUT_S)
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(pidfd)
 
 
 async def _drain(streams: list[_Stream]) -> None:

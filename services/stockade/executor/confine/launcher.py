@@ -20,6 +20,7 @@ Protocol over the control socket (AF_UNIX SOCK_SEQPACKET, one JSON object a mess
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import selectors
@@ -227,7 +228,9 @@ class LauncherServer:
         self.selector.register(pidfd, selectors.EVENT_READ, w)
         try:
             socket.send_fds(
-                self.control, [json.dumps({"ev": "worker", "wid": wid}).encode()], [ours.fileno()]
+                self.control,
+                [json.dumps({"ev": "worker", "wid": wid, "pid": pid}).encode()],
+                [ours.fileno()],
             )
         except OSError:
             pass
@@ -314,6 +317,10 @@ class LauncherServer:
         hello = {"ev": "hello", "pid": os.getpid(), "layers": [x.to_dict() for x in self.layers]}
         self.control.sendall(json.dumps(hello).encode())
         self.selector.register(self.control, selectors.EVENT_READ, None)
+        # Everything allocated so far lives as long as we do: keep the collector off
+        # it, so forked workers share those pages instead of copying them.
+        gc.collect()
+        gc.freeze()
         self._fill_pool()
         try:
             while True:

@@ -17,6 +17,7 @@ promised is never silently skipped.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -121,8 +122,14 @@ class Prepared:
 
 def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
     """Prefork part, run right after fork."""
+    # A garbage collection would touch every object and copy the launcher's pages
+    # (copy-on-write) on the command's critical path; a worker lives for one command.
+    gc.disable()
     problems: list[str] = []
     kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Orphans of the command come to us (as they would to pid 1 of a pid namespace),
+    # so we can find and kill them even without one.
+    kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
     os.setsid()
     _close_other_fds(keep_fds)
     if plan.mount_namespace:
@@ -194,7 +201,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         if prepared.problems:
             raise OSError(0, "; ".join(prepared.problems))
         layers, argv, env, policy = _confine(request, fds, plan, slot, prepared)
-        _report(status, {"layers": [layer.to_dict() for layer in layers]})
+        _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers]})
         devnull = os.open("/dev/null", os.O_RDONLY)
         pid = os.posix_spawn(
             argv[0],
@@ -216,8 +223,43 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         finally:
             os._exit(SETUP_FAILED)
     code = _wait_for(pid)
+    # Whatever the command left running dies before its end is reported: when the
+    # executor sees the exit code, nothing of the command is left.
+    _kill_leftovers(plan.pid_namespace)
     _report(status, {"code": code})
     os._exit(0)
+
+
+def _kill_leftovers(pid_namespace: bool) -> None:
+    """Kill and reap every remaining descendant (we are pid 1 or a child subreaper)."""
+    for _ in range(100_000):
+        if pid_namespace:
+            # As pid 1 of the namespace, kill(-1) reaches exactly the command's processes.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            for child in _children():
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _children() -> list[int]:
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
 
 
 def _wait_for(pid: int) -> int:

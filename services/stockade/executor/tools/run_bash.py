@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from stockade.executor.bash import analyze
@@ -74,7 +74,7 @@ class RunBashTool:
 
     async def run(
         self, args: Mapping[str, Any], ctx: ExecContext
-    ) -> AsyncIterator[Chunk | ToolResult]:
+    ) -> AsyncGenerator[Chunk | ToolResult, None]:
         """Yield output chunks as they come, then the result."""
         try:
             command = args.get("command")
