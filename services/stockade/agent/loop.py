@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 
 from stockade.agent.builtin_hooks import AuditSink, CancelRegistry, CancelToken, standard_hooks
 from stockade.agent.compaction import CompactionError, CompactionResult, Compactor, estimate_tokens
@@ -131,6 +132,7 @@ class AgentCore:
         tool_timeout_s: float = 130.0,
         max_output_chars: int = 16_000,
         persist_dir: Path | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.decision = decision
         self.executor = executor
@@ -157,6 +159,7 @@ class AgentCore:
             providers=self.tool_providers,
             approval_wait_s=approval_wait_s,
             tool_timeout_s=tool_timeout_s,
+            tracer=tracer,
         )
         self._running: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()

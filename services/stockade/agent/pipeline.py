@@ -135,6 +135,8 @@ class PendingCall:
     """Hook contexts appended to the result for the model."""
     announced: bool = False
     """True once ``tool_call_started`` was emitted."""
+    span: trace.Span = trace.INVALID_SPAN
+    """The call's tracing span (ended when the call finishes)."""
 
     def elapsed_ms(self) -> int:
         """Milliseconds since the call's checks started."""
@@ -187,7 +189,9 @@ class ExecutionPipeline:
         providers: Mapping[str, ToolProviderClient] | None = None,
         approval_wait_s: float = 130.0,
         tool_timeout_s: float = 130.0,
+        tracer: trace.Tracer | None = None,
     ) -> None:
+        self.tracer = tracer or trace.get_tracer("stockade.agent")
         self.decision = decision
         self.executor = executor
         self.providers = dict(providers or {})
@@ -211,8 +215,19 @@ class ExecutionPipeline:
         pending: list[PendingCall] = []
         for call in calls:
             item = PendingCall(call=call, started=time.monotonic())
+            # One span per call, parent of its Inspect/Decide/Execute RPC spans.
+            item.span = self.tracer.start_span(
+                f"tool_call {call.name}",
+                attributes={
+                    "stockade.call_id": call.id,
+                    "stockade.tool": call.name,
+                    "stockade.agent": scope.name,
+                    "stockade.session_id": scope.session_id,
+                },
+            )
             pending.append(item)
-            await self._check(scope, step, item, duplicates, cancel, emit)
+            with trace.use_span(item.span, end_on_exit=False):
+                await self._check(scope, step, item, duplicates, cancel, emit)
         for batch in self._partition(pending):
             for item in batch:
                 self._announce(scope, item, emit)
@@ -422,7 +437,10 @@ class ExecutionPipeline:
         ready = [item for item in batch if item.outcome is None]
         if not ready:
             return
-        tasks = {id(item): asyncio.ensure_future(self._run(scope, item, builtin)) for item in ready}
+        tasks: dict[int, asyncio.Future[Outcome]] = {}
+        for item in ready:
+            with trace.use_span(item.span, end_on_exit=False):  # the task copies the context
+                tasks[id(item)] = asyncio.ensure_future(self._run(scope, item, builtin))
         aborted: set[int] = set()
 
         def abort_siblings(failed: PendingCall) -> None:
@@ -533,6 +551,12 @@ class ExecutionPipeline:
     # ------------------------------------------------------------ finish
 
     async def _finish(self, scope: AgentScope, step: int, item: PendingCall, emit: Emit) -> None:
+        with trace.use_span(item.span, end_on_exit=True):
+            await self._finish_in_span(scope, step, item, emit)
+
+    async def _finish_in_span(
+        self, scope: AgentScope, step: int, item: PendingCall, emit: Emit
+    ) -> None:
         outcome = item.outcome
         assert outcome is not None
         outcome.elapsed_ms = item.elapsed_ms()
@@ -556,6 +580,8 @@ class ExecutionPipeline:
         outcome.content = post.content
         if item.context:
             outcome.content += "\n\n" + "\n".join(f"[hook context] {c}" for c in item.context)
+        item.span.set_attribute("stockade.status", outcome.call_status.value)
+        item.span.set_attribute("stockade.verdict", decision.verdict)
         emit(
             scope.name,
             tool_call_finished={

@@ -238,6 +238,7 @@ class Harness:
         decision_address: str | None = None,
         decide_deadline_s: float = 2.0,
         tool_providers: dict[str, ToolProviderClient] | None = None,
+        tracer: Any = None,
     ) -> AgentCore:
         decision_ch = grpc.aio.insecure_channel(decision_address or self.decision_address)
         executor_ch = grpc.aio.insecure_channel(self.executor_address)
@@ -251,6 +252,7 @@ class Harness:
             hooks=hooks or [],
             limits=limits,
             tool_providers=tool_providers,
+            tracer=tracer,
         )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from stockade.agent.hooks import (
     Block,
     Hook,
@@ -499,3 +501,34 @@ async def test_context_still_over_the_hard_limit_after_compaction(harness: Harne
     assert "compaction" in kinds(events)
     assert terminated(events).reason == a_pb2.TERMINATION_REASON_TOKEN_BUDGET
     assert "still above the hard limit" in terminated(events).detail
+
+
+async def test_each_call_is_a_span_and_the_audit_row_names_its_trace(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)  # the suite disables the SDK
+    exporter = InMemorySpanExporter()
+    provider_ = TracerProvider()
+    provider_.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider_.get_tracer("test")
+    harness.decision.verdicts["run_bash"] = c_pb2.VERDICT_DENY
+    model = ListProvider(
+        [turn(call("c1", "read_file", file_path="a"), call("c2", "run_bash", command="x"))]
+    )
+    await run(harness.core(model, tracer=tracer))
+    spans = {
+        str(dict(s.attributes or {})["stockade.call_id"]): s for s in exporter.get_finished_spans()
+    }
+    assert set(spans) == {"c1", "c2"}
+    assert spans["c1"].name == "tool_call read_file"
+    assert dict(spans["c1"].attributes or {})["stockade.status"] == "OK"
+    assert dict(spans["c2"].attributes or {})["stockade.status"] == "DENIED"
+    rows = {e.call_id: e for e in harness.sink.events if e.call_id}
+    for call_id, span in spans.items():
+        assert span.context is not None
+        assert rows[call_id].trace_id == f"{span.context.trace_id:032x}"
+    provider_.shutdown()
