@@ -416,16 +416,14 @@ class CallContent:
     whole_command: str = ""
     """For run_bash: the whole command with whitespace collapsed."""
 
-    @property
-    def primary_field(self) -> str | None:
-        """The field an ALLOW rule matches: the tool's declared one, else the first present."""
+    primary_field: str | None = field(init=False, default=None)
+    """The field an ALLOW rule matches: the tool's declared one, else the first present."""
+
+    def __post_init__(self) -> None:
         declared = PRIMARY_FIELDS.get(self.tool_name)
-        if declared is not None:
-            return declared
-        for name in CONTENT_FIELDS:
-            if name in self.fields:
-                return name
-        return None
+        if declared is None:
+            declared = next((n for n in CONTENT_FIELDS if n in self.fields), None)
+        self.primary_field = declared
 
     @property
     def primary_content(self) -> str | None:
