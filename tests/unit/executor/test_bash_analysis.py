@@ -465,6 +465,19 @@ REGRESSIONS = [
     Case("git blame --contents=/etc/shadow notes/hello.txt", D, ("git",), "credentials"),
     Case("sort --random-source=/etc/shadow notes/hello.txt", D, ("sort",), "credentials"),
     Case("ag --pager sh foo", D, ("ag",), "another program"),
+    # GNU getopt and git accept unambiguous prefixes of long options.
+    Case("sort --compress-prog=sh notes/hello.txt", D, ("sort",), "another program"),
+    Case("sort --out=/etc/x notes/hello.txt", D, ("sort",), "outside the allowed roots"),
+    Case("tar -cf x.tar --checkpoint-act=exec=sh .", D, ("tar",), "runs commands"),
+    Case("sed --in-pl s/a/b/ notes/hello.txt", Q, ("sed",), "in place"),
+    Case("git diff --ext-dif", D, ("git",), "external diff"),
+    Case("git grep --open-files-in-pag=sh x", D, ("git",), "pager"),
+    Case("env --split-str='sh -c id'", D, ("env",), "runs a string"),
+    Case("grep --fil=/etc/shadow x", D, ("grep",), "credentials"),
+    Case("awk --lo=x 1", D, ("awk",), "shared library"),
+    Case("git diff --no-index /etc/passwd notes/hello.txt", Q, ("git",), "outside"),
+    Case("git archive -o /tmp/x.tar HEAD", D, ("git",), "outside the allowed roots"),
+    Case("git help -w log", Q, ("git",), "browser"),
 ]
 
 

@@ -280,6 +280,9 @@ class _Judge:
                     continue
             if value.startswith("-") and value != "-":
                 option, attached = _split_option(value, takes_value)
+                option = _canonical(
+                    option, (spec.deny_options, spec.no_command_options, takes_value)
+                )
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs a string as a command")
                     return None
@@ -559,7 +562,15 @@ class _Judge:
                 ended = True
                 i += 1
                 continue
-            for option, operand, consumed in _options_of(value, args, i, takes_value):
+            known = (
+                spec.deny_options,
+                spec.write_options,
+                spec.ask_options,
+                spec.read_options,
+                spec.pattern_options,
+                spec.value_options,
+            )
+            for option, operand, consumed in _options_of(value, args, i, takes_value, known):
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs another program")
                 elif option in spec.ask_options:
@@ -671,11 +682,13 @@ class _Judge:
                 ended = True
                 i += 1
                 continue
-            if value.startswith("--in-place") or (
-                not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]
-            ):
+            if not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]:
                 in_place = True
-            for option, operand, consumed in _options_of(value, args, i, takes_value):
+            for option, operand, consumed in _options_of(
+                value, args, i, takes_value, (_SED_IN_PLACE, takes_value)
+            ):
+                if option == "--in-place":
+                    in_place = True
                 if option in ("-e", "--expression") and operand is not None:
                     if operand.value is None:
                         self.ask("sed script only known at run time", immune=True)
@@ -749,7 +762,9 @@ class _Judge:
                 ended = True
                 i += 1
                 continue
-            for option, operand, consumed in _options_of(value, args, i, takes_value):
+            for option, operand, consumed in _options_of(
+                value, args, i, takes_value, (_AWK_DENY, takes_value)
+            ):
                 if option in ("-l", "--load"):
                     self.deny("awk -l loads a shared library")
                 elif option in ("-f", "-E", "--file", "--exec", "-i", "--include"):
@@ -818,7 +833,7 @@ class _Judge:
                 self.git_setting(setting.split("=", 1)[0], "git -c")
                 i += 1 if len(value) > 2 else 2
                 continue
-            option = value.split("=", 1)[0]
+            option = _canonical(value.split("=", 1)[0], (_GIT_LONG,))
             if option in ("--git-dir", "--work-tree"):
                 if "=" in value:
                     self.path(_literal(value.split("=", 1)[1]), write=False)
@@ -840,10 +855,10 @@ class _Judge:
         sub = args[i].value or ""
         rest = args[i + 1 :]
         values = [w.value for w in rest]
-        for value in values:
+        for k, value in enumerate(values):
             if value is None:
                 continue
-            option = value.split("=", 1)[0]
+            option = _canonical(value.split("=", 1)[0], (_GIT_LONG,))
             short = option if option.startswith("--") else option[:2]
             if option in (
                 "--upload-pack",
@@ -863,17 +878,28 @@ class _Judge:
             if sub == "rebase" and (short in ("-x", "--exec")):
                 self.deny(lists.GIT_DENY_OPTIONS["-x"])
                 return
-            if option == "--output":
-                target = value.split("=", 1)[1] if "=" in value else ""
-                if target:
-                    self.path(_literal(target), write=True, what="git --output writes")
-                    self.effect("git --output writes a file", "low")
+            if option == "--output" or (option == "-o" and sub in ("archive", "format-patch")):
+                target_word: Word | None = None
+                if "=" in value:
+                    target_word = _literal(value.split("=", 1)[1])
+                elif k + 1 < len(rest):
+                    target_word = rest[k + 1]
+                if target_word is not None:
+                    self.path(target_word, write=True, what=f"git {option} writes")
+                    self.effect(f"git {option} writes files", "low")
+            if option == "--no-index":
+                # `git diff --no-index A B` reads any two files, not repository objects.
+                for word in rest:
+                    if word.value is None or not word.value.startswith("-"):
+                        self.path(word, write=False)
+            if sub == "help" and short in ("-w", "--web", "-i", "--info", "-m", "--man"):
+                self.effect("git help opens a browser, info or man viewer")
         first = next((v for v in values if v is not None and not v.startswith("-")), None)
         if (
             sub in lists.GIT_NETWORK_SUBCOMMANDS
             or (sub == "remote" and first in ("update", "show", "prune", "set-head"))
             or (sub == "submodule" and first in ("update", "add", "sync"))
-            or (sub == "archive" and any(v and v.startswith("--remote") for v in values))
+            or (sub == "archive" and any(v and v.startswith("--rem") for v in values))
         ):
             self.network(f"git {sub} talks to a remote repository (can upload code)")
             return
@@ -1045,11 +1071,14 @@ class _Judge:
                 ended = True
                 i += 1
                 continue
-            long_option = value.split("=", 1)[0]
+            deny_set = frozenset(deny_options)
+            long_option = _canonical(value.split("=", 1)[0], (deny_set, takes_value))
             if long_option in deny_options or value in deny_options:
                 self.deny(deny_options.get(long_option) or deny_options[value])
                 return
-            for option, operand, consumed in _options_of(value, args, i, takes_value):
+            for option, operand, consumed in _options_of(
+                value, args, i, takes_value, (deny_set, takes_value)
+            ):
                 flags.add(option)
                 if option in deny_options:
                     self.deny(deny_options[option])
@@ -1332,6 +1361,23 @@ class _Judge:
                         return
 
 
+_SED_IN_PLACE = frozenset({"--in-place"})
+_AWK_DENY = frozenset({"--load"})
+_GIT_LONG = frozenset(
+    {o for o in lists.GIT_DENY_OPTIONS if o.startswith("--")}
+    | {
+        "--output",
+        "--git-dir",
+        "--work-tree",
+        "--no-index",
+        "--contents",
+        "--remote",
+        "--web",
+        "--info",
+        "--man",
+    }
+)
+
 _READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
 _MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 
@@ -1461,13 +1507,36 @@ def _split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | N
     return option, None
 
 
+def _canonical(option: str, known: Sequence[frozenset[str]]) -> str:
+    """GNU getopt (and git) accept any unambiguous prefix of a long option: `--compress-prog`
+    is `--compress-program`. Map a prefix to the known option it may stand for, trying the
+    sets in order (most dangerous first), so an abbreviation cannot dodge a check."""
+    if not option.startswith("--") or len(option) < 3:
+        return option
+    for options in known:
+        if option in options:
+            return option
+    for options in known:
+        matches = sorted(o for o in options if o.startswith(option))
+        if matches:
+            return matches[0]
+    return option
+
+
 def _options_of(
-    value: str, args: Sequence[Word], index: int, takes_value: frozenset[str]
+    value: str,
+    args: Sequence[Word],
+    index: int,
+    takes_value: frozenset[str],
+    known: Sequence[frozenset[str]] = (),
 ) -> list[tuple[str, Word | None, bool]]:
-    """Options in one argument: (option, its value word, whether the next arg was used)."""
+    """Options in one argument: (option, its value word, whether the next arg was used).
+
+    ``known`` lists the command's long options by severity, for abbreviations."""
     nxt = args[index + 1] if index + 1 < len(args) else None
     if value.startswith("--"):
         option, eq, attached = value.partition("=")
+        option = _canonical(option, (*known, takes_value))
         if eq:
             return [(option, _literal(attached), False)]
         if option in takes_value:
