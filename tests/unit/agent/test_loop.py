@@ -532,3 +532,79 @@ async def test_each_call_is_a_span_and_the_audit_row_names_its_trace(
         assert span.context is not None
         assert rows[call_id].trace_id == f"{span.context.trace_id:032x}"
     provider_.shutdown()
+
+
+async def test_decision_service_stopped_mid_turn_fails_closed(harness: Harness) -> None:
+    import grpc
+
+    from stockade.v1 import decision_service_pb2_grpc as d_grpc
+    from tests.unit.agent.conftest import FakeDecision
+
+    decision_server = grpc.aio.server()
+    d_grpc.add_DecisionServiceServicer_to_server(FakeDecision(), decision_server)  # type: ignore[abstract]
+    port = decision_server.add_insecure_port("127.0.0.1:0")
+    await decision_server.start()
+
+    async def stop_decision_then_read(tool_call: c_pb2.ToolCall, ex: Any) -> x_pb2.ExecuteResult:
+        await decision_server.stop(None)  # the decision service dies while c1 runs
+        return x_pb2.ExecuteResult(status=x_pb2.EXECUTION_STATUS_OK, content="first")
+
+    harness.executor.behaviours["read_file"] = stop_decision_then_read
+    provider = ListProvider(
+        [
+            turn(call("c1", "read_file", file_path="a")),
+            turn(call("c2", "read_file", file_path="b"), call("c3", "run_bash", command="ls")),
+        ]
+    )
+    core = harness.core(provider, decision_address=f"127.0.0.1:{port}")
+    events = await run(core)
+    done = finished(events)
+    assert done["c1"].status == x_pb2.EXECUTION_STATUS_OK
+    for call_id in ("c2", "c3"):
+        assert done[call_id].verdict == c_pb2.VERDICT_DENY
+        assert "fail closed" in done[call_id].content
+    assert [r.call.call_id for r in harness.executor.executed] == ["c1"]
+
+
+async def test_built_in_tools(harness: Harness) -> None:
+    todos = [{"content": "read", "status": "completed"}, {"content": "write", "status": "pending"}]
+    provider = ListProvider(
+        [
+            turn(call("t1", "todo_write", todos=todos), call("m1", "save_memory", content="x")),
+            turn(call("q1", "ask_user", question="Which file should I edit?")),
+            turn(call("never", "read_file", file_path="a")),
+        ]
+    )
+    events = await run(harness.core(provider))
+    done = finished(events)
+    assert done["t1"].content == "Todo list updated: 2 items, 1 completed."
+    assert "1 entries" in done["m1"].content
+    # ask_user hands the question to the user and ends the turn.
+    assert events[-2].final_answer.text == "Which file should I edit?"
+    assert terminated(events).reason == a_pb2.TERMINATION_REASON_COMPLETED
+    assert "never" not in done and harness.executor.executed == []
+    assert harness.executor.inspected == []  # built-ins never go to the executor
+
+
+async def test_compress_context_tool(harness: Harness) -> None:
+    async def big(tool_call: c_pb2.ToolCall, ex: Any) -> x_pb2.ExecuteResult:
+        return x_pb2.ExecuteResult(
+            status=x_pb2.EXECUTION_STATUS_OK, content=tool_call.call_id + "w" * 3000
+        )
+
+    harness.executor.behaviours["read_file"] = big
+    provider = ListProvider(
+        [
+            *[turn(call(f"c{i}", "read_file", file_path=f"f{i}")) for i in range(4)],
+            turn(call("z", "compress_context")),
+        ],
+        summary="read four files",
+    )
+    events = await run(harness.core(provider))
+    compaction = next(e for e in events if e.WhichOneof("event") == "compaction")
+    assert compaction.compaction.kind == "manual"
+    assert compaction.compaction.tokens_after < compaction.compaction.tokens_before
+    assert "Context compacted" in finished(events)["z"].content
+    last_messages, _ = provider.requests[-1]
+    assert any(m.content.endswith("read four files") for m in last_messages)
+    assert last_messages[-1].role == "tool" and last_messages[-1].tool_call_id == "z"
