@@ -351,6 +351,7 @@ WRAPPED = [
     Case("find . -ok sudo id \\;", D, ("find", "sudo"), None),
     Case("ionice -c3 sudo id", D, ("sudo",), None),
     Case("setsid sudo id", D, ("sudo",), None),
+    Case("setsid sleep 100", Q, ("sleep",), "process group"),
     Case("nice timeout 5 env X=1 sudo id", D, ("sudo",), None),
     Case("env $CMD", D, None, "command position"),
     Case("nice 'r''m' x", D, ("rm",), "quoted or escaped"),

@@ -261,6 +261,10 @@ class _Judge:
     def unwrap(self, name: str, args: list[Word]) -> tuple[list[Word], bool] | None:
         """The wrapped command's words ([] for the wrapper alone); None after a DENY."""
         spec = lists.WRAPPERS[name]
+        if name == "setsid":
+            # A new session leaves the call's process group: the executor's group kill on
+            # timeout or cancel no longer reaches it.
+            self.ask("setsid detaches the command from the call's process group", "medium")
         takes_value = spec.value_options | spec.chdir_options | spec.read_options
         positionals = spec.positionals
         i = 0
