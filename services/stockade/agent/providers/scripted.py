@@ -14,6 +14,14 @@ Each ``complete`` returns the next turn. A forced final answer (``allow_tools=Fa
 returns the next turn's text without its tool calls. When the script runs out, the
 provider answers with a final text saying so. Tool call ids are ``call_<turn>_<index>``
 unless the script gives an ``id``. Token usage is estimated at four characters a token.
+
+Subagents draw their turns from the same script, in order: after a turn that calls
+``subagent``, the next turns are the child's, until one without tool calls (the child's
+answer); then the lead's turns continue. Context summaries for compaction never consume a
+turn: the provider answers them itself with a short deterministic summary.
+
+Optional per turn: ``prompt_tokens: N`` reports N prompt tokens for that turn instead of
+the estimate (to exercise the token limits from a script).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from stockade.agent.compaction import SUMMARY_PROMPT
 from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, ToolSchema
 from stockade.errors import InvalidArgument
 
@@ -63,10 +72,18 @@ def parse_script(data: Any, *, source: str = "script") -> list[ModelTurn]:
                     arguments=dict(args),
                 )
             )
+        prompt_tokens = raw.get("prompt_tokens", 0)
+        if (
+            not isinstance(prompt_tokens, int)
+            or isinstance(prompt_tokens, bool)
+            or prompt_tokens < 0
+        ):
+            raise InvalidArgument(f"{source}: turn {i + 1} prompt_tokens must be an integer >= 0")
         turns.append(
             ModelTurn(
                 text=text,
                 tool_calls=tuple(calls),
+                prompt_tokens=prompt_tokens,
                 completion_tokens=_tokens(text + json.dumps([c.arguments for c in calls])),
             )
         )
@@ -102,10 +119,13 @@ class ScriptedProvider:
     ) -> ModelTurn:
         """The next scripted turn (without tool calls when tools are not allowed)."""
         prompt = sum(_tokens(m.content) for m in messages)
+        if messages and messages[0].role == "system" and messages[0].content == SUMMARY_PROMPT:
+            return self._summary(messages, prompt)
         if self._next >= len(self._turns):
             return ModelTurn(text="(the script has no more turns)", prompt_tokens=prompt)
         turn = self._turns[self._next]
         self._next += 1
+        prompt = turn.prompt_tokens or prompt
         if not allow_tools:
             return ModelTurn(
                 text=turn.text, prompt_tokens=prompt, completion_tokens=turn.completion_tokens
@@ -116,3 +136,11 @@ class ScriptedProvider:
             prompt_tokens=prompt,
             completion_tokens=turn.completion_tokens,
         )
+
+    @staticmethod
+    def _summary(messages: list[Message], prompt: int) -> ModelTurn:
+        """A deterministic summary: the first line of each summarised entry, shortened."""
+        transcript = messages[-1].content if len(messages) > 1 else ""
+        lines = [line[:80] for line in transcript.splitlines() if line.strip()][:12]
+        text = "Earlier steps: " + " | ".join(lines) if lines else "Earlier steps: (none)"
+        return ModelTurn(text=text[:1000], prompt_tokens=prompt, completion_tokens=_tokens(text))
