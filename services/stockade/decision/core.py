@@ -124,7 +124,14 @@ class DecisionCore:
                 arguments=call.arguments,
             )
         elif decision.verdict is Effect.ASK:
-            approval = await self.broker.create(
+            # A retried Decide for the same call reuses its pending approval (no duplicates).
+            existing = await self.store.pending_for_call(session.session_id, call.call_id)
+            if existing is not None and (
+                existing.call.tool_name != call.tool_name
+                or dict(existing.call.arguments) != dict(call.arguments)
+            ):
+                existing = None  # same call id, different call: ask about this one
+            approval = existing or await self.broker.create(
                 session.session_id,
                 PendingCall(
                     call.call_id,

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS grants (
 CREATE TABLE IF NOT EXISTS approvals (
   approval_id TEXT PRIMARY KEY,
   session_id TEXT NOT NULL REFERENCES sessions(session_id) ON DELETE CASCADE,
+  call_id TEXT NOT NULL DEFAULT '',
   call_json TEXT NOT NULL,
   reason TEXT NOT NULL,
   risk TEXT NOT NULL,
@@ -426,10 +427,10 @@ class SessionStore:
             "agent_name": rec.call.agent_name,
         }
         await self._db.execute(
-            "INSERT INTO approvals (approval_id, session_id, call_json, reason, risk, summary, "
-            "state, create_time, expire_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rec.approval_id, rec.session_id, json.dumps(call), rec.reason, rec.risk,
-             rec.summary, rec.state.value, rec.create_time, rec.expire_time),
+            "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
+            "summary, state, create_time, expire_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (rec.approval_id, rec.session_id, rec.call.call_id, json.dumps(call), rec.reason,
+             rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time),
         )  # fmt: skip
         await self._db.commit()
 
@@ -444,6 +445,17 @@ class SessionStore:
                 f"approval {approval_id!r} does not exist", approval_id=approval_id
             )
         return _approval(row)
+
+    async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
+        """The pending approval of one call, if a retried Decide already made one."""
+        if not call_id:
+            return None
+        async with self._db.execute(
+            _APPROVAL_SELECT + " WHERE session_id = ? AND call_id = ? AND state = 'pending'",
+            (session_id, call_id),
+        ) as cur:
+            row = await cur.fetchone()
+        return None if row is None else _approval(row)
 
     async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
         """Pending approvals, oldest first, optionally of one session."""

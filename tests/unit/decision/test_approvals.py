@@ -7,9 +7,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from stockade.decision.approvals import ApprovalBroker, GrantScope, Resolution, grant_pattern
+from stockade.decision.core import CallInput, DecisionCore
+from stockade.decision.engine import Facts
+from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
+from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect
 from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
 from stockade.errors import ApprovalAlreadyResolved, ApprovalNotFound, InvalidPattern
@@ -143,3 +148,21 @@ async def test_session_rules_and_counters(store: SessionStore) -> None:
     assert await store.delete_session("s1")
     with pytest.raises(ApprovalNotFound):
         await store.get_approval("missing")
+
+
+async def test_a_retried_decide_reuses_its_pending_approval(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text('[permissions]\nask = ["file_write"]\n')
+    store = await SessionStore.open(tmp_path / "core.db")
+    try:
+        core = DecisionCore(
+            PolicyStore(tmp_path / "p.toml", {}), store, GrantSigner(Ed25519PrivateKey.generate())
+        )
+        call = CallInput("s1", "c1", "file_write", {"file_path": "a"})
+        first = await core.decide(call, Facts())
+        again = await core.decide(call, Facts())
+        assert first.approval_id and again.approval_id == first.approval_id
+        other = await core.decide(CallInput("s1", "c1", "file_write", {"file_path": "b"}), Facts())
+        assert other.approval_id != first.approval_id
+        assert len(await store.pending_approvals("s1")) == 2
+    finally:
+        await store.close()
