@@ -23,6 +23,7 @@ from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel
+from stockade.decision.grants import generate_keypair
 from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.service import ExecutorApp
@@ -48,9 +49,16 @@ async def main(base: Path) -> None:
     (base / "scripts" / "t.yaml").write_text(SCRIPT)
     sock = Path(tempfile.mkdtemp(prefix="stk-tr-", dir="/tmp"))
     addr = {n: f"unix://{sock}/{n}.sock" for n in ("decision", "executor", "audit", "agent")}
+    private, public = generate_keypair(base / "keys")
     apps = [
-        DecisionApp(DecisionSettings(listen=addr["decision"], state_dir=base / "d")),
-        ExecutorApp(ExecutorSettings(listen=addr["executor"], workspace=ws)),
+        DecisionApp(
+            DecisionSettings(
+                listen=addr["decision"], state_dir=base / "d", grant_private_key_file=private
+            )
+        ),
+        ExecutorApp(
+            ExecutorSettings(listen=addr["executor"], workspace=ws, grant_public_key_file=public)
+        ),
         AuditApp(AuditSettings(listen=addr["audit"], state_dir=base / "a")),
         AgentApp(
             AgentSettings(

@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stockade.cli import audit, demo, serve
+from stockade.cli import audit, checks, demo, serve
 
-GROUPS = [serve, demo, audit]
+GROUPS = [serve, demo, audit, checks]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from stockade.executor.paths import PathSandbox
-from stockade.executor.servicer import ExecutorServicer
+from stockade.executor.servicer import executor_servicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import Registration
 from stockade.v1 import executor_service_pb2 as x_pb2
@@ -35,6 +35,19 @@ class ExecutorApp:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[list[Registration]]:
-        """Build the sandbox and the servicer."""
-        servicer = ExecutorServicer(self.settings, build_sandbox(self.settings))
-        yield [Registration(x_grpc.add_ExecutorServiceServicer_to_server, servicer, SERVICE_NAME)]
+        """Start the confined launcher and build the servicer; stop the launcher on exit.
+
+        With mTLS on, only the agent's identity may run or cancel calls (X-3).
+        """
+        async with executor_servicer(self.settings, build_sandbox(self.settings)) as servicer:
+            yield [
+                Registration(
+                    x_grpc.add_ExecutorServiceServicer_to_server,
+                    servicer,
+                    SERVICE_NAME,
+                    method_identities={
+                        "Execute": frozenset(self.settings.execute_identities),
+                        "Cancel": frozenset(self.settings.execute_identities),
+                    },
+                )
+            ]

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2, json_format
 
-from stockade.errors import InvalidArgument
+from stockade.errors import GrantMissing, InvalidArgument
 from stockade.executor.confine import Launcher
 from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.paths import PathSandbox
@@ -63,10 +63,19 @@ def _require_call(call: c_pb2.ToolCall) -> None:
         raise InvalidArgument("call.call_id is required")
 
 
+def _refuse_all(call: CallSpec, payload: bytes, signature: bytes) -> None:
+    raise GrantMissing(
+        "this executor has no grant public key (STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE), "
+        "so it cannot verify grants and refuses every call"
+    )
+
+
 def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
-    """A grant verifier from ``grant_public_key_file``, or None when no key is configured."""
+    """A grant verifier from ``grant_public_key_file``. Without a key every Execute is
+    refused (fail closed), unless ``allow_ungranted`` says this is a development setup,
+    where None (no verification) is returned."""
     if settings.grant_public_key_file is None:
-        return None
+        return None if settings.allow_ungranted else _refuse_all
     # The verifier is the decision service's pure core module: one implementation of the
     # grant format on both sides.
     from stockade.decision.grants import GrantVerifier, load_public_key

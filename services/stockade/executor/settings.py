@@ -45,6 +45,11 @@ class ExecutorSettings(ServerSettings):
     """Paths nothing may read, comma-separated globs (masked for bash too), e.g. ``**/.env``."""
     grant_public_key_file: Path | None = None
     """Ed25519 public key that verifies the decision service's grants (PEM)."""
+    execute_identities: Annotated[list[str], NoDecode] = ["agent"]
+    """Certificate identities allowed to call Execute and Cancel when mTLS is on."""
+    allow_ungranted: bool = False
+    """Run Execute without grants when no public key is configured (local development
+    only). Otherwise an executor without a key refuses every Execute (fail closed)."""
     protected_write_globs: Annotated[list[str] | None, NoDecode] = None
     """Paths the file tools never write even inside a writable root, comma-separated globs;
     unset: ``stockade.executor.paths.DEFAULT_PROTECTED_WRITES`` (git hooks and config, shell

@@ -125,7 +125,9 @@ def slow() -> SlowTool:
 
 @pytest.fixture
 async def server(ws: Path, slow: SlowTool) -> AsyncIterator[Server]:
-    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws, library_dir=ws.parent / "lib")
+    settings = ExecutorSettings(
+        listen="127.0.0.1:0", workspace=ws, library_dir=ws.parent / "lib", allow_ungranted=True
+    )
     (ws.parent / "lib").mkdir()
     tools: dict[str, Tool] = {
         **file_tools(),
@@ -419,6 +421,7 @@ async def test_settings_globs_bind_the_file_tools(ws: Path) -> None:
         workspace=ws,
         denied_read_globs=["**/.env"],
         protected_write_globs=["*.lock"],
+        allow_ungranted=True,
     )
     async for s in _serve(settings, file_tools()):
         _, r = await execute(
@@ -443,3 +446,15 @@ async def test_settings_globs_bind_the_file_tools(ws: Path) -> None:
             ),
         )
         assert r.status == x_pb2.EXECUTION_STATUS_OK  # the configured list replaced the default
+
+
+async def test_without_a_grant_key_every_execute_is_refused(ws: Path) -> None:
+    """Fail closed: an executor that cannot verify grants runs nothing (DEC-12)."""
+    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws)
+    async for s in _serve(settings, file_tools()):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await execute(
+                s.stub, x_pb2.ExecuteRequest(call=call("read_file", {"file_path": "hello.txt"}))
+            )
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "no grant public key" in (info.value.details() or "")

@@ -35,7 +35,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "hello.txt").write_text("hello\n")
-    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws)
+    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws, allow_ungranted=True)
     async with executor_servicer(settings) as servicer:
         running = await create_server(
             "executor",
