@@ -10,7 +10,6 @@ parsed, ASK for everything else.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import glob as globmod
 import itertools
 import os
@@ -21,7 +20,22 @@ from typing import Literal
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.explain import Finding, explain, risk_of
+from stockade.executor.bash.options import (
+    canonical,
+    literal,
+    option_value,
+    options_of,
+    split_option,
+    until,
+)
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word, parse
+from stockade.executor.bash.patterns import (
+    SECRET_BASENAMES,
+    brace_expand,
+    compile_globs,
+    credential_patterns,
+)
+from stockade.executor.bash.programs import sed_effects, strip_awk_literals
 from stockade.executor.paths import PathSandbox, Root
 
 __all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
@@ -129,9 +143,9 @@ class _Judge:
         self.bases: list[str] = [sandbox.cwd]
         self.runtime_values: list[str] = []
         self.current = ""
-        self._credentials = _credential_patterns(self.home)
-        self._credential_re = _compile_globs(self._credentials)
-        self._denied_re = _compile_globs(self.denied_read_globs) if denied_read_globs else None
+        self._credentials = credential_patterns(self.home)
+        self._credential_re = compile_globs(self._credentials)
+        self._denied_re = compile_globs(self.denied_read_globs) if denied_read_globs else None
 
     # --- findings ----------------------------------------------------------------------
 
@@ -200,10 +214,7 @@ class _Judge:
 
     def command(self, raw: RawCommand) -> None:
         self.current = _short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
-        for assignment in raw.assignments:
-            if assignment.value is not None and assignment.value.value is None:
-                # `X=$(cmd) ls`: the substitution is judged on its own; the value is opaque.
-                pass
+        # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
         resolved = self.resolve_name(raw.name)
         if resolved is None:
             self.record(_word_text(raw.name), raw.args)
@@ -283,8 +294,8 @@ class _Judge:
                     i += 1
                     continue
             if value.startswith("-") and value != "-":
-                option, attached = _split_option(value, takes_value)
-                option = _canonical(
+                option, attached = split_option(value, takes_value)
+                option = canonical(
                     option, (spec.deny_options, spec.no_command_options, takes_value)
                 )
                 if option in spec.deny_options:
@@ -296,7 +307,7 @@ class _Judge:
                 step = 1
                 if option in takes_value:
                     if attached is not None:
-                        operand = _literal(attached)
+                        operand = literal(attached)
                     elif i + 1 < len(args):
                         operand = args[i + 1]
                         step = 2
@@ -520,7 +531,7 @@ class _Judge:
         if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
             operands = operands[1:]
         if name == "jq":
-            operands = _until(operands, ("--args", "--jsonargs"))
+            operands = until(operands, ("--args", "--jsonargs"))
         if stdin_args:
             self.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
         for word in operands:
@@ -574,7 +585,7 @@ class _Judge:
                 spec.pattern_options,
                 spec.value_options,
             )
-            for option, operand, consumed in _options_of(value, args, i, takes_value, known):
+            for option, operand, consumed in options_of(value, args, i, takes_value, known):
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs another program")
                 elif option in spec.ask_options:
@@ -594,7 +605,7 @@ class _Judge:
 
     def cd(self, args: list[Word]) -> None:
         operands = [a for a in args if a.value is None or not a.value.startswith("-")]
-        target = operands[0] if operands else _literal("~")
+        target = operands[0] if operands else literal("~")
         self.change_dir(target)
 
     def change_dir(self, target: Word) -> None:
@@ -661,7 +672,7 @@ class _Judge:
                 self.ask("find has an argument only known at run time", immune=True)
             j += 1
         if not starts:
-            starts = [_literal(".")]
+            starts = [literal(".")]
         for word in starts:
             self.path(word, write=deletes, what="deletes files under")
         if deletes:
@@ -688,7 +699,7 @@ class _Judge:
                 continue
             if not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]:
                 in_place = True
-            for option, operand, consumed in _options_of(
+            for option, operand, consumed in options_of(
                 value, args, i, takes_value, (_SED_IN_PLACE, takes_value)
             ):
                 if option == "--in-place":
@@ -716,16 +727,16 @@ class _Judge:
         if script_file:
             self.effect("sed runs a script file, which may write files or run commands")
         for script in scripts:
-            effects = _sed_effects(script)
+            effects = sed_effects(script)
             if effects.execute:
                 self.deny("the sed script runs shell commands (e command or s///e)")
             if effects.unknown:
                 self.effect("the sed script uses commands the analysis does not know")
             for target in effects.writes:
-                self.path(_literal(target), write=True, what="the sed script writes")
+                self.path(literal(target), write=True, what="the sed script writes")
                 self.effect(f"the sed script writes {target}")
             for source in effects.reads:
-                self.path(_literal(source), write=False)
+                self.path(literal(source), write=False)
         for word in operands:
             self.path(word, write=in_place, what="edits in place")
         if in_place:
@@ -766,7 +777,7 @@ class _Judge:
                 ended = True
                 i += 1
                 continue
-            for option, operand, consumed in _options_of(
+            for option, operand, consumed in options_of(
                 value, args, i, takes_value, (_AWK_DENY, takes_value)
             ):
                 if option in ("-l", "--load"):
@@ -806,7 +817,7 @@ class _Judge:
             self.path(word, write=False)
 
     def awk_program(self, program: str) -> None:
-        code = _strip_awk_literals(program)
+        code = strip_awk_literals(program)
         if re.search(r"\bsystem\s*\(", code) or re.search(r"\bsystem\s*\(", program):
             self.deny("the awk program calls system(), which runs shell commands")
         if re.search(r"\|&|(?<!\|)\|(?!\|)", code):
@@ -837,10 +848,10 @@ class _Judge:
                 self.git_setting(setting.split("=", 1)[0], "git -c")
                 i += 1 if len(value) > 2 else 2
                 continue
-            option = _canonical(value.split("=", 1)[0], (_GIT_LONG,))
+            option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
             if option in ("--git-dir", "--work-tree"):
                 if "=" in value:
-                    self.path(_literal(value.split("=", 1)[1]), write=False)
+                    self.path(literal(value.split("=", 1)[1]), write=False)
                     i += 1
                 else:
                     if nxt is not None:
@@ -862,7 +873,7 @@ class _Judge:
         for k, value in enumerate(values):
             if value is None:
                 continue
-            option = _canonical(value.split("=", 1)[0], (_GIT_LONG,))
+            option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
             short = option if option.startswith("--") else option[:2]
             if option in (
                 "--upload-pack",
@@ -885,7 +896,7 @@ class _Judge:
             if option == "--output" or (option == "-o" and sub in ("archive", "format-patch")):
                 target_word: Word | None = None
                 if "=" in value:
-                    target_word = _literal(value.split("=", 1)[1])
+                    target_word = literal(value.split("=", 1)[1])
                 elif k + 1 < len(rest):
                     target_word = rest[k + 1]
                 if target_word is not None:
@@ -1076,11 +1087,11 @@ class _Judge:
                 i += 1
                 continue
             deny_set = frozenset(deny_options)
-            long_option = _canonical(value.split("=", 1)[0], (deny_set, takes_value))
+            long_option = canonical(value.split("=", 1)[0], (deny_set, takes_value))
             if long_option in deny_options or value in deny_options:
                 self.deny(deny_options.get(long_option) or deny_options[value])
                 return
-            for option, operand, consumed in _options_of(
+            for option, operand, consumed in options_of(
                 value, args, i, takes_value, (deny_set, takes_value)
             ):
                 flags.add(option)
@@ -1119,7 +1130,7 @@ class _Judge:
             for word in operands[:1]:
                 self.path(word, write=False)
             if not listing:
-                self.path(directory or _literal("."), write=True, what="unpacks into")
+                self.path(directory or literal("."), write=True, what="unpacks into")
                 self.effect("unzip unpacks files")
             return
         reads: list[Word] = []
@@ -1179,9 +1190,9 @@ class _Judge:
                 continue
             key, _, target = value.partition("=")
             if key == "if" and target:
-                self.path(_literal(target), write=False)
+                self.path(literal(target), write=False)
             elif key == "of" and target:
-                self.path(_literal(target), write=True, what="dd writes")
+                self.path(literal(target), write=True, what="dd writes")
         self.effect("dd copies raw data", "high")
 
     def tar(self, args: list[Word], flags: set[str], operands: list[Word]) -> None:
@@ -1199,10 +1210,10 @@ class _Judge:
             mode = "x"
         elif "--create" in flags:
             mode = "c"
-        archive = _option_value(args, ("-f", "--file"))
+        archive = option_value(args, ("-f", "--file"))
         if archive is None and "f" in bundle and len(operands) > 1:
             archive = operands[1]
-        directory = _option_value(args, ("-C", "--directory"))
+        directory = option_value(args, ("-C", "--directory"))
         if mode == "t":
             if archive is not None:
                 self.path(archive, write=False)
@@ -1210,7 +1221,7 @@ class _Judge:
         if mode == "x":
             if archive is not None:
                 self.path(archive, write=False)
-            self.path(directory or _literal("."), write=True, what="unpacks into")
+            self.path(directory or literal("."), write=True, what="unpacks into")
             self.effect("tar unpacks files")
             return
         if archive is not None:
@@ -1237,14 +1248,14 @@ class _Judge:
         """Judge one path operand; the canonical path when it is allowed, else None."""
         value = word.path_value
         if word.glob and value is not None and "{" in value:
-            expanded_words = _brace_expand(value)
+            expanded_words = brace_expand(value)
             if expanded_words is None:
                 self.ask(f"brace expansion {_short(value, 30)} is too large to check", immune=True)
                 return None
             if len(expanded_words) > 1 or expanded_words[0] != value:
                 result: str | None = None
                 for item in expanded_words:
-                    result = self.path(_literal(item), write=write, what=what) or result
+                    result = self.path(literal(item), write=write, what=what) or result
                 return result
         if value is None and word.text.startswith(("<(", ">(")):
             return None  # a process substitution: a pipe, its command is judged on its own
@@ -1303,7 +1314,7 @@ class _Judge:
             self.deny(f"{'writes' if write else 'reads'} credentials ({absolute})")
             return False
         if not self.sandbox.roots or self.sandbox.root_for(absolute) is None:
-            if _SECRET_BASENAMES.match(absolute.rstrip("/").rsplit("/", 1)[-1]):
+            if SECRET_BASENAMES.match(absolute.rstrip("/").rsplit("/", 1)[-1]):
                 self.deny(f"reads a secrets file outside the workspace ({absolute})")
                 return False
         return True
@@ -1388,198 +1399,6 @@ _MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 _EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
 
 
-@functools.lru_cache(maxsize=8)
-def _credential_patterns(home: str) -> tuple[str, ...]:
-    return tuple(home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS)
-
-
-def _glob_to_regex(pattern: str) -> str:
-    """One sandbox glob as a regex over absolute paths (same syntax as paths.py's globs:
-    ``*`` within a component, ``**`` across; unanchored patterns match at any depth; a
-    trailing ``/**`` also matches the directory itself)."""
-    anchored = pattern.startswith("/")
-    parts = [p for p in pattern.split("/") if p]
-    out: list[str] = []
-    for index, part in enumerate(parts):
-        if part == "**":
-            out.append("(?:/.*)?" if index == len(parts) - 1 else "(?:/[^/]+)*")
-            continue
-        piece = []
-        for ch in part:
-            if ch == "*":
-                piece.append("[^/]*")
-            elif ch == "?":
-                piece.append("[^/]")
-            else:
-                piece.append(re.escape(ch))
-        out.append("/" + "".join(piece))
-    body = "".join(out)
-    return body if anchored else "(?:/[^/]+)*" + body
-
-
-@functools.lru_cache(maxsize=64)
-def _compile_globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """All the globs as one anchored regex (one match per path instead of one per glob)."""
-    if not patterns:
-        return re.compile(r"(?!)")
-    return re.compile("(?:" + "|".join(_glob_to_regex(p) for p in patterns) + r")/?\Z")
-
-
-_SECRET_BASENAMES = re.compile(
-    "(?:" + "|".join(fnmatch.translate(p) for p in lists.CREDENTIAL_BASENAMES) + ")"
-)
-
-
-def _literal(value: str) -> Word:
-    return Word(value, value, False, False, any(c in "*?[{" for c in value))
-
-
-_MAX_BRACE_ITEMS = 64
-
-
-def _brace_expand(value: str) -> list[str] | None:
-    """bash brace expansion of ``value`` (comma lists, nesting, ``{a..z}`` / ``{1..9}``
-    ranges); None past _MAX_BRACE_ITEMS results. Over-splitting on a quoted comma only
-    yields shorter items, which are judged too."""
-    depth = 0
-    start = -1
-    for k, ch in enumerate(value):
-        if ch == "{":
-            if depth == 0:
-                start = k
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                inner = value[start + 1 : k]
-                items = _brace_items(inner)
-                if items is None:
-                    continue
-                prefix, suffix = value[:start], value[k + 1 :]
-                out: list[str] = []
-                for item in items:
-                    expanded = _brace_expand(prefix + item + suffix)
-                    if expanded is None:
-                        return None
-                    out.extend(expanded)
-                    if len(out) > _MAX_BRACE_ITEMS:
-                        return None
-                return out
-    return [value]
-
-
-def _brace_items(inner: str) -> list[str] | None:
-    """The items of one ``{...}``, or None when it is not a brace expansion."""
-    parts: list[str] = []
-    depth = 0
-    last = 0
-    for k, ch in enumerate(inner):
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(inner[last:k])
-            last = k + 1
-    if parts:
-        parts.append(inner[last:])
-        return parts
-    match = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.-?\d+)?", inner)
-    if match is None:
-        return None
-    first, last_item = match.group(1), match.group(2)
-    if first.lstrip("-").isdigit() and last_item.lstrip("-").isdigit():
-        lo, hi = int(first), int(last_item)
-        if abs(hi - lo) > _MAX_BRACE_ITEMS:
-            return [str(lo)] * (_MAX_BRACE_ITEMS + 1)
-        step = 1 if hi >= lo else -1
-        return [str(n) for n in range(lo, hi + step, step)]
-    if first.isalpha() and last_item.isalpha():
-        step = 1 if ord(last_item) >= ord(first) else -1
-        return [chr(c) for c in range(ord(first), ord(last_item) + step, step)]
-    return None
-
-
-def _split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
-    """``--opt=v`` → (``--opt``, ``v``); ``-n5`` → (``-n``, ``5``) when -n takes a value."""
-    if value.startswith("--"):
-        option, eq, attached = value.partition("=")
-        return option, attached if eq else None
-    option = value[:2]
-    if option in takes_value and len(value) > 2:
-        return option, value[2:]
-    return option, None
-
-
-def _canonical(option: str, known: Sequence[frozenset[str]]) -> str:
-    """GNU getopt (and git) accept any unambiguous prefix of a long option: `--compress-prog`
-    is `--compress-program`. Map a prefix to the known option it may stand for, trying the
-    sets in order (most dangerous first), so an abbreviation cannot dodge a check."""
-    if not option.startswith("--") or len(option) < 3:
-        return option
-    for options in known:
-        if option in options:
-            return option
-    for options in known:
-        matches = sorted(o for o in options if o.startswith(option))
-        if matches:
-            return matches[0]
-    return option
-
-
-def _options_of(
-    value: str,
-    args: Sequence[Word],
-    index: int,
-    takes_value: frozenset[str],
-    known: Sequence[frozenset[str]] = (),
-) -> list[tuple[str, Word | None, bool]]:
-    """Options in one argument: (option, its value word, whether the next arg was used).
-
-    ``known`` lists the command's long options by severity, for abbreviations."""
-    nxt = args[index + 1] if index + 1 < len(args) else None
-    if value.startswith("--"):
-        option, eq, attached = value.partition("=")
-        option = _canonical(option, (*known, takes_value))
-        if eq:
-            return [(option, _literal(attached), False)]
-        if option in takes_value:
-            return [(option, nxt, nxt is not None)]
-        return [(option, None, False)]
-    out: list[tuple[str, Word | None, bool]] = []
-    for k in range(1, len(value)):
-        option = "-" + value[k]
-        if option in takes_value:
-            rest = value[k + 1 :]
-            if rest:
-                out.append((option, _literal(rest), False))
-            else:
-                out.append((option, nxt, nxt is not None))
-            return out
-        out.append((option, None, False))
-    return out
-
-
-def _option_value(args: Sequence[Word], names: tuple[str, ...]) -> Word | None:
-    for k, word in enumerate(args):
-        value = word.value
-        if value is None:
-            continue
-        for name in names:
-            if value == name and k + 1 < len(args):
-                return args[k + 1]
-            if name.startswith("--") and value.startswith(name + "="):
-                return _literal(value[len(name) + 1 :])
-    return None
-
-
-def _until(words: list[Word], stops: tuple[str, ...]) -> list[Word]:
-    for k, word in enumerate(words):
-        if word.value in stops:
-            return words[:k]
-    return words
-
-
 def _matches_basename(path: str, patterns: Sequence[str]) -> bool:
     base = path.rstrip("/").rsplit("/", 1)[-1]
     return any(fnmatch.fnmatchcase(base, p) for p in patterns)
@@ -1590,178 +1409,6 @@ def _setuid_mode(mode: str) -> bool:
         # Four octal digits: the first carries setuid (4) and setgid (2).
         return len(mode) >= 4 and mode[-4] in "234567"
     return "s" in mode.split("=")[-1] or any("s" in part for part in mode.split(","))
-
-
-# --- sed -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _SedEffects:
-    execute: bool
-    writes: tuple[str, ...]
-    reads: tuple[str, ...]
-    unknown: bool
-
-
-_SED_SIMPLE = frozenset("=dDgGhHlnNpPqQxzF")
-
-
-def _sed_effects(script: str) -> _SedEffects:
-    """Scan a sed script for the commands that execute (e), write (w W) or read (r R)."""
-    writes: list[str] = []
-    reads: list[str] = []
-    execute = False
-    i, n = 0, len(script)
-
-    def skip_delimited(pos: int, delim: str) -> int:
-        while pos < n and script[pos] != delim:
-            if script[pos] == "\\":
-                pos += 1
-            elif script[pos] == "\n" and delim != "\n":
-                return n + 1  # unterminated: unknown
-            pos += 1
-        return pos + 1
-
-    def to_eol(pos: int) -> tuple[str, int]:
-        end = script.find("\n", pos)
-        end = n if end < 0 else end
-        return script[pos:end].strip(), end
-
-    while i < n:
-        ch = script[i]
-        if ch in " \t\n;":
-            i += 1
-            continue
-        # Addresses: numbers, $, /re/, \cREc, first~step, addr,+N
-        for _ in range(2):
-            while i < n and script[i] in " \t":
-                i += 1
-            if i < n and (script[i].isdigit() or script[i] in "$"):
-                while i < n and (script[i].isdigit() or script[i] in "$~"):
-                    i += 1
-            elif i < n and script[i] == "/":
-                i = skip_delimited(i + 1, "/")
-                while i < n and script[i] in "IM":
-                    i += 1
-            elif i + 1 < n and script[i] == "\\":
-                i = skip_delimited(i + 2, script[i + 1])
-                while i < n and script[i] in "IM":
-                    i += 1
-            if i < n and script[i] == ",":
-                i += 1
-                if i < n and script[i] in "+~":
-                    i += 1
-                continue
-            break
-        while i < n and script[i] in " \t!":
-            i += 1
-        if i >= n:
-            break
-        if i > n:
-            return _SedEffects(execute, tuple(writes), tuple(reads), True)
-        cmd = script[i]
-        i += 1
-        if cmd in "{}":
-            continue
-        if cmd in _SED_SIMPLE:
-            while i < n and (script[i].isdigit() or script[i] in " \t"):
-                i += 1
-            continue
-        if cmd in ":btTv":
-            while i < n and script[i] not in ";\n}":
-                i += 1
-            continue
-        if cmd in "aic":
-            _, i = to_eol(i)
-            # GNU one-liner `a text`; classic `a\` continues over escaped newlines.
-            while i < n and script[i - 1 : i] == "\\":
-                _, i = to_eol(i + 1)
-            continue
-        if cmd in "rRwW":
-            name, i = to_eol(i)
-            (reads if cmd in "rR" else writes).append(name)
-            continue
-        if cmd == "e":
-            execute = True
-            _, i = to_eol(i)
-            continue
-        if cmd in "sy":
-            if i >= n:
-                return _SedEffects(execute, tuple(writes), tuple(reads), True)
-            delim = script[i]
-            if delim in "\n\\":
-                return _SedEffects(execute, tuple(writes), tuple(reads), True)
-            i = skip_delimited(i + 1, delim)
-            i = skip_delimited(i, delim)
-            if i > n:
-                return _SedEffects(execute, tuple(writes), tuple(reads), True)
-            if cmd == "y":
-                continue
-            while i < n and script[i] not in ";\n}":
-                flag = script[i]
-                if flag == "e":
-                    execute = True
-                elif flag == "w":
-                    name, i = to_eol(i + 1)
-                    writes.append(name)
-                    break
-                elif not (flag.isdigit() or flag in "gpiImM \t"):
-                    return _SedEffects(execute, tuple(writes), tuple(reads), True)
-                i += 1
-            continue
-        return _SedEffects(execute, tuple(writes), tuple(reads), True)
-    return _SedEffects(
-        execute,
-        tuple(w for w in writes if w not in ("/dev/stdout", "/dev/stderr")),
-        tuple(reads),
-        False,
-    )
-
-
-# After these characters (or at the start) a `/` begins a regex literal in awk; after an
-# operand (a name, a number, `)`, `]`, `$`) it is division. Regexes are only skipped where
-# awk itself reads one, so code cannot hide in what the scan takes for a regex. `+` and `-`
-# are left out: after a postfix `i--` a `/` is division.
-_AWK_REGEX_AFTER = frozenset("(,~!&|{};\n?:=*%<>^")
-
-
-def _strip_awk_literals(program: str) -> str:
-    """Blank out string and regex literals in one left-to-right pass (as awk lexes them),
-    so `/a|b/` and `"x > y"` are not taken for operators."""
-    out: list[str] = []
-    last = ""  # last significant character emitted
-    i, n = 0, len(program)
-    while i < n:
-        ch = program[i]
-        if ch == "#":
-            end = program.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        if ch == '"' or (ch == "/" and (not last or last in _AWK_REGEX_AFTER)):
-            close = ch
-            j = i + 1
-            in_bracket = False
-            while j < n and program[j] != "\n":
-                c = program[j]
-                if c == "\\":
-                    j += 2
-                    continue
-                if close == "/" and c == "[":
-                    in_bracket = True
-                elif close == "/" and c == "]":
-                    in_bracket = False
-                elif c == close and not in_bracket:
-                    break
-                j += 1
-            out.append('""' if close == '"' else "//")
-            last = '"'
-            i = j + 1
-            continue
-        out.append(ch)
-        if not ch.isspace():
-            last = ch
-        i += 1
-    return "".join(out)
 
 
 # --- entry point ---------------------------------------------------------------------------

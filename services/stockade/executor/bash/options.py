@@ -1,0 +1,96 @@
+"""Command-line option parsing shared by the command judges (GNU getopt conventions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stockade.executor.bash.parser import Word
+
+__all__ = ["canonical", "literal", "option_value", "options_of", "split_option", "until"]
+
+
+def literal(value: str) -> Word:
+    """A static word made by the analysis (an option value split off ``--opt=value``)."""
+    return Word(value, value, False, False, any(c in "*?[{" for c in value))
+
+
+def split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
+    """``--opt=v`` → (``--opt``, ``v``); ``-n5`` → (``-n``, ``5``) when -n takes a value."""
+    if value.startswith("--"):
+        option, eq, attached = value.partition("=")
+        return option, attached if eq else None
+    option = value[:2]
+    if option in takes_value and len(value) > 2:
+        return option, value[2:]
+    return option, None
+
+
+def canonical(option: str, known: Sequence[frozenset[str]]) -> str:
+    """GNU getopt (and git) accept any unambiguous prefix of a long option: `--compress-prog`
+    is `--compress-program`. Map a prefix to the known option it may stand for, trying the
+    sets in order (most dangerous first), so an abbreviation cannot dodge a check."""
+    if not option.startswith("--") or len(option) < 3:
+        return option
+    for options in known:
+        if option in options:
+            return option
+    for options in known:
+        matches = sorted(o for o in options if o.startswith(option))
+        if matches:
+            return matches[0]
+    return option
+
+
+def options_of(
+    value: str,
+    args: Sequence[Word],
+    index: int,
+    takes_value: frozenset[str],
+    known: Sequence[frozenset[str]] = (),
+) -> list[tuple[str, Word | None, bool]]:
+    """Options in one argument: (option, its value word, whether the next arg was used).
+
+    ``known`` lists the command's long options by severity, for abbreviations."""
+    nxt = args[index + 1] if index + 1 < len(args) else None
+    if value.startswith("--"):
+        option, eq, attached = value.partition("=")
+        option = canonical(option, (*known, takes_value))
+        if eq:
+            return [(option, literal(attached), False)]
+        if option in takes_value:
+            return [(option, nxt, nxt is not None)]
+        return [(option, None, False)]
+    out: list[tuple[str, Word | None, bool]] = []
+    for k in range(1, len(value)):
+        option = "-" + value[k]
+        if option in takes_value:
+            rest = value[k + 1 :]
+            if rest:
+                out.append((option, literal(rest), False))
+            else:
+                out.append((option, nxt, nxt is not None))
+            return out
+        out.append((option, None, False))
+    return out
+
+
+def option_value(args: Sequence[Word], names: tuple[str, ...]) -> Word | None:
+    """The value of the first of ``names`` given (``-f X``, ``--file X``, ``--file=X``)."""
+    for k, word in enumerate(args):
+        value = word.value
+        if value is None:
+            continue
+        for name in names:
+            if value == name and k + 1 < len(args):
+                return args[k + 1]
+            if name.startswith("--") and value.startswith(name + "="):
+                return literal(value[len(name) + 1 :])
+    return None
+
+
+def until(words: list[Word], stops: tuple[str, ...]) -> list[Word]:
+    """The words before the first one in ``stops``."""
+    for k, word in enumerate(words):
+        if word.value in stops:
+            return words[:k]
+    return words

@@ -1,0 +1,120 @@
+"""Path patterns for the bash analysis: sandbox globs as one regex, brace expansion."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+
+from stockade.executor.bash import lists
+
+__all__ = ["SECRET_BASENAMES", "brace_expand", "compile_globs", "credential_patterns"]
+
+
+@functools.lru_cache(maxsize=8)
+def credential_patterns(home: str) -> tuple[str, ...]:
+    """lists.CREDENTIAL_PATHS with ``~`` replaced by ``home``."""
+    return tuple(home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS)
+
+
+def glob_to_regex(pattern: str) -> str:
+    """One sandbox glob as a regex over absolute paths (same syntax as paths.py's globs:
+    ``*`` within a component, ``**`` across; unanchored patterns match at any depth; a
+    trailing ``/**`` also matches the directory itself)."""
+    anchored = pattern.startswith("/")
+    parts = [p for p in pattern.split("/") if p]
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if part == "**":
+            out.append("(?:/.*)?" if index == len(parts) - 1 else "(?:/[^/]+)*")
+            continue
+        piece = []
+        for ch in part:
+            if ch == "*":
+                piece.append("[^/]*")
+            elif ch == "?":
+                piece.append("[^/]")
+            else:
+                piece.append(re.escape(ch))
+        out.append("/" + "".join(piece))
+    body = "".join(out)
+    return body if anchored else "(?:/[^/]+)*" + body
+
+
+@functools.lru_cache(maxsize=64)
+def compile_globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """All the globs as one anchored regex (one match per path instead of one per glob)."""
+    if not patterns:
+        return re.compile(r"(?!)")
+    return re.compile("(?:" + "|".join(glob_to_regex(p) for p in patterns) + r")/?\Z")
+
+
+SECRET_BASENAMES = re.compile(
+    "(?:" + "|".join(fnmatch.translate(p) for p in lists.CREDENTIAL_BASENAMES) + ")"
+)
+
+
+MAX_BRACE_ITEMS = 64
+
+
+def brace_expand(value: str) -> list[str] | None:
+    """bash brace expansion of ``value`` (comma lists, nesting, ``{a..z}`` / ``{1..9}``
+    ranges); None past MAX_BRACE_ITEMS results. Over-splitting on a quoted comma only
+    yields shorter items, which are judged too."""
+    depth = 0
+    start = -1
+    for k, ch in enumerate(value):
+        if ch == "{":
+            if depth == 0:
+                start = k
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                inner = value[start + 1 : k]
+                items = _brace_items(inner)
+                if items is None:
+                    continue
+                prefix, suffix = value[:start], value[k + 1 :]
+                out: list[str] = []
+                for item in items:
+                    expanded = brace_expand(prefix + item + suffix)
+                    if expanded is None:
+                        return None
+                    out.extend(expanded)
+                    if len(out) > MAX_BRACE_ITEMS:
+                        return None
+                return out
+    return [value]
+
+
+def _brace_items(inner: str) -> list[str] | None:
+    """The items of one ``{...}``, or None when it is not a brace expansion."""
+    parts: list[str] = []
+    depth = 0
+    last = 0
+    for k, ch in enumerate(inner):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(inner[last:k])
+            last = k + 1
+    if parts:
+        parts.append(inner[last:])
+        return parts
+    match = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.-?\d+)?", inner)
+    if match is None:
+        return None
+    first, last_item = match.group(1), match.group(2)
+    if first.lstrip("-").isdigit() and last_item.lstrip("-").isdigit():
+        lo, hi = int(first), int(last_item)
+        if abs(hi - lo) > MAX_BRACE_ITEMS:
+            return [str(lo)] * (MAX_BRACE_ITEMS + 1)
+        step = 1 if hi >= lo else -1
+        return [str(n) for n in range(lo, hi + step, step)]
+    if first.isalpha() and last_item.isalpha():
+        step = 1 if ord(last_item) >= ord(first) else -1
+        return [chr(c) for c in range(ord(first), ord(last_item) + step, step)]
+    return None
