@@ -12,9 +12,13 @@ class SedEffects:
     """What a sed script does besides filtering text."""
 
     execute: bool
+    """It runs shell commands (the ``e`` command or the ``s///e`` flag)."""
     writes: tuple[str, ...]
+    """Files written by ``w``/``W`` commands and the ``s///w`` flag."""
     reads: tuple[str, ...]
+    """Files read by ``r``/``R`` commands."""
     unknown: bool
+    """Something the scanner does not understand (never taken as harmless)."""
 
 
 _SED_SIMPLE = frozenset("=dDgGhHlnNpPqQxzF")
