@@ -241,25 +241,52 @@ def _env_doc(env: EnvSource) -> PolicyDoc:
     return env_policy(os.environ if env is None else env)
 
 
+def _read_doc(path: Path, source: Source) -> PolicyDoc:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read policy file {path}: {exc.strerror}") from exc
+    try:
+        return parse_policy_text(text, policy_format(path), source=source)
+    except StockadeError as exc:
+        exc.message = f"{path}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+
+
 def load_policy(
     path: str | Path | None,
     environ: EnvSource = None,
     *,
     cwd: str = "/",
     mode_override: Mode | None = None,
+    project_path: str | Path | None = None,
 ) -> CompiledPolicy:
-    """Load the policy file (if any) plus the environment; raise on any problem."""
+    """Load the managed policy file, the project file (if any) and the environment.
+
+    Rules keep that order (MANAGED, PROJECT, ENV). Mode and limits: the environment wins,
+    then the managed file, then the project file.
+    """
     docs: list[PolicyDoc] = []
-    origin = "environment"
+    origins: list[str] = []
     if path:
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read policy file {p}: {exc.strerror}") from exc
-        docs.append(parse_policy_text(text, policy_format(p)))
-        origin = str(p)
+        docs.append(_read_doc(Path(path), Source.MANAGED))
+        origins.append(str(path))
+    if project_path:
+        project = _read_doc(Path(project_path), Source.PROJECT)
+        managed = docs[0] if docs else PolicyDoc()
+        # The managed file's mode and limits win over the project's (an admin's policy is
+        # not loosened by a project); the environment still wins over both.
+        docs.append(
+            PolicyDoc(
+                rules=project.rules,
+                mode=project.mode if managed.mode is None else None,
+                limits={k: v for k, v in project.limits.items() if k not in managed.limits},
+            )
+        )
+        origins.append(str(project_path))
     docs.append(_env_doc(environ))
+    origin = " + ".join([*origins, "environment"])
     return compile_policy(*docs, cwd=cwd, mode_override=mode_override, origin=origin)
 
 
@@ -282,34 +309,42 @@ class PolicyStore:
         *,
         cwd: str = "/",
         mode_override: Mode | None = None,
+        project_path: str | Path | None = None,
     ) -> None:
         self.path = Path(path) if path else None
+        self.project_path = Path(project_path) if project_path else None
         self._environ = _env_doc(environ)
         self._cwd = cwd
         self._mode_override = mode_override
         self._fingerprint = self._stat()
-        self.current: CompiledPolicy = load_policy(
-            self.path, self._environ, cwd=cwd, mode_override=mode_override
-        )
+        self.current: CompiledPolicy = self._load()
         self.last_error = ""
         _warn_lint(self.current)
 
-    def _stat(self) -> tuple[int, int] | None:
-        if self.path is None:
-            return None
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
+    def _load(self) -> CompiledPolicy:
+        return load_policy(
+            self.path,
+            self._environ,
+            cwd=self._cwd,
+            mode_override=self._mode_override,
+            project_path=self.project_path,
+        )
+
+    def _stat(self) -> tuple[tuple[int, int] | None, ...]:
+        out: list[tuple[int, int] | None] = []
+        for path in (self.path, self.project_path):
+            try:
+                st = path.stat() if path is not None else None
+            except OSError:
+                st = None
+            out.append(None if st is None else (st.st_mtime_ns, st.st_size))
+        return tuple(out)
 
     def reload(self) -> ReloadResult:
-        """Load the file again; on failure keep the current policy and record why."""
+        """Load the files again; on failure keep the current policy and record why."""
         self._fingerprint = self._stat()
         try:
-            fresh = load_policy(
-                self.path, self._environ, cwd=self._cwd, mode_override=self._mode_override
-            )
+            fresh = self._load()
         except StockadeError as exc:
             self.last_error = exc.message
             log.warning(
@@ -325,8 +360,8 @@ class PolicyStore:
         return ReloadResult(changed, fresh.version)
 
     def reload_if_changed(self) -> ReloadResult | None:
-        """Reload when the file's modification time or size changed; else None."""
-        if self.path is None or self._stat() == self._fingerprint:
+        """Reload when a file's modification time or size changed; else None."""
+        if (self.path is None and self.project_path is None) or self._stat() == self._fingerprint:
             return None
         return self.reload()
 

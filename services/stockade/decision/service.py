@@ -49,7 +49,13 @@ def policy_store(settings: DecisionSettings) -> PolicyStore:
     override = (
         parse_mode(settings.default_mode) if "default_mode" in settings.model_fields_set else None
     )
-    return PolicyStore(settings.policy_file, env, cwd=settings.workspace, mode_override=override)
+    return PolicyStore(
+        settings.policy_file,
+        env,
+        cwd=settings.workspace,
+        mode_override=override,
+        project_path=settings.project_policy_file,
+    )
 
 
 def signer_for(settings: DecisionSettings) -> GrantSigner:

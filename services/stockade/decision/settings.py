@@ -40,6 +40,8 @@ class DecisionSettings(ServerSettings):
     listen: str = "127.0.0.1:50051"
     policy_file: Path | None = None
     """TOML or YAML policy file (reloaded on change or SIGHUP)."""
+    project_policy_file: Path | None = None
+    """A second policy file whose rules have source PROJECT (after the managed file's)."""
     default_mode: str = Field(
         "default",
         validation_alias=AliasChoices("STOCKADE_DECISION_DEFAULT_MODE", "AGENT_PERMISSION_MODE"),

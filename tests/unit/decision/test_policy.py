@@ -163,3 +163,22 @@ async def test_watch_picks_up_changes(tmp_path: Path) -> None:
         assert [r.pattern for r in store.current.rules] == ["read_file", "file_write"]
     finally:
         task.cancel()
+
+
+def test_project_file_rules_follow_managed_ones_with_their_source(tmp_path: Path) -> None:
+    managed = tmp_path / "managed.toml"
+    project = tmp_path / "project.yaml"
+    managed.write_text("mode = 'plan'\n[permissions]\ndeny = ['run_bash(rm *)']\n")
+    project.write_text("mode: dontAsk\npermissions:\n  allow: ['read_file']\n")
+    store = PolicyStore(managed, {"AGENT_PERMISSIONS_ASK": "file_write"}, project_path=project)
+    rules = [(r.pattern, r.source) for r in store.current.rules]
+    assert rules == [
+        ("run_bash(rm *)", Source.MANAGED),
+        ("read_file", Source.PROJECT),
+        ("file_write", Source.ENV),
+    ]
+    assert store.current.mode is Mode.PLAN  # the managed file's mode beats the project's
+    project.write_text("permissions:\n  allow: ['read_file(']\n# a bad edit, longer")
+    result = store.reload_if_changed()
+    assert result is not None and str(project) in result.error
+    assert [r.pattern for r in store.current.rules][1] == "read_file"  # last good kept
