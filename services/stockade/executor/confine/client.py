@@ -330,7 +330,7 @@ class Launcher:
                 report.update(json.loads(line))
         if report.get("error"):
             raise ConfinementFailed(f"confinement failed, nothing ran: {report['error']}")
-        if "layers" not in report:
+        if "layers" not in report and not (timed_out or cancelled):
             raise ConfinementFailed("the worker ended before confining the command")
         if "code" in report:
             code = int(report["code"])
@@ -345,7 +345,10 @@ class Launcher:
             stdout=streams[0].text(),
             stderr=streams[1].text(),
             elapsed_s=time.monotonic() - started,
-            layers=tuple(Layer(str(n), bool(a), str(d)) for n, a, d in report["layers"]),
+            # Killed before it reported them (a very short time limit): the host's.
+            layers=tuple(Layer(str(n), bool(a), str(d)) for n, a, d in report["layers"])
+            if "layers" in report
+            else self._layers,
             output_dropped=streams[0].dropped or streams[1].dropped,
         )
 

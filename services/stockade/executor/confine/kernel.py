@@ -53,6 +53,14 @@ SECURE_BITS_LOCKDOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
+def warm_up() -> None:
+    """Resolve every C function used here (ctypes caches them on first lookup)."""
+    for name in ("unshare", "setns", "mount", "prctl", "capset"):
+        getattr(_libc, name)
+    _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    (_CapData * 2)()
+
+
 def _check(result: int, what: str) -> int:
     if result < 0:
         err = ctypes.get_errno()

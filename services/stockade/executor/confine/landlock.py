@@ -64,6 +64,13 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+def warm_up() -> None:
+    """Build (without using) the ctypes objects of a restriction, so they are cached."""
+    _RulesetAttr(0, 0, 0)
+    _PathBeneathAttr(0, -1)
+    ctypes.sizeof(_RulesetAttr)
+
+
 def abi_version() -> int:
     """The Landlock ABI this kernel offers (0 when Landlock is absent or disabled)."""
     res = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)

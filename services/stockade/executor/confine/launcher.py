@@ -194,7 +194,7 @@ class LauncherServer:
         cgroup = ""
         if self.cgroup_root is not None:
             cgroup = self.cgroup_root.child(f"w{wid}", self.default_nproc)
-        slot = worker.Slot(tmp_dir=tmp_dir, cgroup=cgroup)
+        slot = worker.Slot(tmp_dir=tmp_dir, cgroup=cgroup, cgroup_max=self.default_nproc)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         own_pidns = -1
         if self.plan.pid_namespace:
@@ -319,6 +319,8 @@ class LauncherServer:
         self.selector.register(self.control, selectors.EVENT_READ, None)
         # Everything allocated so far lives as long as we do: keep the collector off
         # it, so forked workers share those pages instead of copying them.
+        for _ in range(16):  # past 3.11's specialisation threshold
+            worker.warm_up()
         gc.collect()
         gc.freeze()
         self._fill_pool()

@@ -119,15 +119,21 @@ def bind_read_only(paths: Sequence[str]) -> None:
 # Where host services keep pathname unix sockets. Landlock (ABI <= 7) does not govern
 # connect() on them, so each socket found is covered with the empty file: a command
 # cannot talk to the container runtime, D-Bus or Stockade's own unix-socket servers.
-SOCKET_DIRS: tuple[str, ...] = ("/run", "/var/run", "/dev", "/tmp/.X11-unix")
-_SOCKET_SCAN_DEPTH = 4
+SOCKET_DIRS: tuple[tuple[str, int], ...] = (
+    ("/run", 4),
+    ("/var/run", 4),
+    ("/dev", 1),  # /dev/log; deeper are device nodes only
+    ("/tmp/.X11-unix", 1),
+)
 
 
-def find_sockets(dirs: Sequence[str] = SOCKET_DIRS, *, skip: Sequence[str] = ()) -> list[str]:
-    """Pathname sockets under ``dirs`` (a few levels deep), except below ``skip``."""
+def find_sockets(
+    dirs: Sequence[tuple[str, int]] = SOCKET_DIRS, *, skip: Sequence[str] = ()
+) -> list[str]:
+    """Pathname sockets under ``dirs`` (each to its depth), except below ``skip``."""
     found: list[str] = []
     seen: set[str] = set()
-    pending = [(os.path.realpath(d), 0) for d in dirs]
+    pending = [(os.path.realpath(d), depth) for d, depth in dirs]
     while pending:
         top, depth = pending.pop()
         if top in seen or any(_within(top, s) for s in skip):
@@ -144,6 +150,6 @@ def find_sockets(dirs: Sequence[str] = SOCKET_DIRS, *, skip: Sequence[str] = ())
                 continue
             if stat.S_ISSOCK(mode):
                 found.append(entry.path)
-            elif stat.S_ISDIR(mode) and depth + 1 < _SOCKET_SCAN_DEPTH:
-                pending.append((entry.path, depth + 1))
+            elif stat.S_ISDIR(mode) and depth > 1:
+                pending.append((entry.path, depth - 1))
     return found

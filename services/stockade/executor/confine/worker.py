@@ -108,6 +108,8 @@ class Slot:
     """The command's private, writable tmp dir (removed by the launcher afterwards)."""
     cgroup: str
     """The worker's pids cgroup ("" when there is none)."""
+    cgroup_max: int = 0
+    """The ``pids.max`` the launcher already wrote there."""
 
 
 @dataclass
@@ -118,6 +120,8 @@ class Prepared:
     """Preparation failures; reported (and nothing run) when the request comes."""
     rulesets: dict[bool, landlock.Ruleset]
     """Landlock rulesets with the system rules, keyed by ``deny_tcp``."""
+    devnull: int
+    """/dev/null opened for reading: the command's stdin."""
 
 
 def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
@@ -171,7 +175,30 @@ def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
                 rulesets[deny_tcp] = ruleset
         except OSError as exc:
             problems.append(f"landlock ruleset: {exc}")
-    return Prepared(problems, rulesets)
+    warm_up()
+    devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    return Prepared(problems, rulesets, devnull)
+
+
+def warm_up() -> None:
+    """Run the request path's pure parts once, without effect.
+
+    A worker is a copy-on-write copy of the launcher: the first time it touches an
+    object (even to count a reference), runs a function (3.11 specialises bytecode in
+    place) or looks up a C function, the kernel copies that page. Doing it here, before
+    the request, takes those copies off the command's critical path; the launcher also
+    calls this before forking, so the specialised code is shared.
+    """
+    sample = ConfinementPolicy(readable_roots=("/",), writable_roots=("/",))
+    policy = ConfinementPolicy.from_dict(json.loads(json.dumps(sample.to_dict())))
+    layers = [Layer(PROCESS_GROUP, True, f"{policy.rlimits.nproc}") for _ in range(3)]
+    json.dumps({"layers": [[x.name, x.active, x.detail] for x in layers]})
+    command_env(cwd="/", tmp_dir="/")
+    masks.find_masked((), ())
+    masks.nested_read_only(policy.readable_roots, policy.writable_roots)
+    limits.nproc_enforced()
+    kernel.warm_up()
+    landlock.warm_up()
 
 
 def _close_other_fds(keep: tuple[int, ...]) -> None:
@@ -201,8 +228,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         if prepared.problems:
             raise OSError(0, "; ".join(prepared.problems))
         layers, argv, env, policy = _confine(request, fds, plan, slot, prepared)
-        _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers]})
-        devnull = os.open("/dev/null", os.O_RDONLY)
+        devnull = prepared.devnull
         pid = os.posix_spawn(
             argv[0],
             argv,
@@ -217,6 +243,8 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         )
         for fd in (devnull, fds[0], fds[1]):
             os.close(fd)
+        # Reported once the command runs, so the write is not on the spawn's path.
+        _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers]})
     except BaseException as exc:  # noqa: BLE001 - anything here must be reported, then exit
         try:
             _report(status, {"error": f"{type(exc).__name__}: {exc}"})
@@ -333,7 +361,8 @@ def _confine(
     # 3. Limits.
     r = policy.rlimits
     if slot.cgroup:
-        limits.set_max(slot.cgroup, r.nproc)
+        if r.nproc != slot.cgroup_max:
+            limits.set_max(slot.cgroup, r.nproc)
         layers.append(Layer(PIDS_CGROUP, True, f"pids.max={r.nproc}"))
     else:
         layers.append(Layer(PIDS_CGROUP, False, plan.why(PIDS_CGROUP)))
