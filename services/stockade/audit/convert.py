@@ -62,25 +62,26 @@ def _lookup(names: dict[int, str], number: int, field: str) -> str:
 def row_from_proto(event: a_pb2.AuditEvent) -> AuditEventRow:
     """The core row for a protobuf event (validation happens in the store)."""
     time = event.time
+    # Positional, in field order: this runs once per ingested event.
     return AuditEventRow(
-        event_id=event.event_id,
-        session_id=event.session_id,
-        step=event.step,
-        tool_name=event.tool_name,
-        status=_lookup(_STATUS_NAMES, event.status, "status"),
-        elapsed_ms=event.elapsed_ms,
-        output_preview=event.output_preview,
-        agent_name=event.agent_name,
-        time_ns=time.seconds * 1_000_000_000 + time.nanos,
-        call_id=event.call_id,
-        verdict=_lookup(_VERDICT_NAMES, event.verdict, "verdict"),
-        matched_rule=event.matched_rule,
-        rule_source=_lookup(_SOURCE_NAMES, event.rule_source, "rule_source"),
-        conflict_log=event.conflict_log,
-        trace_id=event.trace_id,
-        termination_reason=event.termination_reason,
-        policy_version=event.policy_version,
-        arguments_json=event.arguments_json,
+        event.event_id,
+        event.session_id,
+        event.step,
+        event.tool_name,
+        _lookup(_STATUS_NAMES, event.status, "status"),
+        event.elapsed_ms,
+        event.output_preview,
+        event.agent_name,
+        time.seconds * 1_000_000_000 + time.nanos,
+        event.call_id,
+        _lookup(_VERDICT_NAMES, event.verdict, "verdict"),
+        event.matched_rule,
+        _lookup(_SOURCE_NAMES, event.rule_source, "rule_source"),
+        event.conflict_log,
+        event.trace_id,
+        event.termination_reason,
+        event.policy_version,
+        event.arguments_json,
     )
 
 

@@ -1,24 +1,27 @@
 """The audit store: ``agent_audit_log`` in SQLite through aiosqlite (AUD-1..AUD-5).
 
-One writer connection appends batches in single transactions under a lock, so the hash
-chain has one order; a second, query-only connection serves queries and the tail while
-writes go on (WAL). Appends are idempotent by ``event_id``: duplicates, in the batch or
-already stored, are skipped before hashing so the chain never has holes.
+Appends are validated on the event loop, then handed to one writer thread
+(``ChainWriter``) that chains and inserts each batch in a single transaction, so the
+chain has one order and the loop prepares the next batch while this one is written. At
+most ``max_pending_batches`` batches wait for the writer; further appends wait for a
+slot, which pushes back on producers instead of queueing without bound. A query-only
+aiosqlite connection serves queries and the tail while writes go on (WAL). Appends are
+idempotent by ``event_id``: duplicates, in the batch or already stored, are skipped
+before hashing so the chain never has holes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from operator import attrgetter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiosqlite
 
-from stockade.audit.chain import GENESIS, ChainChecker, hash_values
+from stockade.audit.chain import ChainChecker
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
@@ -33,14 +36,12 @@ from stockade.audit.model import (
 )
 from stockade.audit.notify import HeadWatch
 from stockade.audit.paging import clamp_page_size, decode_token, encode_token
-from stockade.audit.schema import INSERT_ROW, SCHEMA, SELECT_ROW
+from stockade.audit.schema import SELECT_ROW
 from stockade.audit.validate import normalise_batch
-from stockade.errors import InvalidArgument
+from stockade.audit.writer import ChainWriter
+from stockade.errors import DependencyUnavailable, InvalidArgument
 
-_event_values = attrgetter(*EVENT_FIELDS)
 _N_EVENT = len(EVENT_FIELDS)
-# SQLite's default limit on bound parameters is far above this; it keeps statements small.
-_ID_CHUNK = 500
 _NS_PER_DAY = 86_400 * 10**9
 
 
@@ -55,16 +56,12 @@ def row_from_values(values: Sequence[Any]) -> StoredRow:
     )
 
 
-async def _connect(
-    path: str | os.PathLike[str], *, query_only: bool, synchronous: str
-) -> aiosqlite.Connection:
-    db = await aiosqlite.connect(
-        os.fspath(path), isolation_level=None if query_only else "DEFERRED"
-    )
+async def _connect(path: str | os.PathLike[str], *, synchronous: str) -> aiosqlite.Connection:
+    """A query-only connection (autocommit, so every read sees the latest commit)."""
+    db = await aiosqlite.connect(os.fspath(path), isolation_level=None)
     await db.execute("PRAGMA busy_timeout = 10000")
     await db.execute(f"PRAGMA synchronous = {synchronous}")
-    if query_only:
-        await db.execute("PRAGMA query_only = 1")
+    await db.execute("PRAGMA query_only = 1")
     return db
 
 
@@ -74,21 +71,26 @@ class AuditStore:
     def __init__(
         self,
         path: str,
-        writer: aiosqlite.Connection,
+        writer: ChainWriter,
+        executor: ThreadPoolExecutor,
         reader: aiosqlite.Connection,
-        head: tuple[int, str, int],
+        *,
+        synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
+        max_pending_batches: int = 8,
     ) -> None:
-        """Use ``open`` instead; this wires already opened connections."""
+        """Use ``open`` instead; this wires an opened writer (on ``executor``) and reader."""
         self._path = path
         self._writer = writer
+        self._executor = executor
         self._reader = reader
-        self._head_sequence, self._head_hash, self._head_stored_ns = head
-        self._lock = asyncio.Lock()
+        self._head_sequence = writer.head_sequence
+        self._slots = asyncio.Semaphore(max_pending_batches)
         self._watch = HeadWatch(self._head_sequence)
         self._instruments = store_instruments()
-        self._synchronous = "NORMAL"
+        self._synchronous = synchronous
         self._clock = clock
+        self._closed = False
 
     @classmethod
     async def open(
@@ -97,6 +99,7 @@ class AuditStore:
         *,
         synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
+        max_pending_batches: int = 8,
     ) -> AuditStore:
         """Open (creating if needed) the log at ``path`` in WAL mode.
 
@@ -106,34 +109,42 @@ class AuditStore:
         """
         if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise InvalidArgument(f"unknown synchronous mode {synchronous!r}")
-        writer = await _connect(path, query_only=False, synchronous=synchronous)
+        if max_pending_batches < 1:
+            raise InvalidArgument("max_pending_batches must be at least 1")
+        file = os.fspath(path)
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
+        loop = asyncio.get_running_loop()
         try:
-            await writer.execute("PRAGMA journal_mode = WAL")
-            await writer.executescript(SCHEMA)
-            await writer.execute(
-                "INSERT OR IGNORE INTO audit_chain VALUES (1, 0, ?, 0, ?, 0)", (GENESIS, GENESIS)
-            )
-            await writer.commit()
-            async with writer.execute(
-                "SELECT head_sequence, head_hash, head_stored_ns FROM audit_chain"
-            ) as cursor:
-                head = await cursor.fetchone()
-            assert head is not None
-            reader = await _connect(path, query_only=True, synchronous=synchronous)
+            writer = await loop.run_in_executor(executor, ChainWriter, file, synchronous)
         except BaseException:
-            await writer.close()
+            executor.shutdown(wait=False)
             raise
-        head_values = (int(head[0]), str(head[1]), int(head[2]))
-        store = cls(os.fspath(path), writer, reader, head_values, clock)
-        store._synchronous = synchronous
-        return store
+        try:
+            reader = await _connect(file, synchronous=synchronous)
+        except BaseException:
+            await loop.run_in_executor(executor, writer.close)
+            executor.shutdown(wait=False)
+            raise
+        return cls(
+            file,
+            writer,
+            executor,
+            reader,
+            synchronous=synchronous,
+            clock=clock,
+            max_pending_batches=max_pending_batches,
+        )
 
     async def close(self) -> None:
-        """End every tail and close the connections (waits for an append in progress)."""
+        """End every tail, let queued writes finish, and close the connections."""
+        if self._closed:
+            return
+        self._closed = True
         self._watch.close()
-        async with self._lock:
-            await self._reader.close()
-            await self._writer.close()
+        # The writer thread runs jobs in order: closing after the queued appends.
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
+        self._executor.shutdown(wait=True)
+        await self._reader.close()
 
     async def __aenter__(self) -> AuditStore:
         """Use the store as an async context manager."""
@@ -158,18 +169,19 @@ class AuditStore:
     async def append(self, events: Sequence[AuditEventRow]) -> AppendResult:
         """Store a batch in one transaction; skip ids already stored; chain every row.
 
-        Raises ``InvalidArgument`` (and stores nothing) if any event is malformed.
+        Raises ``InvalidArgument`` (and stores nothing) if any event is malformed. Once
+        a batch is handed to the writer it is written whole even if the caller is
+        cancelled meanwhile.
         """
         arrived = time.monotonic()
+        if self._closed:
+            raise DependencyUnavailable("the audit store is closing")
         if not events:
             return AppendResult(0, 0, self._head_sequence)
         rows = normalise_batch(events, self._clock())
         unique, duplicates = _dedupe(rows)
-        # Shielded: once a batch reaches SQLite it must finish (or fail) as a whole and
-        # leave the in-memory head right, even if the caller is cancelled meanwhile.
-        accepted, skipped = await asyncio.shield(self._append_unique(unique))
+        accepted, skipped = await asyncio.shield(self._write(unique))
         duplicates += skipped
-        self._watch.publish(self._head_sequence)
         counter = self._instruments.events_ingested
         counter.add(accepted, {"outcome": "accepted"})
         if duplicates:
@@ -177,61 +189,21 @@ class AuditStore:
         self._instruments.ingest_latency.record((time.monotonic() - arrived) * 1000.0)
         return AppendResult(accepted, duplicates, self._head_sequence)
 
-    async def _append_unique(self, rows: list[AuditEventRow]) -> tuple[int, int]:
-        """Insert rows whose ids are unique within the batch; return (accepted, skipped)."""
+    async def _write(self, rows: list[AuditEventRow]) -> tuple[int, int]:
+        """Hand rows to the writer thread once a slot is free; publish the new head."""
         self._instruments.queue_depth.add(1)
-        waiting = True
         try:
-            async with self._lock:
-                self._instruments.queue_depth.add(-1)
-                waiting = False
-                try:
-                    return await self._insert(rows), 0
-                except sqlite3.IntegrityError:
-                    # Some ids are already stored (a replay): filter them and retry once.
-                    stored = await self._stored_ids([row.event_id for row in rows])
-                    fresh = [row for row in rows if row.event_id not in stored]
-                    return await self._insert(fresh), len(rows) - len(fresh)
+            async with self._slots:
+                loop = asyncio.get_running_loop()
+                accepted, skipped, head = await loop.run_in_executor(
+                    self._executor, self._writer.append, rows, self._clock()
+                )
         finally:
-            if waiting:
-                self._instruments.queue_depth.add(-1)
-
-    async def _insert(self, rows: list[AuditEventRow]) -> int:
-        """Chain and insert ``rows`` in one transaction; the caller holds the lock."""
-        if not rows:
-            return 0
-        stored_ns = max(self._clock(), self._head_stored_ns)
-        sequence, prev = self._head_sequence, self._head_hash
-        params: list[tuple[Any, ...]] = []
-        for row in rows:
-            sequence += 1
-            values = (sequence, stored_ns, *_event_values(row))
-            digest = hash_values(prev, values)
-            params.append((*values, prev, digest))
-            prev = digest
-        try:
-            await self._writer.executemany(INSERT_ROW, params)
-            await self._writer.execute(
-                "UPDATE audit_chain SET head_sequence = ?, head_hash = ?, head_stored_ns = ?",
-                (sequence, prev, stored_ns),
-            )
-            await self._writer.commit()
-        except BaseException:
-            await self._writer.rollback()
-            raise
-        self._head_sequence, self._head_hash, self._head_stored_ns = sequence, prev, stored_ns
-        return len(rows)
-
-    async def _stored_ids(self, ids: list[str]) -> set[str]:
-        found: set[str] = set()
-        for start in range(0, len(ids), _ID_CHUNK):
-            chunk = ids[start : start + _ID_CHUNK]
-            marks = ", ".join("?" for _ in chunk)
-            async with self._writer.execute(
-                f"SELECT event_id FROM agent_audit_log WHERE event_id IN ({marks})", chunk
-            ) as cursor:
-                found.update(row[0] for row in await cursor.fetchall())
-        return found
+            self._instruments.queue_depth.add(-1)
+        if head > self._head_sequence:
+            self._head_sequence = head
+            self._watch.publish(head)
+        return accepted, skipped
 
     async def apply_retention(self, days: float, *, now_ns: int | None = None) -> int:
         """Delete rows stored more than ``days`` ago; return how many were deleted.
@@ -243,35 +215,9 @@ class AuditStore:
         if days < 0:
             raise InvalidArgument("retention days must not be negative", field="days")
         cutoff = (self._clock() if now_ns is None else now_ns) - int(days * _NS_PER_DAY)
-        return await asyncio.shield(self._delete_before(cutoff))
-
-    async def _delete_before(self, cutoff: int) -> int:
-        async with self._lock:
-            async with self._writer.execute(
-                "SELECT MAX(sequence) FROM agent_audit_log WHERE stored_ns < ?", (cutoff,)
-            ) as cursor:
-                found = await cursor.fetchone()
-            last = found[0] if found else None
-            if last is None:
-                return 0
-            async with self._writer.execute(
-                "SELECT row_hash FROM agent_audit_log WHERE sequence = ?", (last,)
-            ) as cursor:
-                anchor = await cursor.fetchone()
-            assert anchor is not None
-            try:
-                deleted = await self._writer.execute(
-                    "DELETE FROM agent_audit_log WHERE sequence <= ?", (last,)
-                )
-                await self._writer.execute(
-                    "UPDATE audit_chain SET anchor_sequence = ?, anchor_hash = ?",
-                    (last, anchor[0]),
-                )
-                await self._writer.commit()
-            except BaseException:
-                await self._writer.rollback()
-                raise
-            return int(deleted.rowcount)
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(self._executor, self._writer.delete_before, cutoff)
+        return await asyncio.shield(job)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -389,7 +335,7 @@ class AuditStore:
         Runs on its own connection inside one read transaction, so it sees a consistent
         snapshot while appends continue.
         """
-        db = await _connect(self._path, query_only=True, synchronous=self._synchronous)
+        db = await _connect(self._path, synchronous=self._synchronous)
         try:
             await db.execute("BEGIN")
             async with db.execute(

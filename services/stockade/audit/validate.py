@@ -7,7 +7,6 @@ refused with ``InvalidArgument`` naming the field, so nothing is stored silently
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -86,20 +85,25 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
         and 0 <= event.elapsed_ms <= _INT64_MAX
         and 0 <= event.time_ns <= _INT64_MAX
         and (not event.trace_id or _TRACE_ID.fullmatch(event.trace_id))
-        and not event.conflict_log
-        and not event.arguments_json
+        and (not event.conflict_log or _is_json(event.conflict_log))
+        and (not event.arguments_json or _is_json(event.arguments_json))
     ):
         pass
     else:
         _check_slowly(event, index)
     if event.time_ns and len(event.output_preview) <= PREVIEW_CHARS:
         return event
-    changes: dict[str, object] = {}
-    if len(event.output_preview) > PREVIEW_CHARS:
-        changes["output_preview"] = event.output_preview[:PREVIEW_CHARS]
-    if event.time_ns == 0:
-        changes["time_ns"] = now_ns
-    return dataclasses.replace(event, **changes)  # type: ignore[arg-type]
+    return event._replace(
+        output_preview=event.output_preview[:PREVIEW_CHARS], time_ns=event.time_ns or now_ns
+    )
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_slowly(event: AuditEventRow, index: int) -> None:

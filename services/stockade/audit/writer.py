@@ -1,0 +1,126 @@
+"""The audit log's single writer: one thread, one plain sqlite3 connection, the chain head.
+
+Every append runs here as one unit: chain the rows (sequence, prev_hash, row_hash), insert
+them and move the head in one transaction, or roll back and leave the head untouched.
+Running the hashing in the same thread as the SQL keeps the chain strictly ordered with
+no lock juggling, and lets the event loop parse and validate the next batch while this
+one is written (aiosqlite cannot run a function in its thread, only statements, so a
+batch would need several round trips and a lock held across them).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from stockade.audit.chain import GENESIS, hash_values
+from stockade.audit.model import AuditEventRow
+from stockade.audit.schema import INSERT_ROW, SCHEMA
+
+# SQLite's default limit on bound parameters is far above this; it keeps statements small.
+_ID_CHUNK = 500
+
+
+class ChainWriter:
+    """Appends chained rows and applies retention. Call every method from one thread."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        """Open the file in WAL mode, create the schema, and load the chain head."""
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA busy_timeout = 10000")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {synchronous}")
+            db.executescript(SCHEMA)
+            db.execute(
+                "INSERT OR IGNORE INTO audit_chain VALUES (1, 0, ?, 0, ?, 0)", (GENESIS, GENESIS)
+            )
+            head = db.execute(
+                "SELECT head_sequence, head_hash, head_stored_ns FROM audit_chain"
+            ).fetchone()
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        self.head_sequence, self.head_hash, self.head_stored_ns = (
+            int(head[0]),
+            str(head[1]),
+            int(head[2]),
+        )
+
+    def append(self, rows: Sequence[AuditEventRow], now_ns: int) -> tuple[int, int, int]:
+        """Store rows whose ids are unique in the batch; return (accepted, skipped, head)."""
+        try:
+            accepted = self._insert(rows, now_ns)
+            return accepted, 0, self.head_sequence
+        except sqlite3.IntegrityError:
+            # Some ids are already stored (a replay): filter them out and insert the rest.
+            stored = self._stored_ids([row.event_id for row in rows])
+            fresh = [row for row in rows if row.event_id not in stored]
+            accepted = self._insert(fresh, now_ns)
+            return accepted, len(rows) - len(fresh), self.head_sequence
+
+    def _insert(self, rows: Sequence[AuditEventRow], now_ns: int) -> int:
+        if not rows:
+            return 0
+        # Arrival times never go backwards, so old rows are always a prefix (retention).
+        stored_ns = max(now_ns, self.head_stored_ns)
+        sequence, prev = self.head_sequence, self.head_hash
+        params: list[tuple[Any, ...]] = []
+        for row in rows:
+            sequence += 1
+            values = (sequence, stored_ns, *row)
+            digest = hash_values(prev, values)
+            params.append((*values, prev, digest))
+            prev = digest
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(INSERT_ROW, params)
+            db.execute(
+                "UPDATE audit_chain SET head_sequence = ?, head_hash = ?, head_stored_ns = ?",
+                (sequence, prev, stored_ns),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.head_sequence, self.head_hash, self.head_stored_ns = sequence, prev, stored_ns
+        return len(rows)
+
+    def _stored_ids(self, ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            marks = ", ".join("?" for _ in chunk)
+            query = f"SELECT event_id FROM agent_audit_log WHERE event_id IN ({marks})"
+            found.update(row[0] for row in self._db.execute(query, chunk))
+        return found
+
+    def delete_before(self, cutoff_ns: int) -> int:
+        """Delete the prefix of rows stored before ``cutoff_ns``; re-anchor the chain."""
+        last = self._db.execute(
+            "SELECT MAX(sequence) FROM agent_audit_log WHERE stored_ns < ?", (cutoff_ns,)
+        ).fetchone()[0]
+        if last is None:
+            return 0
+        anchor = self._db.execute(
+            "SELECT row_hash FROM agent_audit_log WHERE sequence = ?", (last,)
+        ).fetchone()[0]
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            deleted = db.execute("DELETE FROM agent_audit_log WHERE sequence <= ?", (last,))
+            db.execute(
+                "UPDATE audit_chain SET anchor_sequence = ?, anchor_hash = ?", (last, anchor)
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return int(deleted.rowcount)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()

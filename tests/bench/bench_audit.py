@@ -1,0 +1,135 @@
+"""PERF-3: sustained audit ingestion through RecordBatch over real gRPC.
+
+The audit service runs as its own process (``python -m stockade.audit``, as deployed) on
+a unix socket; the bench process streams batches of 1,000 realistic events (200-char
+previews, rule, trace id) and counts events per second from the first message to the
+acknowledgement of the last. The baseline, measured in the same run on the same disk, is
+raw batched inserts of the same rows into the same ``agent_audit_log`` schema with plain
+``sqlite3`` (1,000-row transactions, WAL, synchronous=NORMAL, no hashing, no validation,
+no RPC); the ratio says how much of SQLite's own speed the service keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from stockade.audit.chain import GENESIS
+from stockade.audit.convert import row_from_proto
+from stockade.audit.schema import INSERT_ROW, SCHEMA
+from stockade.client.base import aio_channel
+from stockade.stack import LocalStack
+from stockade.v1 import audit_service_pb2 as a_pb2
+from stockade.v1 import audit_service_pb2_grpc as a_grpc
+from stockade.v1 import common_pb2
+from tests.bench.common import figure
+
+BATCH = 1000
+MESSAGES_PER_CALL = 20
+CALLS = 6  # 120,000 events through the service
+RAW_ROWS = 120_000
+
+
+def _events(start: int, count: int) -> list[a_pb2.AuditEvent]:
+    out = []
+    for n in range(start, start + count):
+        event = a_pb2.AuditEvent(
+            event_id=f"bench-{n:09d}",
+            session_id=f"session-{n % 16}",
+            step=n % 8,
+            tool_name=("read_file", "run_bash", "grep_files")[n % 3],
+            status=a_pb2.AUDIT_STATUS_OK,
+            elapsed_ms=n % 97,
+            output_preview=("lorem ipsum dolor sit amet " * 8)[:200],
+            agent_name="lead",
+            call_id=f"call-{n}",
+            verdict=common_pb2.VERDICT_ALLOW,
+            matched_rule="read_file(**)",
+            rule_source=common_pb2.RULE_SOURCE_MANAGED,
+            trace_id=f"{n:032x}",
+            policy_version="3f2a9c",
+            arguments_json='{"file_path":"notes/hello.txt"}',
+        )
+        event.time.FromNanoseconds(1_700_000_000_000_000_000 + n * 1000)
+        out.append(event)
+    return out
+
+
+def _raw_rate(db_path: Path, events: list[a_pb2.AuditEvent]) -> float:
+    """Rows/s of plain batched sqlite3 inserts of the same rows into the same schema."""
+    rows = []
+    for seq, event in enumerate(events, start=1):
+        rows.append((seq, 0, *row_from_proto(event), GENESIS, GENESIS))
+    db = sqlite3.connect(db_path)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.executescript(SCHEMA)
+        t0 = time.perf_counter()
+        for start in range(0, len(rows), BATCH):
+            db.executemany(INSERT_ROW, rows[start : start + BATCH])
+            db.commit()
+        return len(rows) / (time.perf_counter() - t0)
+    finally:
+        db.close()
+
+
+async def _service_rate(
+    stub: a_grpc.AuditServiceStub, messages: list[a_pb2.RecordBatchRequest]
+) -> float:
+    async def stream(
+        part: list[a_pb2.RecordBatchRequest],
+    ) -> AsyncIterator[a_pb2.RecordBatchRequest]:
+        for message in part:
+            yield message
+
+    # Warm up (connection, SQLite page cache) with events not counted below.
+    await stub.RecordBatch(stream([a_pb2.RecordBatchRequest(events=_events(10**8, BATCH))]))
+    total = 0
+    t0 = time.perf_counter()
+    for call in range(CALLS):
+        part = messages[call * MESSAGES_PER_CALL : (call + 1) * MESSAGES_PER_CALL]
+        reply = await stub.RecordBatch(stream(part))
+        total += reply.accepted
+    elapsed = time.perf_counter() - t0
+    if total != CALLS * MESSAGES_PER_CALL * BATCH:
+        raise RuntimeError(f"service stored {total} events, expected all of them")
+    return total / elapsed
+
+
+async def _run() -> list[dict[str, Any]]:
+    events = _events(0, CALLS * MESSAGES_PER_CALL * BATCH)
+    messages = [
+        a_pb2.RecordBatchRequest(events=events[i : i + BATCH]) for i in range(0, len(events), BATCH)
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        raw = _raw_rate(base / "raw.db", events[:RAW_ROWS])
+        stack = LocalStack(base / "stack")
+        try:
+            await stack.start(["audit"])
+            async with aio_channel(stack.addresses["audit"]) as channel:
+                rate = await _service_rate(a_grpc.AuditServiceStub(channel), messages)
+        finally:
+            await stack.close()
+    return [
+        figure(
+            "PERF-3",
+            "audit ingestion through RecordBatch (events/s; baseline raw batched SQLite rows/s)",
+            rate,
+            "events/s",
+            baseline=raw,
+            ratio=rate / raw,
+            target=">= 50000 events/s",
+        )
+    ]
+
+
+def run() -> list[dict[str, Any]]:
+    """The PERF-3 figure."""
+    return asyncio.run(_run())
