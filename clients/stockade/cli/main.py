@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stockade.cli import audit, checks, demo, serve
+from stockade.cli import approvals, audit, checks, demo, policy, serve, session
 
-GROUPS = [serve, demo, audit, checks]
+GROUPS = [serve, demo, checks, policy, session, approvals, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:
