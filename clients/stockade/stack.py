@@ -70,6 +70,10 @@ class LocalStack:
         if name == "decision":
             env["STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE"] = str(self.grant_private_key)
             env["STOCKADE_DECISION_ADMIN_TOKENS"] = self.admin_token
+            # Relative paths in calls and rules are taken from the executor's workspace.
+            workspace = self.extra_env.get("executor", {}).get("STOCKADE_EXECUTOR_WORKSPACE")
+            if workspace:
+                env.setdefault("STOCKADE_DECISION_WORKSPACE", workspace)
         if name == "executor":
             env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)
         if name == "agent":
