@@ -322,7 +322,7 @@ def _confine(
             "pid 1 is the worker: every descendant dies with it, even after setsid"
             if plan.pid_namespace
             else plan.why(PID_NAMESPACE)
-            + "; descendants that leave the process group are only caught by the pids cgroup",
+            + "; the worker (a child subreaper) kills what the command leaves behind",
         ),
     ]
 
