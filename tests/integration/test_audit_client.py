@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings
@@ -155,3 +157,46 @@ async def test_close_flushes_what_it_holds(tmp_path: Path, sock_dir: Path) -> No
             recorder.enqueue(event(n))
         await recorder.aclose()
         assert await stored_ids(address) == [f"s1-{n}" for n in range(10)]
+
+
+async def test_queue_depth_and_spool_size_metrics(
+    tmp_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+
+    def sums() -> dict[str, int]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        return {
+            metric.name: sum(int(p.value) for p in metric.data.data_points)  # type: ignore[union-attr]
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+
+    listen = f"unix://{sock_dir}/audit.sock"
+    recorder = AuditRecorder(
+        listen, tmp_path / "audit.spool", backoff_max_s=0.05, meter=provider.get_meter("t")
+    )
+    await recorder.start()
+    for n in range(100):
+        recorder.enqueue(event(n))
+    assert sums()["stockade.audit.client.queue_depth"] == 100
+    assert not await recorder.flush(0.2)  # nothing listens: the events move to the spool
+    figures = sums()
+    assert figures["stockade.audit.client.queue_depth"] == 0
+    assert figures["stockade.audit.client.spool_size"] == 100
+    await recorder.close(timeout_s=0.1)
+    # A closed recorder no longer counts what it left on disk; the next one will.
+    assert sums()["stockade.audit.client.spool_size"] == 0
+    async with audit_server(listen, tmp_path / "state"):
+        again = AuditRecorder(listen, tmp_path / "audit.spool", meter=provider.get_meter("t"))
+        assert sums()["stockade.audit.client.spool_size"] == 100
+        async with again:
+            assert await again.flush(30)
+    figures = sums()
+    assert figures["stockade.audit.client.spool_size"] == 0
+    assert figures["stockade.audit.client.events_sent"] == 100
+    provider.shutdown()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from opentelemetry import metrics
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from stockade.audit.metrics import client_instruments
@@ -94,6 +95,7 @@ class AuditRecorder:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
         spool_max_bytes: int = 1 << 30,
+        meter: metrics.Meter | None = None,
     ) -> None:
         """Prepare the recorder; ``start`` (or ``async with``) begins sending.
 
@@ -120,7 +122,7 @@ class AuditRecorder:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._instruments = client_instruments()
+        self._instruments = client_instruments(meter)
         self.sent = 0
         """Events acknowledged by the service (new or duplicate) since start."""
         self.dropped = 0
@@ -224,6 +226,8 @@ class AuditRecorder:
                 self._spill_locked([])
         if not flushed:
             log.warning("audit: %d events left in spool %s", self._spool.pending, self._spool.path)
+        # They stay on disk for the next recorder, which counts them when it opens.
+        self._instruments.spool_size.add(-self._spool.pending)
         self._spool.close()
         if self._own_channel:
             await self._channel.close(None)

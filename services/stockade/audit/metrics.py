@@ -36,10 +36,17 @@ class ClientInstruments:
     events_sent: metrics.Counter
 
 
+def store_instruments(meter: metrics.Meter | None = None) -> StoreInstruments:
+    """The store's instruments on ``meter`` (default: the global one, created once)."""
+    return _default_store_instruments() if meter is None else _store_instruments(meter)
+
+
 @cache
-def store_instruments() -> StoreInstruments:
-    """The store's instruments (created once per process)."""
-    meter = metrics.get_meter("stockade.audit")
+def _default_store_instruments() -> StoreInstruments:
+    return _store_instruments(metrics.get_meter("stockade.audit"))
+
+
+def _store_instruments(meter: metrics.Meter) -> StoreInstruments:
     return StoreInstruments(
         events_ingested=meter.create_counter(
             "stockade.audit.events_ingested", unit="{event}", description="Audit events handled"
@@ -57,10 +64,17 @@ def store_instruments() -> StoreInstruments:
     )
 
 
+def client_instruments(meter: metrics.Meter | None = None) -> ClientInstruments:
+    """The client's instruments on ``meter`` (default: the global one, created once)."""
+    return _default_client_instruments() if meter is None else _client_instruments(meter)
+
+
 @cache
-def client_instruments() -> ClientInstruments:
-    """The audit client's instruments (created once per process)."""
-    meter = metrics.get_meter("stockade.audit.client")
+def _default_client_instruments() -> ClientInstruments:
+    return _client_instruments(metrics.get_meter("stockade.audit.client"))
+
+
+def _client_instruments(meter: metrics.Meter) -> ClientInstruments:
     return ClientInstruments(
         queue_depth=meter.create_up_down_counter(
             "stockade.audit.client.queue_depth",

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiosqlite
+from opentelemetry import metrics
 
 from stockade.audit.chain import ChainChecker
 from stockade.audit.metrics import store_instruments
@@ -78,6 +79,7 @@ class AuditStore:
         synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
         max_pending_batches: int = 8,
+        meter: metrics.Meter | None = None,
     ) -> None:
         """Use ``open`` instead; this wires an opened writer (on ``executor``) and reader."""
         self._path = path
@@ -87,7 +89,7 @@ class AuditStore:
         self._head_sequence = writer.head_sequence
         self._slots = asyncio.Semaphore(max_pending_batches)
         self._watch = HeadWatch(self._head_sequence)
-        self._instruments = store_instruments()
+        self._instruments = store_instruments(meter)
         self._synchronous = synchronous
         self._clock = clock
         self._closed = False
@@ -100,12 +102,14 @@ class AuditStore:
         synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
         max_pending_batches: int = 8,
+        meter: metrics.Meter | None = None,
     ) -> AuditStore:
         """Open (creating if needed) the log at ``path`` in WAL mode.
 
         ``synchronous=NORMAL`` survives a killed process (the failure AUD-4 is about);
         pass ``"FULL"`` to also survive power loss at some cost in throughput. ``clock``
-        gives wall time in nanoseconds (arrival times and retention; tests pass a fake).
+        gives wall time in nanoseconds (arrival times and retention; tests pass a fake);
+        ``meter`` receives the OpenTelemetry instruments (default: the global provider).
         """
         if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise InvalidArgument(f"unknown synchronous mode {synchronous!r}")
@@ -133,6 +137,7 @@ class AuditStore:
             synchronous=synchronous,
             clock=clock,
             max_pending_batches=max_pending_batches,
+            meter=meter,
         )
 
     async def close(self) -> None:
