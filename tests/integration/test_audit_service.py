@@ -217,7 +217,8 @@ async def test_session_metrics(served: Served) -> None:
 async def test_verify_log_names_the_first_broken_link(served: Served) -> None:
     await served.stub.RecordBatch(batches([event(n) for n in range(1, 21)]))
     ok = await served.stub.VerifyLog(a_pb2.VerifyLogRequest())
-    assert (ok.ok, ok.rows_checked) == (True, 20)
+    assert (ok.ok, ok.rows_checked, ok.head_sequence) == (True, 20, 20)
+    assert len(ok.head_hash) == 64
     with sqlite3.connect(served.db) as db:
         db.execute("UPDATE agent_audit_log SET status = 'DENIED' WHERE sequence = 12")
         db.execute("DELETE FROM agent_audit_log WHERE sequence = 15")

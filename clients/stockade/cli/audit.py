@@ -208,7 +208,10 @@ def _verify(args: argparse.Namespace) -> int:
             json.dumps(MessageToDict(result, always_print_fields_with_no_presence=True)) + "\n"
         )
     elif result.ok:
-        sys.stdout.write(f"ok: {result.rows_checked} rows, every link holds\n")
+        sys.stdout.write(
+            f"ok: {result.rows_checked} rows, every link holds;"
+            f" head {result.head_sequence} {result.head_hash}\n"
+        )
     else:
         sys.stdout.write(
             f"BROKEN at sequence {result.first_broken_sequence}: {result.detail}"

@@ -544,6 +544,9 @@ class VerifyLogResponse(_message.Message):
     ROWS_CHECKED_FIELD_NUMBER: _builtins.int
     FIRST_BROKEN_SEQUENCE_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
+    HEAD_SEQUENCE_FIELD_NUMBER: _builtins.int
+    HEAD_HASH_FIELD_NUMBER: _builtins.int
+    ANCHOR_SEQUENCE_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     """True when every link holds."""
     rows_checked: _builtins.int
@@ -552,6 +555,12 @@ class VerifyLogResponse(_message.Message):
     """Sequence of the first row whose link is broken; 0 when ok."""
     detail: _builtins.str
     """What is wrong with it."""
+    head_sequence: _builtins.int
+    """Sequence of the chain's recorded head (its last row)."""
+    head_hash: _builtins.str
+    """Hash of the recorded head (hex); a copy kept elsewhere detects a log rewritten with fresh hashes."""
+    anchor_sequence: _builtins.int
+    """Rows up to this sequence were deleted by retention; the retained log links to their last hash."""
     def __init__(
         self,
         *,
@@ -559,10 +568,13 @@ class VerifyLogResponse(_message.Message):
         rows_checked: _builtins.int = ...,
         first_broken_sequence: _builtins.int = ...,
         detail: _builtins.str = ...,
+        head_sequence: _builtins.int = ...,
+        head_hash: _builtins.str = ...,
+        anchor_sequence: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "ok", b"ok", "rows_checked", b"rows_checked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_sequence", b"anchor_sequence", "detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_sequence", b"head_sequence", "ok", b"ok", "rows_checked", b"rows_checked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

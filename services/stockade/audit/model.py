@@ -124,6 +124,12 @@ class VerifyResult:
     first_broken_sequence: int = 0
     #: What is wrong with it ("" when ok).
     detail: str = ""
+    #: Sequence of the chain's recorded head.
+    head_sequence: int = 0
+    #: Hash of the recorded head; keep a copy elsewhere to detect a wholesale rewrite.
+    head_hash: str = ""
+    #: Rows up to this sequence were deleted by retention.
+    anchor_sequence: int = 0
 
 
 @dataclass(frozen=True, slots=True)

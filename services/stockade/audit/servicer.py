@@ -109,4 +109,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
             rows_checked=result.rows_checked,
             first_broken_sequence=result.first_broken_sequence,
             detail=result.detail,
+            head_sequence=result.head_sequence,
+            head_hash=result.head_hash,
+            anchor_sequence=result.anchor_sequence,
         )

@@ -13,6 +13,7 @@ before hashing so the chain never has holes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -355,8 +356,16 @@ class AuditStore:
                     for values in batch:
                         event_part = values[: 2 + _N_EVENT]
                         if not checker.feed(event_part, values[-2], values[-1]):
-                            return checker.finish(int(meta[2]), str(meta[3]))
-            return checker.finish(int(meta[2]), str(meta[3]))
+                            break
+                    if checker.broken is not None:
+                        break
+            result = checker.finish(int(meta[2]), str(meta[3]))
+            return dataclasses.replace(
+                result,
+                head_sequence=int(meta[2]),
+                head_hash=str(meta[3]),
+                anchor_sequence=int(meta[0]),
+            )
         finally:
             await db.close()
 

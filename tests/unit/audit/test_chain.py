@@ -32,6 +32,9 @@ async def test_untouched_log_verifies(db_path: Path, make_event: EventFactory) -
     try:
         result = await store.verify()
         assert (result.ok, result.rows_checked, result.first_broken_sequence) == (True, 10, 0)
+        rows, _ = await store.query(QueryFilters(), 1)
+        assert (result.head_sequence, result.head_hash) == (10, rows[0].row_hash)
+        assert result.anchor_sequence == 0
     finally:
         await store.close()
 
@@ -184,6 +187,7 @@ async def test_retention_deletes_a_prefix_and_keeps_the_chain_verifiable(
         await store.append([make_event(i) for i in range(7, 10)])
         result = await store.verify()
         assert (result.ok, result.rows_checked) == (True, 3)
+        assert (result.anchor_sequence, result.head_sequence) == (6, 9)
         # Tampering with the anchor is still caught.
         _sql(db_path, f"UPDATE audit_chain SET anchor_hash = '{GENESIS}'")
         broken = await store.verify()
