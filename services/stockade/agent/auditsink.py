@@ -78,9 +78,13 @@ class AuditSink:
             log.warning("audit unavailable (%s); spooling from %s", err.code().name, event.event_id)
             self._fallback.enqueue(event)
 
+    async def drain(self) -> None:
+        """Wait until every queued event was sent or handed to the fallback."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def aclose(self) -> None:
         """Wait for the events in flight, then close the fallback (which flushes it)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.drain()
         if self._fallback is not None:
             await self._fallback.aclose()
