@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stockade.agent.hooks import Hook, LifecycleEvent
 from stockade.agent.limits import LimitSettings
 from stockade.agent.providers.base import ModelToolCall, ModelTurn
 from stockade.v1 import agent_service_pb2 as a_pb2
@@ -128,3 +129,38 @@ async def test_subagent_spends_from_the_tree_budget(harness: Harness) -> None:
     assert events[-1].terminated.reason == a_pb2.TERMINATION_REASON_MAX_STEPS
     assert "step budget" in events[-1].terminated.detail
     assert events[-2].final_answer.text == "forced final answer"
+
+
+class Lifecycle(Hook):
+    def __init__(self) -> None:
+        self.name = "lifecycle"
+        self.seen: list[tuple[str, str]] = []
+
+    async def on_event(self, event: LifecycleEvent) -> None:
+        self.seen.append((event.kind.value, event.agent_name))
+
+
+async def test_child_denial_halt_ends_the_parent_and_hooks_see_every_event(
+    harness: Harness,
+) -> None:
+    harness.decision.verdicts["grep_files"] = c_pb2.VERDICT_DENY
+    harness.decision.halt_after = 2
+    provider = ListProvider(
+        [
+            turn(call("s1", "subagent", task="t", profile="explore", name="kid")),
+            turn(call("k1", "grep_files", pattern="a")),
+            turn(call("k2", "grep_files", pattern="b")),
+            turn(call("k3", "grep_files", pattern="c")),
+            ModelTurn(text="never"),
+        ]
+    )
+    hook = Lifecycle()
+    events = await run(harness.core(provider, hooks=[hook]))
+    stopped = next(e for e in events if e.WhichOneof("event") == "subagent_stopped")
+    assert stopped.subagent_stopped.reason == a_pb2.TERMINATION_REASON_DENIAL_HALT
+    assert events[-1].terminated.reason == a_pb2.TERMINATION_REASON_DENIAL_HALT
+    assert len(harness.decision.requests) == 3  # s1, k1, k2: nothing after the halt
+    assert hook.seen[0] == ("session_start", "lead")
+    assert ("subagent_start", "kid") in hook.seen and ("subagent_stop", "kid") in hook.seen
+    assert ("step_complete", "kid") in hook.seen and ("step_complete", "lead") in hook.seen
+    assert hook.seen[-1] == ("session_stop", "lead")
