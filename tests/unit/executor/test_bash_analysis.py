@@ -466,6 +466,15 @@ REGRESSIONS = [
     Case("git blame --contents=/etc/shadow notes/hello.txt", D, ("git",), "credentials"),
     Case("sort --random-source=/etc/shadow notes/hello.txt", D, ("sort",), "credentials"),
     Case("ag --pager sh foo", D, ("ag",), "another program"),
+    # tree-sitter hangs what follows `<<EOF` on its line on the redirect node.
+    Case("cat <<EOF | sudo tee x\nx\nEOF", D, ("cat", "sudo"), "another user"),
+    Case("cat <<EOF && sudo id\nx\nEOF", D, ("cat", "sudo"), "another user"),
+    Case("cat <<EOF || rm -rf ~\nx\nEOF", D, ("cat", "rm"), "whole root"),
+    Case("cat <<EOF /etc/shadow\nx\nEOF", D, (), "here-document"),
+    Case("cat <<EOF; sudo id\n$(ls)\nEOF", D, (), "parsed"),
+    Case("cat <<A || cat <<'B'\n$(sudo id)\nA\nx\nB", D, (), "parsed"),
+    Case("cat <<EOF || cat <<'EOF'\n$(sudo id)\nEOF\nx\nEOF", D, (), "several here-documents"),
+    Case("cat <<EOF | grep x\nx\nEOF", A, ("cat", "grep")),
     # GNU getopt and git accept unambiguous prefixes of long options.
     Case("sort --compress-prog=sh notes/hello.txt", D, ("sort",), "another program"),
     Case("sort --out=/etc/x notes/hello.txt", D, ("sort",), "outside the allowed roots"),

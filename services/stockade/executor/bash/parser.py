@@ -356,6 +356,42 @@ _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
 # bash, not by the grammar. Their text is searched for substitutions (see _leaf_text).
 _TEXT_LEAVES = frozenset({"word", "regex", "string_content", "extglob_pattern"})
 
+# Statement nodes: wherever one turns up, it is walked as commands.
+_STATEMENTS = frozenset(
+    {
+        "command",
+        "pipeline",
+        "list",
+        "subshell",
+        "compound_statement",
+        "redirected_statement",
+        "if_statement",
+        "while_statement",
+        "for_statement",
+        "c_style_for_statement",
+        "case_statement",
+        "function_definition",
+        "declaration_command",
+        "unset_command",
+        "negated_command",
+        "test_command",
+    }
+)
+
+# What a here-doc redirect node may hold; anything else (argument words tree-sitter hangs
+# on it: `cat <<EOF /etc/shadow`) is refused rather than dropped.
+_HEREDOC_PARTS = _STATEMENTS | {
+    "heredoc_start",
+    "heredoc_body",
+    "heredoc_end",
+    "file_redirect",
+    "herestring_redirect",
+    "heredoc_redirect",
+    "comment",
+}
+
+_DELIMITER_BAD = frozenset(";|&<>()` \t$\n")
+
 # Nodes the command walker records itself: only their insides need scanning.
 _RECORDED = _REDIRECT_NODES | {"command_name", "variable_assignment"}
 
@@ -385,6 +421,7 @@ class _Walker:
         "recursive",
         "evaluated",
         "arithmetic",
+        "heredoc_rows",
         "error",
         "fn_stack",
     )
@@ -397,6 +434,7 @@ class _Walker:
         self.recursive: list[str] = []
         self.evaluated: list[str] = []
         self.arithmetic: list[str] = []
+        self.heredoc_rows: dict[int, int] = {}
         self.error: str | None = None
         self.fn_stack: list[str] = []
 
@@ -558,6 +596,10 @@ class _Walker:
             if kind in _TEXT_LEAVES:
                 self._leaf_text(node, depth)
             return
+        elif kind in _STATEMENTS:
+            # tree-sitter nests what follows a here-doc operator on its line inside the
+            # redirect node (`cat <<EOF | sudo tee x`): those are commands like any other.
+            self.walk(node, depth, False)
         else:
             self._scan(node, depth)
 
@@ -717,6 +759,21 @@ class _Walker:
     def _make_redirects(self, node: Node) -> list[Redirect]:
         kind = node.type
         if kind == "heredoc_redirect":
+            for child in node.children:
+                if child.is_named and child.type not in _HEREDOC_PARTS and self.error is None:
+                    self.error = (
+                        f"words after a here-document operator: {_text(child)[:40]!r} "
+                        "(bash passes them to the command; the parser cannot place them)"
+                    )
+                if child.type == "heredoc_start" and self.error is None:
+                    if any(c in _DELIMITER_BAD for c in _text(child)):
+                        self.error = f"unusual here-document delimiter {_text(child)[:40]!r}"
+                    row = child.start_point[0]
+                    seen = self.heredoc_rows.setdefault(row, child.start_byte)
+                    if seen != child.start_byte:
+                        # Bodies of several here-docs on one line follow in order; the
+                        # grammar mixes them up (`cat <<A || cat <<'B'`).
+                        self.error = "several here-documents start on one line"
             raw = node.text or b""
             if b"\\\n" in raw and self.error is None:
                 # bash joins backslash-newline in an unquoted here-doc body, so `E\<nl>OF`
