@@ -172,3 +172,33 @@ def test_usage_errors_exit_2(argv: tuple[str, ...]) -> None:
     with pytest.raises(SystemExit) as caught:
         parse(*argv)
     assert caught.value.code == 2
+
+
+async def test_tail_table_lines(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse("audit", "tail", "--addr", served.address, "--session", "s7", "--count", "1")
+    tail = asyncio.create_task(asyncio.to_thread(args.func, args))
+    n = 0
+    while not tail.done() and n < 2000:
+        n += 1
+        event = a_pb2.AuditEvent(
+            event_id=f"s7-{n}",
+            session_id="s7",
+            tool_name="run_bash",
+            status=a_pb2.AUDIT_STATUS_DENIED,
+            verdict=common_pb2.VERDICT_DENY,
+            matched_rule="run_bash(sudo *)",
+            rule_source=common_pb2.RULE_SOURCE_SESSION,
+        )
+        await served.stub.Record(a_pb2.RecordRequest(event=event))
+        await asyncio.sleep(0.01)
+    assert await asyncio.wait_for(tail, 20) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "s7" in line and "run_bash" in line and "DENIED" in line and "DENY" in line
+    assert line.endswith("run_bash(sudo *) [SESSION]")
+
+
+def test_address_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOCKADE_AUDIT_ADDR", "unix:///run/stockade/audit.sock")
+    assert parse("audit", "verify").addr == "unix:///run/stockade/audit.sock"
+    monkeypatch.delenv("STOCKADE_AUDIT_ADDR")
+    assert parse("audit", "verify").addr == "127.0.0.1:50053"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -34,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = audit.add_subparsers(dest="audit_command", required=True, metavar="COMMAND")
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--addr", default=DEFAULT_ADDR, help="audit service address")
+        parser.add_argument(
+            "--addr",
+            default=os.environ.get("STOCKADE_AUDIT_ADDR", DEFAULT_ADDR),
+            help=f"audit service address (default $STOCKADE_AUDIT_ADDR or {DEFAULT_ADDR})",
+        )
 
     tail = commands.add_parser("tail", help="print rows as they are stored")
     common(tail)
@@ -142,6 +147,18 @@ def _print_table(rows: list[list[str]], out: TextIO, header: bool = True) -> Non
         out.write("\n")
 
 
+#: Column widths of tail lines (rows arrive one by one, so widths cannot be measured).
+_TAIL_WIDTHS = (6, 19, 16, 4, 10, 14, 12, 6, 5)
+
+
+def _tail_line(cells: list[str]) -> str:
+    fixed = "  ".join(
+        cell.rjust(width) if i in (0, 3, 7) else cell.ljust(width)
+        for i, (cell, width) in enumerate(zip(cells, _TAIL_WIDTHS, strict=False))
+    )
+    return f"{fixed}  {cells[-1]}".rstrip() + "\n"
+
+
 def _fail(err: grpc.RpcError) -> int:
     code = err.code().name if hasattr(err, "code") else "UNKNOWN"
     details = err.details() if hasattr(err, "details") else str(err)
@@ -185,7 +202,7 @@ def _tail(args: argparse.Namespace) -> int:
                 if args.json:
                     sys.stdout.write(json.dumps(_record_dict(record)) + "\n")
                 else:
-                    _print_table([_row(record)], sys.stdout, header=False)
+                    sys.stdout.write(_tail_line(_row(record)))
                 sys.stdout.flush()
                 seen += 1
                 if args.count is not None and seen >= args.count:

@@ -11,6 +11,7 @@ are sent again, which the service ignores (idempotent by event id).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import zlib
@@ -24,6 +25,10 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 class SpoolFull(Exception):
     """The spool reached its size limit; the events were not written."""
+
+
+class SpoolBusy(Exception):
+    """Another recorder (in this or another process) holds the spool file."""
 
 
 class Spool:
@@ -41,6 +46,12 @@ class Spool:
         self._fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a+b")  # held open for the spool's lifetime
+        try:
+            # Two writers interleaving records would corrupt the order (and the framing).
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.close()
+            raise SpoolBusy(f"spool {self.path} is in use by another recorder") from None
         self._read_offset = self._load_ack()
         self._size, self._pending = self._scan()
 
@@ -141,5 +152,5 @@ class Spool:
         os.replace(tmp, self._ack_path)
 
     def close(self) -> None:
-        """Close the file (pending records stay for the next run)."""
+        """Close the file and release it (pending records stay for the next run)."""
         self._file.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.client.spool import Spool, SpoolFull
+from stockade.client.spool import Spool, SpoolBusy, SpoolFull
 
 
 def _drain(spool: Spool, step: int = 3) -> list[bytes]:
@@ -103,3 +103,13 @@ def test_size_limit_refuses_whole_appends(tmp_path: Path) -> None:
     assert spool.pending == 1
     assert _drain(spool) == [b"x" * 10]
     spool.close()
+
+
+def test_a_spool_has_one_writer_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "audit.spool"
+    first = Spool(path)
+    with pytest.raises(SpoolBusy):
+        Spool(path)
+    first.close()
+    second = Spool(path)
+    second.close()
