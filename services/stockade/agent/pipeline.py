@@ -485,13 +485,18 @@ class ExecutionPipeline:
 
     async def _run(self, scope: AgentScope, item: PendingCall, builtin: BuiltinRunner) -> Outcome:
         assert item.spec is not None
-        if item.spec.location is Location.EXECUTOR:
-            outcome = await self._run_executor(scope, item)
-        elif item.spec.location is Location.REMOTE:
-            outcome = await self._run_remote(scope, item)
-        else:
-            outcome = await builtin(item)
-        return outcome
+        try:
+            if item.spec.location is Location.EXECUTOR:
+                return await self._run_executor(scope, item)
+            if item.spec.location is Location.REMOTE:
+                return await self._run_remote(scope, item)
+            return await builtin(item)
+        except Exception as exc:  # one broken tool must not end the whole turn
+            log.exception("tool %s (%s) failed", item.call.name, item.call.id)
+            return error_outcome(
+                f"Error: {item.call.name} failed unexpectedly ({type(exc).__name__})",
+                type(exc).__name__,
+            )
 
     async def _run_executor(self, scope: AgentScope, item: PendingCall) -> Outcome:
         assert item.spec is not None

@@ -101,5 +101,8 @@ async def discover(
         except grpc.aio.AioRpcError as exc:
             log.warning("tool provider %s unavailable: %s", client.address, exc.code().name)
             continue
+        except Exception:  # a broken provider must not break the agent's turns
+            log.exception("tool provider %s answered ListTools badly", client.address)
+            continue
         taken[client.address] = merge_remote(registry, specs, client.address)
     return taken

@@ -608,3 +608,24 @@ async def test_compress_context_tool(harness: Harness) -> None:
     last_messages, _ = provider.requests[-1]
     assert any(m.content.endswith("read four files") for m in last_messages)
     assert last_messages[-1].role == "tool" and last_messages[-1].tool_call_id == "z"
+
+
+async def test_a_broken_remote_tool_is_an_error_result_not_a_dead_turn(harness: Harness) -> None:
+    class Exploding:
+        address = "p:1"
+
+        async def list_tools(self) -> list[ToolSpec]:
+            raise ValueError("garbled ListTools")  # discovery survives this too
+
+        async def call_tool(self, **kw: Any) -> Any:
+            raise RuntimeError("provider client bug")
+
+    registry = default_registry()
+    registry.register(
+        ToolSpec(name="lookup", description="", location=Location.REMOTE, provider="p:1")
+    )
+    provider = ListProvider([turn(call("c1", "lookup"))])
+    core = harness.core(provider, registry=registry, tool_providers={"p:1": Exploding()})  # type: ignore[dict-item]
+    events = await run(core)
+    assert "failed unexpectedly (RuntimeError)" in finished(events)["c1"].content
+    assert terminated(events).reason == a_pb2.TERMINATION_REASON_COMPLETED
