@@ -475,6 +475,9 @@ REGRESSIONS = [
     Case("cat <<A || cat <<'B'\n$(sudo id)\nA\nx\nB", D, (), "parsed"),
     Case("cat <<EOF || cat <<'EOF'\n$(sudo id)\nEOF\nx\nEOF", D, (), "several here-documents"),
     Case("cat <<EOF | grep x\nx\nEOF", A, ("cat", "grep")),
+    Case("x=$(cat notes/hello.txt); echo ${x@P}", D, ("cat", "echo"), "evaluated by bash"),
+    Case('echo "${PS1@P}"', D, ("echo",), "evaluated by bash"),
+    Case("echo ${x@Q}", A, ("echo",)),
     # GNU getopt and git accept unambiguous prefixes of long options.
     Case("sort --compress-prog=sh notes/hello.txt", D, ("sort",), "another program"),
     Case("sort --out=/etc/x notes/hello.txt", D, ("sort",), "outside the allowed roots"),

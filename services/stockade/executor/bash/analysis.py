@@ -170,7 +170,7 @@ class _Judge:
             self.redirect(redirect.op, redirect.target)
         for assignment in self.parsed.assignments:
             self.assignment(assignment.name)
-        for text in self.parsed.evaluated_texts:
+        for text in dict.fromkeys(self.parsed.evaluated_texts):
             self.deny(f"the text {_short(text, 40)!r} is evaluated by bash as code later")
         for name in dict.fromkeys(self.parsed.recursive_functions):
             self.deny(f"function {name!r} calls itself (fork-bomb shape)")

@@ -700,6 +700,10 @@ class _Walker:
     def _expansion(self, node: Node) -> None:
         """``${NAME=value}`` and ``${NAME:=value}`` assign NAME; the offset and length of
         ``${s:o:l}`` are arithmetic."""
+        kinds = [c.type for c in node.children]
+        if any(a == "@" and b == "P" for a, b in zip(kinds, kinds[1:], strict=False)):
+            # `${x@P}` expands x as a prompt string, running the $(...) in its value.
+            self.evaluated.append(_text(node))
         names = [c for c in node.named_children if c.type == "variable_name"]
         if len(names) > 1 and any(c.type == ":" for c in node.children):
             for extra in names[1:]:
