@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from stockade.agent import schema as json_schema
 from stockade.agent.providers.base import ToolSchema
 from stockade.errors import InvalidArgument, UnknownTool

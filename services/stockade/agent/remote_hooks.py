@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 from pydantic import BaseModel, ConfigDict, Field
+
 from stockade.agent.hooks import (
     CONTINUE,
     Block,

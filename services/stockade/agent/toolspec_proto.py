@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
+
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
 from stockade.v1 import common_pb2
 
