@@ -106,7 +106,8 @@ async def test_output_streams_while_running(launcher: Launcher, tmp_path: Path) 
 
     def on_output(text: str, is_stderr: bool) -> None:
         seen.append((text, is_stderr))
-        first.set()
+        if is_stderr:  # written after "one": both have arrived
+            first.set()
 
     run = asyncio.create_task(
         launcher.run(
