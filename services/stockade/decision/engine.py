@@ -175,32 +175,38 @@ class _Outcome(NamedTuple):
 _EMPTY: tuple[tuple[CompiledRule, ...], ...] = ((), (), ())
 
 
-def _collect(policy: RuleIndex, req: DecisionRequest, content: CallContent) -> _Matches:
-    """Find every policy, session, tool and hook rule that matches the call."""
-    p_deny, p_ask, p_allow = policy.for_tool(req.tool_name)
-    s_deny, s_ask, s_allow = (
-        req.session_rules.for_tool(req.tool_name) if req.session_rules is not None else _EMPTY
-    )
-    # Policy ALLOW rules come before session ones (orders restart per index).
-    allow, covers = _allow_matches((*p_allow, *s_allow) if s_allow else p_allow, content)
-    facts = req.facts
-    tool_rules = facts.tool_rules
+def _collect(
+    req: DecisionRequest,
+    content: CallContent,
+    deny: tuple[tuple[CompiledRule, ...], tuple[CompiledRule, ...]],
+    ask: list[Rule],
+    allow_rules: tuple[CompiledRule, ...],
+) -> _Matches:
+    """Every policy, session, tool and hook rule that matches the call, by tier."""
+    p_deny, s_deny = deny
+    allow, covers = _allow_matches(allow_rules, content) if allow_rules else ([], False)
+    tool_rules = req.facts.tool_rules
     hooks = req.hook_signals
     return _Matches(
-        policy_deny=[c.rule for c in p_deny if c.matches(content)],
+        policy_deny=[c.rule for c in p_deny if c.matches(content)] if p_deny else [],
         tool_deny=[r for r in tool_rules if r.effect is Effect.DENY] if tool_rules else [],
         session_deny=[c.rule for c in s_deny if c.matches(content)] if s_deny else [],
         hook_block=[s.as_rule() for s in hooks if s.kind is SignalKind.BLOCK] if hooks else [],
         hook_ask=[s.as_rule() for s in hooks if s.kind is SignalKind.PERMISSION_REQUIRED]
         if hooks
         else [],
-        explicit_ask=[c.rule for c in (*p_ask, *s_ask) if c.matches(content)]
-        if p_ask or s_ask
-        else [],
+        explicit_ask=ask,
         tool_ask=[r for r in tool_rules if r.effect is Effect.ASK] if tool_rules else [],
         allow=allow,
         allow_covers=covers,
     )
+
+
+def _any_match(rules: tuple[CompiledRule, ...], content: CallContent) -> bool:
+    for c in rules:
+        if c.matches(content):
+            return True
+    return False
 
 
 def _allow_matches(rules: Sequence[CompiledRule], content: CallContent) -> tuple[list[Rule], bool]:
@@ -400,26 +406,92 @@ class CompiledPolicy:
 
 def decide(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
     """Decide one call under ``policy``: precedence, then mode, then the subagent rule."""
-    content = call_content(
-        req.tool_name, req.arguments, cwd=policy.cwd, sub_commands=req.facts.sub_commands
-    )
-    matches = _collect(policy.index, req, content)
+    facts = req.facts
+    tool = req.tool_name
+    content = call_content(tool, req.arguments, cwd=policy.cwd, sub_commands=facts.sub_commands)
+    p_deny, p_ask, p_allow = policy.index.for_tool(tool)
+    sess = req.session_rules
+    s_deny, s_ask, s_allow = sess.for_tool(tool) if sess is not None else _EMPTY
+    # Policy ALLOW rules come before session ones (orders restart per index).
+    allow_rules = (*p_allow, *s_allow) if s_allow else p_allow
+    ask = [c.rule for c in (*p_ask, *s_ask) if c.matches(content)] if p_ask or s_ask else []
+    if not (
+        ask
+        or facts.tool_rules
+        or req.hook_signals
+        or (p_deny and _any_match(p_deny, content))
+        or (s_deny and _any_match(s_deny, content))
+    ):
+        # Nothing but ALLOW rules applies (the common case): the full pipeline would settle
+        # at P7/P8, so skip building the tiers; _decide_allow_only keeps the result exact.
+        return _decide_allow_only(policy, req, content, allow_rules)
+    matches = _collect(req, content, (p_deny, s_deny), ask, allow_rules)
+    return _finish(policy, req, content, matches)
+
+
+def _finish(
+    policy: CompiledPolicy, req: DecisionRequest, content: CallContent, matches: _Matches
+) -> Decision:
+    """The general path: precedence, mode, subagent, conflicts over every tier."""
     precedence = _precedence(matches)
     final = _subagent_step(req, _mode_step(req, matches, precedence))
     allow_used: tuple[Rule, ...] = ()
     if final.verdict is Effect.ALLOW and precedence.step == "P7":
         allow_used = tuple(matches.allow)
-    explanation = _explanation(req, content)
     return Decision(
-        verdict=final.verdict,
-        reason=final.reason,
-        winning_rule=final.winner,
-        step=final.step,
-        conflicts=_conflicts(matches, final, precedence),
-        policy_version=policy.version,
-        explanation=explanation,
-        mode=req.mode,
-        allow_rules_used=allow_used,
+        final.verdict,
+        final.reason,
+        final.winner,
+        final.step,
+        _conflicts(matches, final, precedence),
+        policy.version,
+        _explanation(req, content),
+        req.mode,
+        allow_used,
+    )
+
+
+def _decide_allow_only(
+    policy: CompiledPolicy,
+    req: DecisionRequest,
+    content: CallContent,
+    allow_rules: tuple[CompiledRule, ...],
+) -> Decision:
+    """``decide`` when no DENY/ASK rule matches and no tool check or hook signal came.
+
+    Precedence then reduces to P7 (the ALLOW rules cover the call) or P8 (the default);
+    neither is ASK, so only plan mode can change the verdict (the subagent rule and the
+    other modes act on ASK alone). Anything beyond the trivial conflict cases falls back
+    to the general path with the same matches.
+    """
+    allow, covers = _allow_matches(allow_rules, content) if allow_rules else ([], False)
+    mode = req.mode
+    if len(allow) > 1 or (allow and not covers) or (mode is Mode.PLAN and not _is_read_only(req)):
+        matches = _Matches([], [], [], [], [], [], [], allow, covers)
+        return _finish(policy, req, content, matches)
+    if covers:
+        r = allow[0]
+        return Decision(
+            Effect.ALLOW,
+            r.reason or f"allowed by rule {r.pattern}",
+            r,
+            "P7",
+            (),
+            policy.version,
+            _explanation(req, content),
+            mode,
+            (r,),
+        )
+    return Decision(
+        Effect.ALLOW,
+        DEFAULT_RULE.reason,
+        DEFAULT_RULE,
+        "P8",
+        (),
+        policy.version,
+        _explanation(req, content),
+        mode,
+        (),
     )
 
 
