@@ -478,6 +478,13 @@ REGRESSIONS = [
     Case("x=$(cat notes/hello.txt); echo ${x@P}", D, ("cat", "echo"), "evaluated by bash"),
     Case('echo "${PS1@P}"', D, ("echo",), "evaluated by bash"),
     Case("echo ${x@Q}", A, ("echo",)),
+    Case("x=$(cat notes/hello.txt); echo ${!x}", Q, ("cat", "echo"), "variable name"),
+    Case("read x < notes/hello.txt; [[ -v $x ]]", Q, ("read",), "variable name"),
+    Case('x=$(cat notes/hello.txt); declare "$x"', Q, ("cat", "declare"), "variable name"),
+    Case('x=$(cat notes/hello.txt); test -v "$x"', Q, ("cat", "test"), "variable name"),
+    Case('x=$(cat notes/hello.txt); let "y=$x"', Q, ("cat", "let"), "variable name"),
+    Case('export FOO="$BAR"', A, ("export",)),
+    Case('[ -f "$x" ] && echo yes', A, ("echo",)),
     # GNU getopt and git accept unambiguous prefixes of long options.
     Case("sort --compress-prog=sh notes/hello.txt", D, ("sort",), "another program"),
     Case("sort --out=/etc/x notes/hello.txt", D, ("sort",), "outside the allowed roots"),

@@ -187,8 +187,8 @@ class _Judge:
         for name in self.parsed.arithmetic_names:
             if name in dynamic:
                 self.ask(
-                    f"evaluates ${name} as arithmetic, but its value is only known at run "
-                    "time (a value like a[$(cmd)] would run cmd)",
+                    f"evaluates ${name} as arithmetic or as a variable name, but its value is "
+                    "only known at run time (a value like a[$(cmd)] would run cmd)",
                     "high",
                     immune=True,
                 )
@@ -372,6 +372,21 @@ class _Judge:
                 self.deny(f"{name} argument {_short(value, 30)!r} is evaluated as code")
                 return False
         values = [w.value for w in args]
+        if name in _NAMING_BUILTINS:
+            for word in args:
+                if word.value is None and not _STATIC_NAME.match(word.text):
+                    self.ask(
+                        f"{name} gets a variable name only known at run time (a name like "
+                        "a[$(cmd)] would run cmd)",
+                        "high",
+                        immune=True,
+                    )
+                    break
+        if name in ("test", "[") and any(
+            v in ("-v", "-R") and (k + 1 >= len(values) or values[k + 1] is None)
+            for k, v in enumerate(values)
+        ):
+            self.ask(f"{name} -v tests a variable name only known at run time", "high", immune=True)
         if name in ("declare", "typeset", "local") and any(
             v is not None and v.startswith("-") and "n" in v[1:] for v in values
         ):
@@ -1392,6 +1407,10 @@ _GIT_LONG = frozenset(
         "--man",
     }
 )
+
+# Builtins whose arguments name variables (subscripts evaluated) or are arithmetic.
+_NAMING_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly", "let"})
+_STATIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\+)?=")
 
 _READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
 _MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})

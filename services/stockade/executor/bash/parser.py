@@ -141,9 +141,9 @@ class ParsedScript:
     empty: bool = False
     """Nothing but comments and blanks."""
     arithmetic_names: tuple[str, ...] = ()
-    """Variables whose values bash evaluates as arithmetic (``$((x))``, ``((x))``,
-    ``${a[x]}``, ``${s:x}``, ``[[ $x -eq 1 ]]``, ``let x``): a value like ``a[$(cmd)]``
-    read at run time runs cmd there."""
+    """Variables whose values bash evaluates as arithmetic or as a variable name
+    (``$((x))``, ``((x))``, ``${a[x]}``, ``${s:x}``, ``[[ $x -eq 1 ]]``, ``${!x}``,
+    ``[[ -v $x ]]``): a value like ``a[$(cmd)]`` read at run time runs cmd there."""
 
 
 def _decode_ansi_c(body: str) -> str:
@@ -685,10 +685,16 @@ class _Walker:
                 stack.extend(current.named_children)
 
     def _test_arithmetic(self, node: Node) -> None:
-        """In ``[[ ]]``, the operands of -eq -ne -lt -le -gt -ge are arithmetic."""
+        """In ``[[ ]]``, the operands of -eq -ne -lt -le -gt -ge are arithmetic, and the
+        operand of -v / -R names a variable (whose subscript is evaluated)."""
         stack = [node]
         while stack:
             current = stack.pop()
+            if current.type == "unary_expression":
+                operator = current.child_by_field_name("operator")
+                if operator is not None and _text(operator) in ("-v", "-R"):
+                    self._arithmetic_names(current)
+                    continue
             if current.type == "binary_expression":
                 operator = current.child_by_field_name("operator")
                 if operator is not None and _text(operator) in _ARITHMETIC_TESTS:
@@ -701,6 +707,11 @@ class _Walker:
         """``${NAME=value}`` and ``${NAME:=value}`` assign NAME; the offset and length of
         ``${s:o:l}`` are arithmetic."""
         kinds = [c.type for c in node.children]
+        if len(kinds) > 2 and kinds[1] == "!":
+            # `${!x}` dereferences the name held in x: a name like a[$(cmd)] runs cmd.
+            name_node = node.children[2]
+            if name_node.type == "variable_name":
+                self.arithmetic.append(_text(name_node))
         if any(a == "@" and b == "P" for a, b in zip(kinds, kinds[1:], strict=False)):
             # `${x@P}` expands x as a prompt string, running the $(...) in its value.
             self.evaluated.append(_text(node))
