@@ -248,8 +248,10 @@ class HookPipeline:
         contexts: list[str] = []
         permission: list[str] = []
         mutated_by: list[str] = []
+        current = call
         for hook in self._hooks:
-            current = replace(call, arguments=arguments)
+            if current.arguments is not arguments:  # later hooks see the mutated arguments
+                current = replace(call, arguments=arguments)
             try:
                 action = await hook.pre_tool_use(current)
             except Exception as exc:
@@ -286,9 +288,12 @@ class HookPipeline:
         """Run the PostToolUse chain; each hook sees the previous hook's output."""
         content = result.content
         mutated_by: list[str] = []
+        current = result
         for hook in self._hooks:
+            if current.content is not content:  # each hook sees the previous one's output
+                current = replace(result, content=content)
             try:
-                action = await hook.post_tool_use(replace(result, content=content))
+                action = await hook.post_tool_use(current)
             except Exception as exc:
                 if not hook.fail_closed:
                     log.warning("fail-open hook %s failed in PostToolUse: %s", hook.name, exc)
