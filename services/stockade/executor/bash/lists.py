@@ -170,6 +170,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     ),
     "cat": _PLAIN,  # prints files
     "head": SafeSpec(value_options=_f("-n", "-c", "--lines", "--bytes")),  # first lines
+    # Prints the end of files (-f only waits, bounded by the timeout).
     "tail": SafeSpec(
         value_options=_f(
             "-n",
@@ -184,11 +185,13 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     ),
     # find is judged by its own expression parser (actions -delete/-exec/-fprint ...).
     "find": SafeSpec(what="lists files"),
-    "grep": _GREP,
+    "grep": _GREP,  # searches files; -f FILE is judged as a read
     "egrep": _GREP,  # grep -E
     "fgrep": _GREP,  # grep -F
+    # Counts; --files0-from names files it reads.
     "wc": SafeSpec(read_options=_f("--files0-from"), what="counts lines in files"),
     "echo": _NO_FILES,  # prints its arguments, touches no file
+    # Prints its arguments; -v NAME is judged as an assignment.
     "printf": SafeSpec(operands="none", value_options=_f("-v"), what="prints text"),
     "pwd": _NO_FILES,  # prints the working directory
     # sort -o / -T write files; --compress-program runs a program.
@@ -223,6 +226,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         ),
         what="filters lines",
     ),
+    # Cuts columns from files.
     "cut": SafeSpec(
         value_options=_f(
             "-b",
@@ -240,16 +244,20 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "tr": SafeSpec(operands="none", what="translates characters"),  # only stdin → stdout
     # awk and sed are judged by their program text (system(), pipes, e/w commands).
     "awk": SafeSpec(operands="filter_then_paths", what="processes text"),
+    # GNU awk, same checks (plus -l/@load refused).
     "gawk": SafeSpec(operands="filter_then_paths", what="processes text"),
-    "mawk": SafeSpec(operands="filter_then_paths", what="processes text"),
-    "nawk": SafeSpec(operands="filter_then_paths", what="processes text"),
+    "mawk": SafeSpec(operands="filter_then_paths", what="processes text"),  # awk, same checks
+    "nawk": SafeSpec(operands="filter_then_paths", what="processes text"),  # awk, same checks
+    # Judged by its script: e/w/r commands and -i are caught.
     "sed": SafeSpec(operands="filter_then_paths", what="processes text"),
+    # A JSON filter; it cannot run programs; its file options are reads.
     "jq": SafeSpec(
         operands="filter_then_paths",
         value_options=_f("--arg", "--argjson", "--indent", "--tab", "-L", "--seq"),
         read_options=_f("-f", "--from-file", "--slurpfile", "--rawfile"),
         what="queries JSON",
     ),
+    # Compares files; GNU diff runs no programs.
     "diff": SafeSpec(
         value_options=_f(
             "-U",
@@ -269,6 +277,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         read_options=_f("--from-file", "--to-file", "-X", "--exclude-from"),
         what="compares files",
     ),
+    # Reads file headers; -C writes a compiled magic file.
     "file": SafeSpec(
         value_options=_f("-F", "--separator", "-P", "--parameter"),
         read_options=_f("-f", "--files-from", "-m", "--magic-file"),
@@ -276,7 +285,9 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         ask_options=_f("-C", "--compile"),
         what="identifies file types",
     ),
+    # Prints metadata.
     "stat": SafeSpec(value_options=_f("-c", "--format", "--printf"), what="shows file metadata"),
+    # Sums file sizes.
     "du": SafeSpec(
         value_options=_f(
             "-d",
@@ -291,24 +302,29 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         read_options=_f("--files0-from", "-X", "--exclude-from"),
         what="measures disk usage",
     ),
+    # Prints free space.
     "df": SafeSpec(
         value_options=_f("-B", "--block-size", "-t", "--type", "-x", "--exclude-type", "--output"),
         what="shows free disk space",
     ),
     # `env` alone prints the environment; with a command it is a wrapper (WRAPPERS).
     "env": SafeSpec(operands="none", what="prints the environment"),
-    "printenv": SafeSpec(operands="none", what="prints the environment"),
-    "which": SafeSpec(operands="none", what="locates commands"),
+    "printenv": SafeSpec(operands="none", what="prints the environment"),  # prints the environment
+    "which": SafeSpec(operands="none", what="locates commands"),  # looks commands up on PATH
+    # String operation on its argument, touches no file.
     "basename": SafeSpec(
         operands="none", value_options=_f("-s", "--suffix"), what="manipulates a path string"
     ),
+    # String operation on its argument, touches no file.
     "dirname": SafeSpec(operands="none", what="manipulates a path string"),
+    # Resolves paths without reading contents.
     "realpath": SafeSpec(
         value_options=_f("--relative-to", "--relative-base"), what="resolves paths"
     ),
-    "readlink": SafeSpec(what="resolves links"),
+    "readlink": SafeSpec(what="resolves links"),  # reads link targets
     # tee writes every operand: judged in analysis.py (a file operand makes it a write).
     "tee": SafeSpec(what="copies input to files"),
+    # Prints the date; -s sets the clock (refused).
     "date": SafeSpec(
         operands="none",
         value_options=_f("-d", "--date", "-I", "--iso-8601", "--rfc-3339", "-r", "--reference"),
@@ -324,25 +340,31 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     ":": _NO_FILES,  # the null builtin
     "test": _NO_FILES,  # evaluates a condition (`[` is parsed as a test)
     "[": _NO_FILES,  # same as test
+    # Numbers lines.
     "nl": SafeSpec(value_options=_f("-b", "-d", "-f", "-h", "-i", "-l", "-n", "-s", "-v", "-w")),
     "tac": _PLAIN,  # prints files backwards
     "rev": _PLAIN,  # reverses lines
+    # Formats columns.
     "column": SafeSpec(value_options=_f("-s", "-c", "-o", "-t", "-N", "-R", "-H")),
-    "fold": SafeSpec(value_options=_f("-w", "--width")),
-    "fmt": SafeSpec(value_options=_f("-w", "--width", "-p", "--prefix")),
-    "paste": SafeSpec(value_options=_f("-d", "--delimiters")),
+    "fold": SafeSpec(value_options=_f("-w", "--width")),  # wraps lines
+    "fmt": SafeSpec(value_options=_f("-w", "--width", "-p", "--prefix")),  # reflows text
+    "paste": SafeSpec(value_options=_f("-d", "--delimiters")),  # merges lines of files
+    # Joins sorted files.
     "join": SafeSpec(value_options=_f("-1", "-2", "-j", "-t", "-o", "-a", "-v", "-e")),
     "comm": _PLAIN,  # compares sorted files
+    # Compares files byte by byte.
     "cmp": SafeSpec(value_options=_f("-i", "--ignore-initial", "-n", "--bytes")),
     "md5sum": _PLAIN,  # checksums
-    "sha1sum": _PLAIN,
-    "sha256sum": _PLAIN,
-    "sha512sum": _PLAIN,
-    "b2sum": _PLAIN,
-    "cksum": _PLAIN,
+    "sha1sum": _PLAIN,  # checksums
+    "sha256sum": _PLAIN,  # checksums
+    "sha512sum": _PLAIN,  # checksums
+    "b2sum": _PLAIN,  # checksums
+    "cksum": _PLAIN,  # checksums
+    # Hex dump; a second operand is an output file (judged in analysis.py).
     "xxd": SafeSpec(
         value_options=_f("-l", "-s", "-c", "-g", "-o", "-len", "-seek", "-cols", "-groupsize")
     ),
+    # Octal dump.
     "od": SafeSpec(
         value_options=_f(
             "-A",
@@ -356,8 +378,10 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--format",
         )
     ),
-    "hexdump": SafeSpec(value_options=_f("-n", "-s", "-e")),
+    "hexdump": SafeSpec(value_options=_f("-n", "-s", "-e")),  # hex dump
+    # Prints printable strings.
     "strings": SafeSpec(value_options=_f("-n", "-t", "--bytes", "--radix")),
+    # Lists directories; -o writes a file.
     "tree": SafeSpec(
         value_options=_f("-L", "-P", "-I", "--charset", "--filelimit", "--sort"),
         write_options=_f("-o"),
@@ -366,17 +390,19 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "whoami": _NO_FILES,  # prints the user name
     "id": _NO_FILES,  # prints user and groups
     "uname": _NO_FILES,  # prints the kernel name
+    # Prints the host name; with an operand it would set it (refused).
     "hostname": SafeSpec(
         operands="none", ask_options=_f("-F", "--file", "-b", "--boot"), what="prints the host name"
     ),
-    "nproc": _NO_FILES,
-    "uptime": _NO_FILES,
+    "nproc": _NO_FILES,  # prints the CPU count
+    "uptime": _NO_FILES,  # prints load and uptime
     "seq": _NO_FILES,  # prints numbers
     "yes": _NO_FILES,  # prints a line forever (bounded by the executor's timeout)
     "expr": _NO_FILES,  # arithmetic on its arguments
-    "type": SafeSpec(operands="none", what="describes commands"),
-    "whereis": SafeSpec(operands="none", what="locates commands"),
-    "rg": _RG,
+    "type": SafeSpec(operands="none", what="describes commands"),  # describes how a name would run
+    "whereis": SafeSpec(operands="none", what="locates commands"),  # locates binaries and manuals
+    "rg": _RG,  # ripgrep; --pre runs programs (refused)
+    # The silver searcher; --pager runs a program (refused).
     "ag": SafeSpec(
         operands="pattern_then_paths",
         # --pager runs a program on the output.
@@ -384,6 +410,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         value_options=_f("-A", "-B", "-C", "-G", "-m", "--depth", "--ignore"),
         what="searches files",
     ),
+    # Lists files; -x/-X run programs (refused).
     "fd": SafeSpec(
         operands="pattern_then_paths",
         value_options=_f(
@@ -403,65 +430,72 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         what="lists files",
     ),
     "cd": SafeSpec(what="changes directory"),  # judged in analysis.py (moves the base)
-    "pushd": SafeSpec(what="changes directory"),
+    "pushd": SafeSpec(what="changes directory"),  # like cd (moves the base for relative paths)
+    # Returns to a directory already judged.
     "popd": SafeSpec(operands="none", what="changes directory"),
-    "dirs": _NO_FILES,
+    "dirs": _NO_FILES,  # prints the directory stack
     "set": _NO_FILES,  # `set -euo pipefail` only changes shell options
+    # Reads stdin into variables (targets judged as assignments).
     "read": SafeSpec(operands="none", value_options=_f("-p", "-d", "-n", "-N", "-t", "-u", "-a")),
-    "wait": _NO_FILES,
-    "jobs": _NO_FILES,
-    "shift": _NO_FILES,
-    "getopts": _NO_FILES,
-    "break": _NO_FILES,
-    "continue": _NO_FILES,
-    "return": _NO_FILES,
-    "exit": _NO_FILES,
+    "wait": _NO_FILES,  # waits for background jobs
+    "jobs": _NO_FILES,  # lists background jobs
+    "shift": _NO_FILES,  # shifts positional parameters
+    "getopts": _NO_FILES,  # parses options into a variable (judged as an assignment)
+    "break": _NO_FILES,  # loop control
+    "continue": _NO_FILES,  # loop control
+    "return": _NO_FILES,  # function control
+    "exit": _NO_FILES,  # ends the shell
     "unset": _NO_FILES,  # unsets variables (declaration node)
     "export": _NO_FILES,  # assignments judged separately (dangerous variables)
-    "declare": _NO_FILES,
-    "typeset": _NO_FILES,
-    "local": _NO_FILES,
-    "readonly": _NO_FILES,
+    "declare": _NO_FILES,  # declares variables (names and values judged as assignments)
+    "typeset": _NO_FILES,  # same as declare
+    "local": _NO_FILES,  # same as declare, in a function
+    "readonly": _NO_FILES,  # same as declare
     "let": _NO_FILES,  # arithmetic; `$(` in its text is caught as evaluated code
-    "tput": _NO_FILES,
-    "locale": _NO_FILES,
-    "groups": _NO_FILES,
-    "arch": _NO_FILES,
-    "cal": _NO_FILES,
-    "numfmt": _NO_FILES,
-    "sha224sum": _PLAIN,
-    "sha384sum": _PLAIN,
+    "tput": _NO_FILES,  # prints terminal capabilities
+    "locale": _NO_FILES,  # prints locale settings
+    "groups": _NO_FILES,  # prints group membership
+    "arch": _NO_FILES,  # prints the machine architecture
+    "cal": _NO_FILES,  # prints a calendar
+    "numfmt": _NO_FILES,  # formats numbers
+    "sha224sum": _PLAIN,  # checksums
+    "sha384sum": _PLAIN,  # checksums
     "base32": _PLAIN,  # encodes; decoding only prints
-    "base64": _PLAIN,
+    "base64": _PLAIN,  # encodes or decodes to stdout
+    # Converts encodings; -o writes a file.
     "iconv": SafeSpec(
         value_options=_f("-f", "-t", "--from-code", "--to-code"), write_options=_f("-o", "--output")
     ),
     "zcat": _PLAIN,  # prints compressed files
     "bzcat": _PLAIN,
-    "xzcat": _PLAIN,
-    "zgrep": _GREP,
+    "xzcat": _PLAIN,  # prints compressed files
+    "zgrep": _GREP,  # grep through compressed files
+    # Lists open files (metadata only).
     "lsof": SafeSpec(operands="none", what="lists open files"),
+    # Lists processes (the executor sees only its own pod).
     "ps": SafeSpec(operands="none", what="lists processes"),
-    "free": _NO_FILES,
-    "getconf": _NO_FILES,
+    "free": _NO_FILES,  # prints memory use
+    "getconf": _NO_FILES,  # prints system limits
     # Wrappers used alone (WRAPPERS handles them with a command): they run nothing.
     "command": SafeSpec(operands="none", what="describes commands"),  # `command -v git`
     "builtin": _NO_FILES,
     "exec": _NO_FILES,  # `exec >log 2>&1`: only its redirections count (judged separately)
     "nice": _NO_FILES,  # prints the niceness
     "nohup": _NO_FILES,
-    "time": _NO_FILES,
-    "timeout": _NO_FILES,
-    "stdbuf": _NO_FILES,
-    "setsid": _NO_FILES,
+    "time": _NO_FILES,  # alone: times nothing
+    "timeout": _NO_FILES,  # alone: a usage error
+    "stdbuf": _NO_FILES,  # alone: a usage error
+    "setsid": _NO_FILES,  # alone: a usage error
     "xargs": _NO_FILES,  # runs echo on its input
     # -C/-F run a callback or function of shell code.
     "mapfile": SafeSpec(
         operands="none", value_options=_f("-d", "-n", "-O", "-s", "-u", "-c"), deny_options=_f("-C")
     ),
+    # Same as mapfile.
     "readarray": SafeSpec(
         operands="none", value_options=_f("-d", "-n", "-O", "-s", "-u", "-c"), deny_options=_f("-C")
     ),
+    # Prints completions; -C/-F run code (refused).
     "compgen": SafeSpec(operands="none", deny_options=_f("-C", "-F")),
 }
 """Read-only commands (EXE-7's SAFE list, extended): ALLOW when every argument check passes."""
@@ -508,7 +542,9 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "nice": WrapperSpec(value_options=_f("-n", "--adjustment")),  # lower priority
     "nohup": WrapperSpec(),  # ignore hangups
     "time": WrapperSpec(value_options=_f("-f", "--format", "-o", "--output")),  # measure
+    # timeout [-s SIG] [-k DUR] DURATION CMD: limits how long CMD runs.
     "timeout": WrapperSpec(value_options=_f("-s", "--signal", "-k", "--kill-after"), positionals=1),
+    # stdbuf -oL CMD: changes CMD's buffering.
     "stdbuf": WrapperSpec(value_options=_f("-i", "-o", "-e", "--input", "--output", "--error")),
     # xargs runs CMD with arguments read from stdin (unknown when judging).
     "xargs": WrapperSpec(
@@ -535,26 +571,35 @@ WRAPPERS: dict[str, WrapperSpec] = {
         read_options=_f("-a", "--arg-file"),
         stdin_args=True,
     ),
+    # ionice -c3 CMD: I/O priority; -p PID only changes another process.
     "ionice": WrapperSpec(
         value_options=_f("-c", "-n", "--class", "--classdata"),
         no_command_options=_f("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
     ),
     "setsid": WrapperSpec(),  # new session
+    # chrt PRIO CMD: scheduling policy.
     "chrt": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
+    # taskset MASK CMD: CPU affinity.
     "taskset": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
+    # nocache CMD: drops page cache use.
     "nocache": WrapperSpec(),
+    # unbuffer CMD (expect): runs CMD on a pty.
     "unbuffer": WrapperSpec(),
     "coproc": WrapperSpec(),  # runs CMD as a coprocess
+    # flock FILE CMD: runs CMD holding a lock.
     "flock": WrapperSpec(
         value_options=_f("-w", "--timeout", "-E", "--conflict-exit-code"),
         positionals=1,
         # -c runs a string through sh.
         deny_options=_f("-c", "--command"),
     ),
+    # prlimit --nofile=N CMD: resource limits; --pid changes another process.
     "prlimit": WrapperSpec(no_command_options=_f("-p", "--pid")),
     "busybox": WrapperSpec(),  # `busybox rm x` runs the rm applet
     "toybox": WrapperSpec(),  # same, toybox applets
+    # catchsegv CMD: prints a backtrace on a crash.
     "catchsegv": WrapperSpec(),
+    # valgrind CMD: runs CMD under a checker.
     "valgrind": WrapperSpec(value_options=_f("--tool", "--log-file")),
 }
 """Commands that run the command in their arguments: the analysis judges that command."""
