@@ -24,6 +24,7 @@ import aiosqlite
 from opentelemetry import metrics
 
 from stockade.audit.chain import ChainChecker
+from stockade.audit.checkpoint import Checkpointer
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
@@ -94,6 +95,7 @@ class AuditStore:
         self._synchronous = synchronous
         self._clock = clock
         self._closed = False
+        self._checkpointer: Checkpointer | None = None
 
     @classmethod
     async def open(
@@ -130,7 +132,7 @@ class AuditStore:
             await loop.run_in_executor(executor, writer.close)
             executor.shutdown(wait=False)
             raise
-        return cls(
+        store = cls(
             file,
             writer,
             executor,
@@ -140,6 +142,12 @@ class AuditStore:
             max_pending_batches=max_pending_batches,
             meter=meter,
         )
+        try:
+            store._checkpointer = await Checkpointer.start(file, store._watch)
+        except BaseException:
+            await store.close()
+            raise
+        return store
 
     async def close(self) -> None:
         """End every tail, let queued writes finish, and close the connections."""
@@ -147,6 +155,8 @@ class AuditStore:
             return
         self._closed = True
         self._watch.close()
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
         # The writer thread runs jobs in order: closing after the queued appends.
         await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
         self._executor.shutdown(wait=True)

@@ -32,6 +32,9 @@ class ChainWriter:
             db.execute("PRAGMA busy_timeout = 10000")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {synchronous}")
+            # Checkpoints normally run in the background (``Checkpointer``); this is the
+            # backstop that bounds the WAL (about 40 MB) should they fall behind.
+            db.execute("PRAGMA wal_autocheckpoint = 10000")
             db.executescript(SCHEMA)
             db.execute(
                 "INSERT OR IGNORE INTO audit_chain VALUES (1, 0, ?, 0, ?, 0)", (GENESIS, GENESIS)

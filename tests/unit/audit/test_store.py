@@ -277,3 +277,24 @@ async def test_cancelled_append_still_commits_whole_and_keeps_chain(
 async def test_open_refuses_unknown_synchronous_mode(db_path: Path) -> None:
     with pytest.raises(InvalidArgument):
         await AuditStore.open(db_path, synchronous="SOMETIMES")
+
+
+async def test_wal_is_checkpointed_in_the_background(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    opened = await AuditStore.open(db_path)
+    try:
+        await opened.append([make_event(i) for i in range(200)])
+        checkpointer = opened._checkpointer
+        assert checkpointer is not None
+        for _ in range(500):
+            if checkpointer.checkpoints:
+                break
+            await asyncio.sleep(0.01)
+        assert checkpointer.checkpoints >= 1
+        with sqlite3.connect(db_path) as db:
+            busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (busy, frames) == (0, copied)
+        assert (await opened.verify()).ok
+    finally:
+        await opened.close()
