@@ -535,3 +535,62 @@ def _pids_with(marker: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+# --- persistence: protected files stay read-only --------------------------------------
+
+PROTECTED = (".git/hooks/**", ".git/config", ".bashrc", ".ssh/**", "*.sh")
+
+
+async def test_protected_files_stay_read_only_even_for_approved_commands(
+    launcher: Launcher, planted_repo: Path
+) -> None:
+    ws = planted_repo
+    (ws / ".bashrc").write_text("# rc\n")
+    (ws / "sub").mkdir()
+    config = (ws / ".git" / "config").read_text()
+    policy = ConfinementPolicy(
+        readable_roots=(str(ws),), writable_roots=(str(ws),), read_only_globs=PROTECTED
+    )
+    outcomes = []
+    for cwd in (ws, ws / "sub"):
+        outcome = await launcher.run(
+            "python3 -c \"open('" + str(ws) + "/.git/hooks/pre-commit', 'w').write('x')\";"
+            f" echo evil >> {ws}/.git/config; echo evil >> {ws}/.bashrc;"
+            f" rm -f {ws}/.git/hooks/*; git status --short >/dev/null && echo status-ok;"
+            f" git add {ws}/file.txt && git commit -qm m && echo commit-ok",
+            cwd=str(cwd),
+            policy=policy,
+            timeout_s=60,
+        )
+        assert "status-ok" in outcome.stdout, outcome.stderr
+        mask = next(layer for layer in outcome.layers if layer.name == "mount_mask")
+        assert "3 protected path(s)" in mask.detail
+        outcomes.append(outcome)
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert (ws / ".git" / "config").read_text() == config
+    assert (ws / ".bashrc").read_text() == "# rc\n"
+    # The repository itself stays usable.
+    assert "commit-ok" in outcomes[0].stdout, outcomes[0].stderr
+
+
+async def test_nested_repository_at_the_working_directory_is_protected(
+    launcher: Launcher, ws: Path
+) -> None:
+    git = shutil.which("git")
+    assert git is not None
+    inner = ws / "libs" / "inner"
+    inner.mkdir(parents=True)
+    subprocess.run([git, "init", "-q", str(inner)], check=True)
+    policy = ConfinementPolicy(
+        readable_roots=(str(ws),), writable_roots=(str(ws),), read_only_globs=PROTECTED
+    )
+    outcome = await launcher.run(
+        "echo x > .git/hooks/post-checkout; echo ok > notes.txt",
+        cwd=str(inner),
+        policy=policy,
+        timeout_s=30,
+    )
+    assert not (inner / ".git" / "hooks" / "post-checkout").exists()
+    assert (inner / "notes.txt").read_text() == "ok\n"
+    assert "Read-only file system" in outcome.stderr

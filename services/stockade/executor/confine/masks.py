@@ -179,7 +179,7 @@ def nested_read_only(readable: Sequence[str], writable: Sequence[str]) -> list[s
 
 
 def bind_read_only(paths: Sequence[str]) -> None:
-    """Bind each directory onto itself, read-only (call in a private mount namespace)."""
+    """Bind each file or directory onto itself, read-only (in a private mount namespace)."""
     for path in paths:
         kernel.mount(path, path, None, kernel.MS_BIND | kernel.MS_REC, None)
         kernel.mount(
@@ -227,4 +227,43 @@ def find_sockets(
                 found.append(entry.path)
             elif stat.S_ISDIR(mode) and depth > 1:
                 pending.append((entry.path, depth - 1))
+    return found
+
+
+def find_protected(writable: Sequence[str], cwd: str, globs: Sequence[str]) -> list[str]:
+    """Existing paths named by ``globs`` at each writable root and at ``cwd`` and its
+    parents up to its root (where a repository or a shell start-up file takes effect).
+
+    Globs with wildcards (other than a trailing ``/**``) are skipped: finding them would
+    need a walk of the whole tree on every command. Symlinks are skipped: binding one
+    would protect whatever it points to instead.
+    """
+    rels: list[str] = []
+    for glob in globs:
+        rel = glob[:-3] if glob.endswith("/**") else glob
+        if rel and not any(c in rel for c in "*?["):
+            rels.append(rel)
+    if not rels:
+        return []
+    roots = [os.path.realpath(w) for w in writable]
+    places: list[str] = list(roots)
+    here = os.path.realpath(cwd)
+    while any(_within(here, r) for r in roots):
+        places.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    found: list[str] = []
+    for place in dict.fromkeys(places):
+        for rel in rels:
+            path = rel if rel.startswith("/") else os.path.join(place, rel)
+            if path in found or not any(_within(path, r) for r in roots):
+                continue
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    continue
+            except OSError:
+                continue
+            found.append(path)
     return found

@@ -85,6 +85,10 @@ class ConfinementPolicy:
     """False: the command runs in a network namespace without interfaces."""
     masked_globs: tuple[str, ...] = ()
     """Paths inside the roots that read as empty files (e.g. ``**/.env``)."""
+    read_only_globs: tuple[str, ...] = ()
+    """Paths kept read-only inside the writable roots (persistence: ``.git/hooks/**``,
+    ``.git/config``, ``.bashrc`` ...). Checked where they matter, at each writable root
+    and at the working directory and its parents: globs without wildcards only."""
     rlimits: Rlimits = field(default_factory=Rlimits)
     """Resource limits."""
 
@@ -100,6 +104,7 @@ class ConfinementPolicy:
             writable_roots=tuple(data["writable_roots"]),
             network_enabled=bool(data["network_enabled"]),
             masked_globs=tuple(data["masked_globs"]),
+            read_only_globs=tuple(data.get("read_only_globs", ())),
             rlimits=Rlimits(**data["rlimits"]),
         )
 

@@ -347,12 +347,17 @@ def _confine(
         # writable. A read-only bind mount keeps it read-only.
         nested = masks.nested_read_only(policy.readable_roots, policy.writable_roots)
         masks.bind_read_only(nested)
+        # Files that make other programs run code later (git hooks, shell rc files)
+        # stay read-only even for commands the user approved.
+        protected = masks.find_protected(policy.writable_roots, cwd, policy.read_only_globs)
+        masks.bind_read_only(protected)
         layers.append(
             Layer(
                 MOUNT_MASK,
                 True,
                 f"{count} policy-denied path(s) masked, {len(nested)} nested read-only"
-                " root(s) bound read-only, in a private mount namespace",
+                f" root(s) and {len(protected)} protected path(s) read-only, in a private"
+                " mount namespace",
             )
         )
     else:

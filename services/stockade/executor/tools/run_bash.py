@@ -46,6 +46,7 @@ def confinement_policy(
         writable_roots=tuple(root.path for root in sandbox.roots if root.writable),
         network_enabled=network_enabled,
         masked_globs=masked_globs,
+        read_only_globs=sandbox.protected_write_globs,
         rlimits=rlimits,
     )
 
