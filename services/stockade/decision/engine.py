@@ -14,7 +14,7 @@ calls). Every other thing that matched goes into the conflict log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -29,7 +29,9 @@ from stockade.decision.rules import (
     Effect,
     Rule,
     RuleIndex,
+    RuleScreen,
     Source,
+    TierRules,
     call_content,
 )
 
@@ -172,7 +174,8 @@ class _Outcome(NamedTuple):
     reason: str
 
 
-_EMPTY: tuple[tuple[CompiledRule, ...], ...] = ((), (), ())
+_NO_RULES = TierRules((), RuleScreen(()))
+_NO_TIERS = (_NO_RULES, _NO_RULES, _NO_RULES)
 
 
 def _collect(
@@ -202,11 +205,11 @@ def _collect(
     )
 
 
-def _any_match(rules: tuple[CompiledRule, ...], content: CallContent) -> bool:
-    for c in rules:
-        if c.matches(content):
-            return True
-    return False
+def _may_allow(content: CallContent, policy: RuleScreen, session: RuleScreen) -> bool:
+    """False only when no ALLOW rule of either screen can match (see ``_allow_matches``)."""
+    if content.tool_name != BASH_TOOL or "command" not in content.fields:
+        return policy.allows(content) or session.allows(content)
+    return policy.may_allow_command(content) or session.may_allow_command(content)
 
 
 def _allow_matches(rules: Sequence[CompiledRule], content: CallContent) -> tuple[list[Rule], bool]:
@@ -232,19 +235,22 @@ def _allow_matches(rules: Sequence[CompiledRule], content: CallContent) -> tuple
     return used, covered and bool(used)
 
 
+_DENY_WHAT = {"P0": "policy rule", "P1": "tool check", "P2": "session rule", "P3": "hook"}
+
+
 def _step_deny(m: _Matches) -> _Outcome | None:
     """P0–P3: any DENY wins and can never be overridden."""
-    for step, rules in (
-        ("P0", m.policy_deny),
-        ("P1", m.tool_deny),
-        ("P2", m.session_deny),
-        ("P3", m.hook_block),
-    ):
-        if rules:
-            r = rules[0]
-            what = {"P0": "policy rule", "P1": "tool check", "P2": "session rule"}.get(step, "hook")
-            return _Outcome(Effect.DENY, r, step, _reason(r, f"denied by {what} {r.pattern}"))
-    return None
+    if m.policy_deny:
+        step, r = "P0", m.policy_deny[0]
+    elif m.tool_deny:
+        step, r = "P1", m.tool_deny[0]
+    elif m.session_deny:
+        step, r = "P2", m.session_deny[0]
+    elif m.hook_block:
+        step, r = "P3", m.hook_block[0]
+    else:
+        return None
+    return _Outcome(Effect.DENY, r, step, r.reason or f"denied by {_DENY_WHAT[step]} {r.pattern}")
 
 
 def _step_explicit_ask(m: _Matches) -> _Outcome | None:
@@ -280,19 +286,9 @@ def _step_allow(m: _Matches) -> _Outcome:
     return _Outcome(Effect.ALLOW, DEFAULT_RULE, "P8", DEFAULT_RULE.reason)
 
 
-_PRECEDENCE: tuple[Callable[[_Matches], _Outcome | None], ...] = (
-    _step_deny,
-    _step_explicit_ask,
-    _step_tool_ask,
-)
-
-
 def _precedence(m: _Matches) -> _Outcome:
-    for step in _PRECEDENCE:
-        outcome = step(m)
-        if outcome is not None:
-            return outcome
-    return _step_allow(m)
+    """The steps in order (P0–P3, P4–P5, P6, then P7/P8); the first that settles wins."""
+    return _step_deny(m) or _step_explicit_ask(m) or _step_tool_ask(m) or _step_allow(m)
 
 
 def _reason(rule: Rule, fallback: str) -> str:
@@ -308,7 +304,9 @@ def _is_read_only(req: DecisionRequest) -> bool:
 def _mode_step(req: DecisionRequest, m: _Matches, out: _Outcome) -> _Outcome:
     """DEC-4: the session's mode changes the verdict after precedence."""
     mode = req.mode
-    immune = any(r.bypass_immune for r in m.tool_ask)
+    if mode is Mode.DEFAULT and out.verdict is not Effect.ASK:
+        return out  # the common case: default mode changes nothing but ASK (handled below)
+    immune = any(r.bypass_immune for r in m.tool_ask) if m.tool_ask else False
     if mode is Mode.PLAN and out.verdict is not Effect.DENY and not _is_read_only(req):
         return _mode_outcome(Effect.DENY, mode, f"plan mode: {req.tool_name} is not read-only")
     if out.verdict is not Effect.ASK:
@@ -409,23 +407,32 @@ def decide(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
     facts = req.facts
     tool = req.tool_name
     content = call_content(tool, req.arguments, cwd=policy.cwd, sub_commands=facts.sub_commands)
-    p_deny, p_ask, p_allow = policy.index.for_tool(tool)
+    p_deny, p_ask, p_allow = policy.index.tiers(tool)
     sess = req.session_rules
-    s_deny, s_ask, s_allow = sess.for_tool(tool) if sess is not None else _EMPTY
+    s_deny, s_ask, s_allow = sess.tiers(tool) if sess is not None else _NO_TIERS
+    # Each tier's screen says in one regex call whether any of its rules can match; only
+    # then are its rules tested one by one (most calls match no DENY/ASK rule at all).
+    if (p_ask.rules and p_ask.screen.matches(content)) or (
+        s_ask.rules and s_ask.screen.matches(content)
+    ):
+        ask = [c.rule for c in (*p_ask.rules, *s_ask.rules) if c.matches(content)]
+    else:
+        ask = []
     # Policy ALLOW rules come before session ones (orders restart per index).
-    allow_rules = (*p_allow, *s_allow) if s_allow else p_allow
-    ask = [c.rule for c in (*p_ask, *s_ask) if c.matches(content)] if p_ask or s_ask else []
+    allow_rules = (*p_allow.rules, *s_allow.rules) if s_allow.rules else p_allow.rules
+    if allow_rules and not _may_allow(content, p_allow.screen, s_allow.screen):
+        allow_rules = ()  # no ALLOW rule can match: the same as testing each and finding none
     if not (
         ask
         or facts.tool_rules
         or req.hook_signals
-        or (p_deny and _any_match(p_deny, content))
-        or (s_deny and _any_match(s_deny, content))
+        or (p_deny.rules and p_deny.screen.matches(content))
+        or (s_deny.rules and s_deny.screen.matches(content))
     ):
         # Nothing but ALLOW rules applies (the common case): the full pipeline would settle
         # at P7/P8, so skip building the tiers; _decide_allow_only keeps the result exact.
         return _decide_allow_only(policy, req, content, allow_rules)
-    matches = _collect(req, content, (p_deny, s_deny), ask, allow_rules)
+    matches = _collect(req, content, (p_deny.rules, s_deny.rules), ask, allow_rules)
     return _finish(policy, req, content, matches)
 
 

@@ -88,8 +88,25 @@ def explain_call(
         return Explanation(
             risk, f"{verb} {target}" + (" outside the working directory" if outside else "")
         )
+    return _tool_explanation(tool_name, bool(read_only))
+
+
+_TOOL_EXPLANATIONS: dict[tuple[str, bool], Explanation] = {}
+
+
+def _tool_explanation(tool_name: str, read_only: bool) -> Explanation:
+    """The sentence for any other tool; it depends on the name and read_only alone, and
+    Explanation is immutable, so one instance per pair is kept (bounded: names come from
+    callers)."""
+    key = (tool_name, read_only)
+    hit = _TOOL_EXPLANATIONS.get(key)
+    if hit is not None:
+        return hit
     risk = Risk.LOW if read_only else Risk.MEDIUM
-    return Explanation(risk, f"Calls tool `{tool_name}`" + (" (read-only)" if read_only else ""))
+    out = Explanation(risk, f"Calls tool `{tool_name}`" + (" (read-only)" if read_only else ""))
+    if len(_TOOL_EXPLANATIONS) < 4096:
+        _TOOL_EXPLANATIONS[key] = out
+    return out
 
 
 def _explain_bash(

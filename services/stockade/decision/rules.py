@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from stockade.errors import InvalidPattern
 
@@ -54,6 +54,7 @@ CONTENT_FIELDS: tuple[str, ...] = ("command", "file_path", "path", "pattern", "u
 
 PATH_FIELDS = frozenset({"file_path", "path"})
 """Content fields that hold filesystem paths and are normalised before matching."""
+_PATH_FIELD_ORDER = tuple(k for k in CONTENT_FIELDS if k in PATH_FIELDS)
 
 PRIMARY_FIELDS: Mapping[str, str] = {
     "run_bash": "command",
@@ -467,8 +468,11 @@ class CallContent:
         self.whole_command = whole_command
         """For run_bash: the whole command with whitespace collapsed."""
         declared = PRIMARY_FIELDS.get(tool_name)
-        if declared is None:
-            declared = next((n for n in CONTENT_FIELDS if n in fields), None)
+        if declared is None and fields:
+            for name in CONTENT_FIELDS:
+                if name in fields:
+                    declared = name
+                    break
         self.primary_field: str | None = declared
         """The field an ALLOW rule matches: the tool's declared one, else the first present."""
 
@@ -510,14 +514,13 @@ def call_content(
     ``sub_commands`` are the executor's simple-command texts for run_bash; when None the
     command is split crudely (see ``crude_split``).
     """
-    fields: dict[str, str] = {}
-    paths: dict[str, str] = {}
     get = arguments.get
-    for k in CONTENT_FIELDS:
-        v = get(k)
-        if isinstance(v, str):
-            fields[k] = v
-            if v and k in PATH_FIELDS:
+    fields = {k: v for k in CONTENT_FIELDS if isinstance(v := get(k), str)}
+    paths: dict[str, str] = {}
+    if fields:
+        for k in _PATH_FIELD_ORDER:
+            v = fields.get(k)
+            if v:
                 paths[k] = normalize_path(v, cwd)
     if tool_name != BASH_TOOL or "command" not in fields:
         return CallContent(tool_name, fields, paths)
@@ -559,6 +562,24 @@ class CompiledRule:
     def effect(self) -> Effect:
         """The rule's effect."""
         return self.rule.effect
+
+    @property
+    def text_matcher(self) -> _TextMatcher:
+        """The free-text matcher (only for rules with content)."""
+        assert self._text is not None
+        return self._text
+
+    @property
+    def path_matcher(self) -> _PathMatcher:
+        """The path matcher (only for rules with content)."""
+        assert self._path is not None
+        return self._path
+
+    @property
+    def command_matcher(self) -> _TextMatcher:
+        """The bash command matcher (only for rules with content)."""
+        assert self._command is not None
+        return self._command
 
     @property
     def is_literal(self) -> bool:
@@ -644,6 +665,103 @@ def _normalize_pattern_command(content: str, *, exact: bool) -> str:
     return " ".join(f"{name} {rest}".split()) if rest else name
 
 
+def _combined(matchers: Sequence[_TextMatcher | _PathMatcher]) -> Callable[[str], Any]:
+    """One regex search equivalent to "any of ``matchers`` matches" (truthy on a match).
+
+    A bare literal is a substring search (DENY/ASK) or an equality (ALLOW, anchored); a
+    wildcard pattern is a full match (anchored with ``\\A``/``\\Z``, which mean string
+    start/end in Python). Alternatives are tried in turn, so a hit of any one is a hit.
+    """
+    alts: list[str] = []
+    for m in matchers:
+        if m.literal is not None:
+            lit = re.escape(m.literal)
+            alts.append(rf"\A{lit}\Z" if m.exact else lit)
+        else:
+            assert m.regex is not None
+            alts.append(rf"\A(?:{m.regex.pattern})\Z")
+    if not alts:
+        return _never
+    return re.compile("|".join(alts), re.DOTALL).search
+
+
+def _never(text: str) -> None:
+    return None
+
+
+class RuleScreen:
+    """A cheap test of whether ANY of a tier's rules can match a call (a prefilter).
+
+    For a tool's DENY/ASK (or ALLOW) rules, ``matches`` (``allows``) is true exactly when
+    ``CompiledRule.matches`` (``allows``) is true for at least one of them: the same
+    field-by-field logic, each matcher kind combined into one regex. A call that passes is
+    then tested rule by rule (to know which rules matched); most calls match no rule,
+    and for them one screen replaces a Python call per rule. All rules given must apply
+    to the call's tool (``RuleIndex.for_tool`` guarantees it).
+    """
+
+    __slots__ = ("bare", "text", "path", "command")
+
+    def __init__(self, rules: Sequence[CompiledRule]) -> None:
+        with_content = [c for c in rules if c.content is not None]
+        self.bare = len(with_content) != len(rules)
+        """A rule without content matches every call of its tool."""
+        self.text = _combined([c.text_matcher for c in with_content])
+        self.path = _combined([c.path_matcher for c in with_content])
+        self.command = _combined([c.command_matcher for c in with_content])
+
+    def matches(self, call: CallContent) -> bool:
+        """True if some rule's ``matches`` (DENY/ASK semantics) is true for ``call``."""
+        if self.bare:
+            return True
+        text, path, command = self.text, self.path, self.command
+        paths = call.paths
+        for name, value in call.fields.items():
+            if name in PATH_FIELDS:
+                norm = paths.get(name)
+                if (norm is not None and path(norm)) or text(value):
+                    return True
+            elif name == "command" and call.tool_name == BASH_TOOL:
+                if text(value):
+                    return True
+                for sub in call.sub_commands:
+                    if command(sub):
+                        return True
+            elif text(value):
+                return True
+        return False
+
+    def allows(self, call: CallContent) -> bool:
+        """True if some rule's ``allows`` (non-bash ALLOW semantics) is true for ``call``."""
+        if self.bare:
+            return True
+        field_name = call.primary_field
+        if field_name is None or field_name not in call.fields:
+            return False
+        if field_name in PATH_FIELDS:
+            return bool(self.path(call.paths.get(field_name, "")))
+        return bool(self.text(call.fields[field_name]))
+
+    def may_allow_command(self, call: CallContent) -> bool:
+        """False only if no rule's ``allows_command`` holds for the whole command or any part."""
+        if self.bare:
+            return True
+        command = self.command
+        if command(call.whole_command):
+            return True
+        for sub in call.allow_sub_commands:
+            if command(sub):
+                return True
+        return False
+
+
+class TierRules(NamedTuple):
+    """A tool's rules of one effect, in order, with their screen."""
+
+    rules: tuple[CompiledRule, ...]
+    screen: RuleScreen
+
+
 class RuleIndex:
     """Compiled rules kept by tool name, in evaluation order, split by effect."""
 
@@ -660,6 +778,7 @@ class RuleIndex:
             else:
                 self._by_tool.setdefault(c.tool, []).append(c)
         self._cache: dict[str, tuple[tuple[CompiledRule, ...], ...]] = {}
+        self._tiers: dict[str, tuple[TierRules, TierRules, TierRules]] = {}
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -675,6 +794,21 @@ class RuleIndex:
         result = tuple(tuple(c for c in merged if c.effect is e) for e in Effect)
         if len(self._cache) < 4096:  # tool names come from callers; bound the memo
             self._cache[tool_name] = result
+        return result
+
+    def tiers(self, tool_name: str) -> tuple[TierRules, TierRules, TierRules]:
+        """``for_tool`` with a screen per effect: (deny, ask, allow)."""
+        hit = self._tiers.get(tool_name)
+        if hit is not None:
+            return hit
+        deny, ask, allow = self.for_tool(tool_name)
+        result = (
+            TierRules(deny, RuleScreen(deny)),
+            TierRules(ask, RuleScreen(ask)),
+            TierRules(allow, RuleScreen(allow)),
+        )
+        if len(self._tiers) < 4096:  # tool names come from callers; bound the memo
+            self._tiers[tool_name] = result
         return result
 
     def __len__(self) -> int:
