@@ -22,6 +22,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICES = ("decision", "executor", "audit", "agent")
+EXTRAS = ("papers",)
+"""Optional processes: the example ToolProvider."""
 
 
 class StackError(RuntimeError):
@@ -45,7 +47,9 @@ class LocalStack:
         self.extra_env = {k: dict(v) for k, v in (env or {}).items()}
         self.common_env = dict(common_env or {})
         self.procs: dict[str, asyncio.subprocess.Process] = {}
-        self.addresses = {name: f"unix://{self.sock_dir}/{name}.sock" for name in SERVICES}
+        self.addresses = {
+            name: f"unix://{self.sock_dir}/{name}.sock" for name in (*SERVICES, *EXTRAS)
+        }
         # The decision service signs grants with the private key; the executor holds
         # only the public key (DEC-12).
         from stockade.decision.grants import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair

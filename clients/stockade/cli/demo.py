@@ -1,8 +1,12 @@
-"""``stockade demo``: start the four services and run a scripted agent session.
+"""``stockade demo``: start the services and run a scripted agent session (X-6).
 
-The services run as separate processes on unix sockets with their SQLite files under a
-local state directory; the transcript shows each tool call with the rule that decided
-it, and ends with the session's audit trail.
+The four services (and the example paper ToolProvider) run as separate processes on unix
+sockets with their SQLite files under a local state directory. A scripted model makes
+calls that show every path through Stockade: an ALLOW, a parallel batch of read-only
+calls, an ASK answered by an automated resolver watching approvals, a DENY by a policy
+rule, a dangerous bash command refused by the executor's analysis, a subagent with the
+read-only "explore" profile, and an ASK nobody answers, which times out into a DENY.
+The transcript ends with the session's audit trail and the hash-chain check.
 """
 
 from __future__ import annotations
@@ -15,16 +19,34 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+import grpc
 from google.protobuf import json_format
 
 from stockade.client.agent import AgentClient
+from stockade.client.audit import AuditClient
 from stockade.client.base import aio_channel
-from stockade.stack import LocalStack, StackError
+from stockade.stack import SERVICES, LocalStack, StackError
 from stockade.v1 import agent_service_pb2 as a_pb2
+from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+from stockade.v1 import decision_service_pb2_grpc as d_grpc
 from stockade.v1 import executor_service_pb2 as x_pb2
 
-DEMO_POLICY_DENY = "read_file(*.env)"
+SESSION = "demo-session"
+RESOLVER = "demo-resolver"
+# What the automated resolver approves; everything else it leaves to time out.
+AUTO_APPROVE_TOOLS = frozenset({"file_write"})
+
+WORKSPACE_FILES = {
+    "README.md": "# Demo project\nA tiny workspace for the Stockade demo.\n",
+    "notes/hello.txt": (
+        "Hello from the Stockade demo workspace.\nEvery tool call here was checked.\n"
+    ),
+    "notes/todo.md": "# Notes\n- TODO: write the summary\n",
+    "src/app.py": "def main() -> None:\n    # TODO: handle errors\n    print('hi')\n",
+    ".env": "DATABASE_PASSWORD=demo-secret-do-not-read\n",
+}
 
 
 class Style:
@@ -37,114 +59,217 @@ class Style:
         return f"\033[{code}m{text}\033[0m" if self.enabled else text
 
 
-def prepare(state_dir: Path, script: Path | None) -> tuple[Path, Path]:
-    """A fresh workspace and script folder under ``state_dir``."""
+def prepare(state_dir: Path, script: Path | None, policy: Path | None) -> tuple[Path, Path, Path]:
+    """A fresh workspace, script folder and policy file under ``state_dir``."""
     if state_dir.exists():
         shutil.rmtree(state_dir)
     workspace = state_dir / "workspace"
-    (workspace / "notes").mkdir(parents=True)
-    (workspace / "notes" / "hello.txt").write_text(
-        "Hello from the Stockade demo workspace.\nEvery tool call here was checked.\n"
-    )
-    (workspace / ".env").write_text("DATABASE_PASSWORD=demo-secret-do-not-read\n")
+    for rel, text in WORKSPACE_FILES.items():
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text(text)
     scripts = state_dir / "scripts"
     scripts.mkdir()
-    if script is not None:
-        shutil.copy(script, scripts / "demo.yaml")
-    else:
-        text = resources.files("stockade.demo").joinpath("demo.yaml").read_text()
-        (scripts / "demo.yaml").write_text(text)
-    return workspace, scripts
+    assets = resources.files("stockade.demo")
+    (scripts / "demo.yaml").write_text(
+        script.read_text() if script else assets.joinpath("demo.yaml").read_text()
+    )
+    policy_file = state_dir / "policy.toml"
+    policy_file.write_text(
+        policy.read_text() if policy else assets.joinpath("policy.toml").read_text()
+    )
+    return workspace, scripts, policy_file
+
+
+def _rule(rule: c_pb2.Rule) -> str:
+    source = c_pb2.RuleSource.Name(rule.source).removeprefix("RULE_SOURCE_")
+    return f"{rule.pattern!r} ({source})" if rule.pattern else source
 
 
 def describe(event: a_pb2.RunTurnResponse, style: Style) -> str | None:
     """One transcript line for an event (None for events not shown)."""
+    who = "" if event.agent_name in ("", "lead") else style(f"[{event.agent_name}] ", "34")
     kind = event.WhichOneof("event")
+    line: str | None = None
     if kind == "text":
-        return f"  {style('model', '36')}  {event.text.text}"
-    if kind == "tool_call_started":
+        line = f"{style('model', '36')}  {event.text.text}"
+    elif kind == "tool_call_started":
         call = event.tool_call_started.call
         args = json_format.MessageToDict(call.arguments)
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
-        return f"  {style('call ', '33')}  {call.tool_name}({shown})"
-    if kind == "tool_call_finished":
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items() if k != "content")
+        line = f"{style('call ', '33')}  {call.tool_name}({shown})"
+    elif kind == "permission_requested":
+        p = event.permission_requested
+        risk = c_pb2.RiskLevel.Name(p.explanation.risk).removeprefix("RISK_LEVEL_")
+        line = (
+            f"{style('ASK  ', '35;1')}  {p.call.tool_name}: {p.reason} "
+            f"[risk {risk}] {p.explanation.summary}"
+        )
+    elif kind == "permission_resolved":
+        r = event.permission_resolved
+        verdict = c_pb2.Verdict.Name(r.verdict).removeprefix("VERDICT_")
+        line = f"{style('     ', '35')}  approval {verdict}: {r.reason}"
+    elif kind == "tool_call_finished":
         f = event.tool_call_finished
-        rule = f.winning_rule
-        source = c_pb2.RuleSource.Name(rule.source).removeprefix("RULE_SOURCE_")
         if f.status == x_pb2.EXECUTION_STATUS_OK:
             first = f.content.strip().splitlines()[0] if f.content.strip() else ""
-            return f"  {style('ALLOW', '32;1')}  by {rule.pattern!r} ({source}) -> {first[:70]!r}"
-        return f"  {style('DENY ', '31;1')}  by {rule.pattern!r} ({source}): {f.reason}"
-    if kind == "final_answer":
-        return f"  {style('final', '35;1')}  {event.final_answer.text}"
-    if kind == "terminated":
+            rule = _rule(f.winning_rule)
+            line = f"{style('ALLOW', '32;1')}  {f.tool_name} by {rule} -> {first[:60]!r}"
+        elif f.verdict == c_pb2.VERDICT_ALLOW:
+            line = f"{style('FAIL ', '31')}  {f.tool_name}: {f.reason or f.content[:80]}"
+        else:
+            line = f"{style('DENY ', '31;1')}  {f.tool_name} by {_rule(f.winning_rule)}: {f.reason}"
+    elif kind == "subagent_started":
+        s = event.subagent_started
+        line = f"{style('spawn', '34;1')}  subagent {s.agent_name!r} ({s.profile}): {s.task}"
+    elif kind == "subagent_stopped":
+        stopped = event.subagent_stopped
+        reason = a_pb2.TerminationReason.Name(stopped.reason).removeprefix("TERMINATION_REASON_")
+        line = (
+            f"{style('done ', '34')}  subagent {stopped.agent_name!r} {reason}: "
+            f"{stopped.answer[:80]}"
+        )
+    elif kind == "final_answer":
+        line = f"{style('final', '35;1')}  {event.final_answer.text}"
+    elif kind == "terminated":
         t = event.terminated
         name = a_pb2.TerminationReason.Name(t.reason).removeprefix("TERMINATION_REASON_")
-        return f"  {style('end  ', '2')}  {name}: {t.detail}"
-    return None
+        line = f"{style('end  ', '2')}  {name}: {t.detail}"
+    elif kind == "error":
+        line = f"{style('error', '31')}  {event.error.message}"
+    return f"  {who}{line}" if line else None
 
 
-async def run_demo(state_dir: Path, script: Path | None, style: Style) -> int:
-    """Run the demo; returns the exit code."""
-    workspace, scripts = prepare(state_dir, script)
-    env = {
-        "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
-        "decision": {"AGENT_PERMISSIONS_DENY": DEMO_POLICY_DENY},
-        "agent": {"STOCKADE_AGENT_SCRIPT_DIR": str(scripts)},
-    }
-    print(style("Stockade demo", "1"), f"- state in {state_dir}")
-    stack = LocalStack(state_dir, env=env)
+async def auto_resolver(address: str, token: str, style: Style, ready: asyncio.Event) -> None:
+    """Watch the session's approvals; approve file writes once, leave the rest unanswered.
+
+    This stands for any resolver (a UI, a chat bot, a policy hook): several may watch at
+    once and the first answer wins.
+    """
+    auth = (("authorization", f"Bearer {token}"),)
+    async with aio_channel(address) as ch:
+        stub = d_grpc.DecisionServiceStub(ch)
+        stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=SESSION))
+        ready.set()
+        async for change in stream:
+            approval = change.approval
+            if approval.state != d_pb2.APPROVAL_STATE_PENDING:
+                continue
+            tool = approval.call.tool_name
+            if tool in AUTO_APPROVE_TOOLS:
+                await stub.ResolveApproval(
+                    d_pb2.ResolveApprovalRequest(
+                        approval_id=approval.approval_id,
+                        resolution=d_pb2.RESOLUTION_ALLOW_ONCE,
+                        resolver=RESOLVER,
+                        reason=f"{tool} inside the workspace is fine",
+                    ),
+                    metadata=auth,
+                    timeout=5,
+                )
+                print(f"  {style('bot  ', '32')}  {RESOLVER}: approved {tool} once")
+            else:
+                print(
+                    f"  {style('bot  ', '33')}  {RESOLVER}: not answering {tool} (it will time out)"
+                )
+
+
+async def print_audit(address: str, style: Style) -> bool:
+    """Print the session's audit rows, oldest first, and verify the hash chain."""
+    client = AuditClient(address)
     try:
-        print("  starting decision, executor, audit and agent ...")
-        await stack.start()
-        print(f"  services up on unix sockets in {stack.sock_dir}\n")
-        session = "demo-session"
+        rows = [
+            r
+            async for r in client.query_all(au_pb2.QueryRequest(session_id=SESSION, page_size=200))
+        ]
+        verified = await client.verify()
+    finally:
+        await client.close()
+    print("\n" + style("Audit trail", "1"), f"(session {SESSION})")
+    print(f"  {'seq':>4}  {'agent':<9} {'tool':<14} {'status':<13} {'verdict':<7} rule")
+    for row in reversed(rows):
+        e = row.event
+        status = au_pb2.AuditStatus.Name(e.status).removeprefix("AUDIT_STATUS_")
+        verdict = c_pb2.Verdict.Name(e.verdict).removeprefix("VERDICT_") if e.verdict else ""
+        rule = e.matched_rule or e.termination_reason
+        print(
+            f"  {row.sequence:>4}  {e.agent_name:<9} {e.tool_name:<14} {status:<13} "
+            f"{verdict:<7} {rule}"
+        )
+    if verified.ok:
+        print(f"  hash chain: {style('OK', '32;1')} ({verified.rows_checked} rows verified)")
+    else:
+        print(
+            f"  hash chain: {style('BROKEN', '31;1')} at {verified.first_broken_sequence}: "
+            f"{verified.detail}"
+        )
+    return verified.ok
+
+
+async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, style: Style) -> int:
+    """Run the demo; returns the exit code."""
+    workspace, scripts, policy_file = prepare(state_dir, script, policy)
+    stack = LocalStack(
+        state_dir,
+        env={
+            "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
+            "decision": {"STOCKADE_DECISION_POLICY_FILE": str(policy_file)},
+            "agent": {"STOCKADE_AGENT_SCRIPT_DIR": str(scripts)},
+        },
+    )
+    stack.extra_env["agent"]["STOCKADE_AGENT_TOOL_PROVIDERS"] = stack.addresses["papers"]
+    print(style("Stockade demo", "1"), f"- state in {state_dir}")
+    resolver: asyncio.Task[None] | None = None
+    try:
+        print("  starting decision, executor, audit, agent and the papers tool provider ...")
+        await stack.start([*SERVICES, "papers"])
+        async with aio_channel(stack.addresses["executor"]) as ch:
+            caps = await ch.unary_unary(
+                "/stockade.v1.ExecutorService/GetCapabilities",
+                request_serializer=x_pb2.GetCapabilitiesRequest.SerializeToString,
+                response_deserializer=x_pb2.GetCapabilitiesResponse.FromString,
+            )(x_pb2.GetCapabilitiesRequest(), timeout=5)
+        active = [layer.name for layer in caps.layers if layer.active]
+        inactive = [f"{layer.name} ({layer.detail})" for layer in caps.layers if not layer.active]
+        print(f"  executor confinement active: {', '.join(active)}")
+        if inactive:
+            print(f"  {style('inactive', '33')}: {'; '.join(inactive)}")
+        ready = asyncio.Event()
+        resolver = asyncio.create_task(
+            auto_resolver(stack.addresses["decision"], stack.admin_token, style, ready)
+        )
+        await asyncio.wait_for(ready.wait(), 10)
+        print()
         async with aio_channel(stack.addresses["agent"]) as ch:
             async for event in AgentClient(ch).run_turn(
-                a_pb2.RunTurnRequest(session_id=session, message="Summarise the workspace notes.")
+                a_pb2.RunTurnRequest(
+                    session_id=SESSION, message="Tidy up the project and summarise it."
+                )
             ):
                 line = describe(event, style)
                 if line:
                     print(line)
-        # Stopping the agent drains its audit queue before the audit service stops.
+        resolver.cancel()
+        # Stopping the agent drains its audit events before the trail is read.
         await stack.stop("agent")
-        await stack.stop("audit")
-        await print_audit(state_dir / "state" / "audit" / "audit.db", session, style)
-    except StackError as exc:
+        ok = await print_audit(stack.addresses["audit"], style)
+    except (StackError, grpc.aio.AioRpcError) as exc:
         print(f"stockade demo: {exc}", file=sys.stderr)
         return 1
     finally:
+        if resolver is not None:
+            resolver.cancel()
         await stack.close()
-    return 0
-
-
-async def print_audit(db: Path, session: str, style: Style) -> None:
-    """Print the session's audit rows, oldest first."""
-    from stockade.audit.model import QueryFilters
-    from stockade.audit.store import AuditStore
-
-    async with await AuditStore.open(db) as store:
-        rows, _ = await store.query(QueryFilters(session_id=session), page_size=100)
-        result = await store.verify()
-    print("\n" + style("Audit trail", "1"), f"({db})")
-    print(f"  {'seq':>4}  {'tool':<10} {'status':<13} {'verdict':<7} rule")
-    for row in reversed(rows):
-        e = row.event
-        print(
-            f"  {row.sequence:>4}  {e.tool_name:<10} {e.status:<13} {e.verdict:<7} {e.matched_rule}"
-        )
-    verdict = (
-        style("OK", "32;1")
-        if result.ok
-        else style(f"BROKEN at {result.first_broken_sequence}", "31;1")
-    )
-    print(f"  hash chain: {verdict} ({result.rows_checked} rows)")
+    return 0 if ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``stockade demo``."""
     style = Style(sys.stdout.isatty() and "NO_COLOR" not in os.environ and not args.no_color)
-    return asyncio.run(run_demo(Path(args.state_dir).resolve(), args.script, style))
+    for path in (args.script, args.policy):
+        if path is not None and not path.is_file():
+            print(f"stockade demo: {path} is not a file", file=sys.stderr)
+            return 2
+    return asyncio.run(run_demo(Path(args.state_dir).resolve(), args.script, args.policy, style))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,12 +278,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo",
         help="start the four services and run a scripted agent session",
         description=(
-            "Start decision, executor, audit and agent as separate processes with embedded "
-            "SQLite under --state-dir, run a scripted session and print its transcript and "
+            "Start decision, executor, audit, agent (and the example papers tool provider) "
+            "as separate processes with embedded SQLite under --state-dir, run a scripted "
+            "session with an automated approval resolver, and print the transcript and the "
             "audit trail."
         ),
     )
     p.add_argument("--state-dir", default=".stockade/demo", help="where state and logs go")
     p.add_argument("--script", type=Path, help="a custom script (YAML) for the scripted model")
+    p.add_argument(
+        "--policy", type=Path, help="a custom policy file (TOML) for the decision service"
+    )
     p.add_argument("--no-color", action="store_true", help="plain output")
     p.set_defaults(func=run)
