@@ -85,8 +85,6 @@ class LocalStack:
             env["STOCKADE_AGENT_EXECUTOR_ADDR"] = self.addresses["executor"]
             env["STOCKADE_AGENT_AUDIT_ADDR"] = self.addresses["audit"]
             env.setdefault("STOCKADE_AGENT_SPOOL_DIR", str(self.base_dir / "state" / "spool"))
-            # The agent passes approvals through to the decision service (AGT-8).
-            env["STOCKADE_AGENT_DECISION_ADMIN_TOKEN"] = self.admin_token
         env.update(self.extra_env.get(name, {}))
         return env
 
