@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -398,3 +399,31 @@ def test_rlimits_validate() -> None:
     with pytest.raises(ValueError):
         Rlimits(nproc=0)
     assert ConfinementPolicy.from_dict(policy_for(Path("/x")).to_dict()) == policy_for(Path("/x"))
+
+
+async def test_a_worker_killed_while_idle_is_replaced(launcher: Launcher, tmp_path: Path) -> None:
+    # Kill every idle worker behind the launcher's back (as an OOM killer might).
+    for item in list(launcher._idle._queue):  # type: ignore[attr-defined]
+        if item is not None:
+            signal.pidfd_send_signal(item.pidfd, signal.SIGKILL)
+    outcome = await launcher.run(
+        "echo fine", cwd=str(tmp_path), policy=policy_for(tmp_path), timeout_s=30
+    )
+    assert outcome.stdout == "fine\n"
+
+
+async def test_many_more_concurrent_commands_than_pooled_workers(tmp_path: Path) -> None:
+    launcher = Launcher(pool_size=1)
+    await launcher.start()
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                launcher.run(
+                    f"echo {i}", cwd=str(tmp_path), policy=policy_for(tmp_path), timeout_s=60
+                )
+                for i in range(12)
+            )
+        )
+    finally:
+        await launcher.close()
+    assert [o.stdout for o in outcomes] == [f"{i}\n" for i in range(12)]

@@ -13,6 +13,7 @@ import codecs
 import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -112,6 +113,7 @@ class Launcher:
         self._layers: tuple[Layer, ...] = ()
         self._hello: asyncio.Future[dict[str, Any]] | None = None
         self._start_lock = asyncio.Lock()
+        self._failure = ""
         self.pid: int = 0
         """The launcher's pid (0 before start)."""
 
@@ -199,6 +201,9 @@ class Launcher:
             if message.get("ev") == "hello":
                 if self._hello is not None and not self._hello.done():
                     self._hello.set_result(message)
+            elif message.get("ev") == "failed":
+                self._failure = str(message.get("message", "unknown failure"))
+                self._idle.put_nowait(None)  # wakes a run() waiting for a worker
             elif message.get("ev") == "worker" and len(fds) == 1:
                 sock = socket.socket(fileno=fds[0])
                 try:
@@ -240,13 +245,24 @@ class Launcher:
                 self._sock.setblocking(False)
 
     async def _take_worker(self) -> _Worker:
-        for _ in range(2):
+        for _ in range(10):
             if not self.running:
                 await self.start()
+            if self._idle.empty():
+                self._tell({"op": "want"})
             item = await self._idle.get()
-            if item is not None:
-                return item
-        raise ConfinementFailed("the launcher keeps exiting")
+            if item is None:
+                if self._failure:
+                    failure, self._failure = self._failure, ""
+                    raise ConfinementFailed(f"the launcher {failure}")
+                continue  # the launcher exited: start it again
+            if _has_exited(item.pidfd):
+                # Died while idle (killed from outside?): replace it, take another.
+                item.close()
+                self._tell({"op": "took", "wid": item.wid})
+                continue
+            return item
+        raise ConfinementFailed("no confined worker could be obtained")
 
     # --- running --------------------------------------------------------------------
 
@@ -449,6 +465,12 @@ class _StatusStream(_Stream):
         # Each report is one small write (atomic on a pipe) ending in a newline.
         if self.eof.done() or ('"code"' in text or '"error"' in text) and text.endswith("\n"):
             self.ended.set_result(None)
+
+
+def _has_exited(pidfd: int) -> bool:
+    """Whether the process behind ``pidfd`` has exited (a pidfd polls readable then)."""
+    ready, _, _ = select.select([pidfd], [], [], 0)
+    return bool(ready)
 
 
 async def _exited(pidfd: int) -> None:

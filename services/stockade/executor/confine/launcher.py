@@ -78,7 +78,7 @@ class LauncherServer:
         self.base = tempfile.mkdtemp(prefix="stockade-launcher-")
         self.cgroup_root: limits.PidsCgroupRoot | None = None
         self.counter = 0
-        self.failures = 0
+        self.failed = False
         self.layers: tuple[Layer, ...] = ()
         self.plan = self._settle()
 
@@ -237,15 +237,22 @@ class LauncherServer:
         ours.close()
         self.idle += 1
 
-    def _fill_pool(self) -> None:
-        # Stop refilling after repeated failures rather than fork in a tight loop; the
-        # executor then waits, and its run times out with the reason.
-        while self.idle < self.pool_size and self.failures < 10:
+    def _fill_pool(self, *, extra: bool = False) -> None:
+        """Fork workers up to the pool size (one more with ``extra``: a caller waits)."""
+        # After a failure, stop until the executor asks again rather than fork in a
+        # tight loop; the waiting run is told why.
+        wanted = self.pool_size + (1 if extra else 0)
+        while self.idle < wanted and not self.failed:
             try:
                 self._fork_worker()
             except OSError as exc:
-                self.failures += 1
-                print(f"stockade-launcher: cannot fork a worker: {exc}", file=sys.stderr)
+                self.failed = True
+                message = f"cannot prepare a worker: {exc}"
+                print(f"stockade-launcher: {message}", file=sys.stderr)
+                try:
+                    self.control.sendall(json.dumps({"ev": "failed", "message": message}).encode())
+                except OSError:
+                    pass
 
     def _kill(self, w: _Worker) -> None:
         try:
@@ -304,6 +311,11 @@ class LauncherServer:
         op = request.get("op")
         if op == "took":
             self.idle = max(self.idle - 1, 0)
+        elif op == "want":
+            # The executor has no worker left and a command waiting: fork now, and try
+            # again even after a failure.
+            self.failed = False
+            self._fill_pool(extra=True)
         elif op == "kill":
             w = self.workers.get(int(request["wid"]))
             if w is not None:
