@@ -75,7 +75,8 @@ class LauncherServer:
         self.selector = selectors.DefaultSelector()
         self.idle = 0
         self.workers: dict[int, _Worker] = {}
-        self.base = tempfile.mkdtemp(prefix="stockade-launcher-")
+        limits.sweep_tmp(tempfile.gettempdir())
+        self.base = tempfile.mkdtemp(prefix=f"{limits.LAUNCHER_PREFIX}{os.getpid()}-")
         self.cgroup_root: limits.PidsCgroupRoot | None = None
         self.counter = 0
         self.failed = False
@@ -115,7 +116,9 @@ class LauncherServer:
         try:
             if self._off(PIDS_CGROUP):
                 raise OSError(0, "disabled by configuration")
-            self.cgroup_root = limits.PidsCgroupRoot.create(f"stockade-launcher-{os.getpid()}")
+            self.cgroup_root = limits.PidsCgroupRoot.create(
+                f"{limits.LAUNCHER_PREFIX}{os.getpid()}"
+            )
             layers.append(Layer(PIDS_CGROUP, True, f"pids cgroup v{self.cgroup_root.version}"))
         except OSError as exc:
             layers.append(Layer(PIDS_CGROUP, False, f"unavailable: {exc.strerror or exc}"))

@@ -48,6 +48,7 @@ class PidsCgroupRoot:
         """Create ``name`` under a writable pids hierarchy; raise ``OSError`` if none."""
         errors: list[str] = []
         for base, version in _candidates():
+            _sweep(base)
             path = os.path.join(base, name)
             try:
                 os.mkdir(path)
@@ -82,6 +83,48 @@ class PidsCgroupRoot:
             if os.path.isdir(sub):
                 remove_cgroup(sub)
         remove_cgroup(self.path)
+
+
+LAUNCHER_PREFIX = "stockade-launcher-"
+
+
+def launcher_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running launcher (names of its cgroup and tmp dir carry it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"stockade.executor.confine.launcher" in fh.read()
+    except OSError:
+        return False
+
+
+def stale_owner(name: str) -> bool:
+    """Whether ``name`` (``stockade-launcher-<pid>[-...]``) belongs to a dead launcher."""
+    if not name.startswith(LAUNCHER_PREFIX):
+        return False
+    digits = name[len(LAUNCHER_PREFIX) :].split("-", 1)[0]
+    return digits.isdigit() and not launcher_alive(int(digits))
+
+
+def _sweep(base: str) -> None:
+    """Remove the cgroups of launchers that died without cleaning up (best effort)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        if stale_owner(name):
+            PidsCgroupRoot(os.path.join(base, name), 1).remove()
+
+
+def sweep_tmp(tmp_root: str) -> None:
+    """Remove the tmp dirs of launchers that died without cleaning up (best effort)."""
+    try:
+        names = os.listdir(tmp_root)
+    except OSError:
+        return
+    for name in names:
+        if stale_owner(name):
+            remove_tree(os.path.join(tmp_root, name))
 
 
 def set_max(cgroup: str, max_pids: int) -> None:
