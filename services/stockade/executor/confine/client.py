@@ -298,15 +298,16 @@ class Launcher:
             for r, _ in pipes:
                 os.close(r)
             worker.close()
+            self._tell({"op": "took", "wid": wid})
             raise ConfinementFailed(f"cannot reach the worker: {exc}") from exc
         finally:
             for _, w in pipes:
                 os.close(w)
-            # The replacement fork competes for CPU with the command: ask for it now
-            # only if no worker is left, otherwise once this command is over.
-            refill_now = self._idle.empty()
-            if refill_now:
-                self._tell({"op": "took", "wid": wid})
+        # The replacement fork competes for CPU with the command: ask for it now only
+        # if no worker is left, otherwise once this command is over.
+        refill_now = self._idle.empty()
+        if refill_now:
+            self._tell({"op": "took", "wid": wid})
         worker.sock.close()
         streams = [
             _Stream(pipes[0][0], False, self._capture_bytes, on_output),
