@@ -90,6 +90,7 @@ class AuditStore:
         self._reader = reader
         self._head_sequence = writer.head_sequence
         self._slots = asyncio.Semaphore(max_pending_batches)
+        self._max_pending = max_pending_batches
         self._watch = HeadWatch(self._head_sequence)
         self._instruments = store_instruments(meter)
         self._synchronous = synchronous
@@ -155,6 +156,11 @@ class AuditStore:
             return
         self._closed = True
         self._watch.close()
+        # Wait for the batches already handed over; later ones see _closed and are refused.
+        for _ in range(self._max_pending):
+            await self._slots.acquire()
+        for _ in range(self._max_pending):
+            self._slots.release()  # waiters queued behind us now wake and are refused
         if self._checkpointer is not None:
             await self._checkpointer.close()
         # The writer thread runs jobs in order: closing after the queued appends.
@@ -210,6 +216,8 @@ class AuditStore:
         self._instruments.queue_depth.add(1)
         try:
             async with self._slots:
+                if self._closed:
+                    raise DependencyUnavailable("the audit store is closing")
                 loop = asyncio.get_running_loop()
                 accepted, skipped, head = await loop.run_in_executor(
                     self._executor, self._writer.append, rows, self._clock()

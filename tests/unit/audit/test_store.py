@@ -10,7 +10,7 @@ import pytest
 
 from stockade.audit.model import PREVIEW_CHARS, AuditEventRow, QueryFilters
 from stockade.audit.store import AuditStore
-from stockade.errors import InvalidArgument, InvalidPageToken
+from stockade.errors import DependencyUnavailable, InvalidArgument, InvalidPageToken
 
 from .conftest import BASE_NS, EventFactory
 
@@ -298,3 +298,30 @@ async def test_wal_is_checkpointed_in_the_background(
         assert (await opened.verify()).ok
     finally:
         await opened.close()
+
+
+async def test_close_waits_for_batches_in_flight_and_refuses_later_ones(
+    db_path: Path, make_event: EventFactory
+) -> None:
+    opened = await AuditStore.open(db_path, max_pending_batches=2)
+    writes = [
+        asyncio.create_task(opened.append([make_event(i) for i in range(k * 100, k * 100 + 100)]))
+        for k in range(5)
+    ]
+    assert (await writes[0]).accepted == 100  # the others are queued or being written
+    await opened.close()
+    outcomes = await asyncio.gather(*writes, return_exceptions=True)
+    stored = sum(o.accepted for o in outcomes if not isinstance(o, BaseException))
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert all(isinstance(o, DependencyUnavailable) for o in refused)
+    # Every batch was either written whole or refused whole.
+    assert stored >= 100 and stored + 100 * len(refused) == 500
+    with pytest.raises(DependencyUnavailable):
+        await opened.append([make_event(999)])
+    reopened = await AuditStore.open(db_path)
+    try:
+        rows, _ = await reopened.query(QueryFilters(), 1000)
+        assert len(rows) == stored
+        assert (await reopened.verify()).ok
+    finally:
+        await reopened.close()
