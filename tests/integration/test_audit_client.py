@@ -200,3 +200,15 @@ async def test_queue_depth_and_spool_size_metrics(
     assert figures["stockade.audit.client.spool_size"] == 0
     assert figures["stockade.audit.client.events_sent"] == 100
     provider.shutdown()
+
+
+async def test_closed_recorder_refuses_events_and_closes_once(tmp_path: Path) -> None:
+    recorder = AuditRecorder("unix:///nonexistent/audit.sock", tmp_path / "audit.spool")
+    recorder.enqueue(event(1))  # never started: stays queued, then spooled by close
+    await recorder.close(timeout_s=0)
+    await recorder.close(timeout_s=0)
+    with pytest.raises(RuntimeError, match="closed"):
+        recorder.enqueue(event(2))
+    again = AuditRecorder("unix:///nonexistent/audit.sock", tmp_path / "audit.spool")
+    assert again.spooled == 1
+    await again.close(timeout_s=0)

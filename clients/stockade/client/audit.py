@@ -120,6 +120,7 @@ class AuditRecorder:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._closing = False
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._instruments = client_instruments(meter)
@@ -140,6 +141,8 @@ class AuditRecorder:
         size limit: the caller learns about the loss instead of it being silent.
         """
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the audit recorder is closed")
             if self._spool.pending or len(self._buffer) >= self._max_buffer:
                 # Something older is on disk (or memory is full): keep the order by
                 # putting this event, and everything buffered before it, behind it there.
@@ -173,8 +176,11 @@ class AuditRecorder:
             running = None
         if running is loop:
             self._wake.set()
-        else:
+            return
+        try:
             loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:
+            pass  # the loop has ended: the event stays queued and close() spools it
 
     @property
     def pending(self) -> int:
@@ -212,6 +218,8 @@ class AuditRecorder:
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Flush for up to ``timeout_s``; spool whatever is left; close the channel."""
+        if self._closed:
+            return
         flushed = await self.flush(timeout_s) if self._task is not None else not self.pending
         self._closing = True
         if self._task is not None:
@@ -224,6 +232,7 @@ class AuditRecorder:
         with self._lock:
             if self._buffer:
                 self._spill_locked([])
+            self._closed = True
         if not flushed:
             log.warning("audit: %d events left in spool %s", self._spool.pending, self._spool.path)
         # They stay on disk for the next recorder, which counts them when it opens.
