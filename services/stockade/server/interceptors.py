@@ -150,4 +150,6 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 _wrap_stream(handler.unary_stream, method, allowed), **kwargs
             )
         behavior: Any = handler.stream_stream
-        return grpc.stream_stream_rpc_method_handler(_wrap_stream(behavior, method, allowed), **kwargs)
+        return grpc.stream_stream_rpc_method_handler(
+            _wrap_stream(behavior, method, allowed), **kwargs
+        )
