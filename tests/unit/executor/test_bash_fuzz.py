@@ -67,6 +67,15 @@ def test_analyze_never_raises_on_arbitrary_text(text: str) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["{", "}", ",", "$", "echo ", " "]) | st.characters(), max_size=30))
+def test_braces_and_any_unicode_never_crash_the_parser(parts: list[str]) -> None:
+    # tree-sitter-bash segfaults on `{` + a plane 3-16 code point; analyze() must refuse
+    # such text before parsing (a crash here kills the test process).
+    result = analyze("".join(parts), sandbox=_sandbox())
+    assert result.verdict in ("allow", "ask", "deny")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(BASHISH)
 def test_bash_like_text_is_never_allowed_with_a_denied_command(text: str) -> None:
     result = analyze(text, sandbox=_sandbox())

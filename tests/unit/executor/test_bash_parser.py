@@ -170,6 +170,19 @@ def test_for_loops_over_static_words_assign_a_known_value() -> None:
     assert globbed.name == "y" and globbed.value is None
 
 
+@pytest.mark.parametrize(
+    "source", ["{\U000dd9d6", "echo {\U0009c6ca,", "echo \udc80", "echo \U000e0041", "ls \ud800"]
+)
+def test_characters_that_crash_or_cannot_be_encoded_are_refused(source: str) -> None:
+    # `{` + a plane 3-16 code point segfaults tree-sitter-bash's scanner: never parsed.
+    result = parse(source)
+    assert result.error is not None and "not accepted" in result.error
+
+
+def test_ordinary_unicode_is_parsed() -> None:
+    assert names("echo 日本語 😀 {é,ü} $'\u00e9'") == ["echo"]
+
+
 def test_comments_only_is_empty() -> None:
     assert parse("# nothing here\n# at all").empty
     assert not parse("ls # list").empty
