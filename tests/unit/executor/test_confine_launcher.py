@@ -372,11 +372,14 @@ async def test_disabled_layer_is_reported_inactive(tmp_path: Path, disabled: str
     assert outcome.stdout == "ok\n"
 
 
-async def test_without_pid_namespace_the_cgroup_still_kills_setsid_children(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "disable", [("pid_namespace",), ("pid_namespace", "pids_cgroup", "mount_mask")]
+)
+async def test_without_pid_namespace_setsid_children_still_die(
+    tmp_path: Path, disable: tuple[str, ...]
 ) -> None:
     marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
-    launcher = Launcher(disable=("pid_namespace",))
+    launcher = Launcher(disable=disable)
     await launcher.start()
     try:
         outcome = await launcher.run(
@@ -427,3 +430,25 @@ async def test_many_more_concurrent_commands_than_pooled_workers(tmp_path: Path)
     finally:
         await launcher.close()
     assert [o.stdout for o in outcomes] == [f"{i}\n" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    "disable", [("pid_namespace",), ("pid_namespace", "pids_cgroup", "mount_mask")]
+)
+async def test_without_pid_namespace_finished_commands_leave_nothing(
+    tmp_path: Path, disable: tuple[str, ...]
+) -> None:
+    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    launcher = Launcher(disable=disable)
+    await launcher.start()
+    try:
+        outcome = await launcher.run(
+            f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 & echo ok",
+            cwd=str(tmp_path),
+            policy=policy_for(tmp_path),
+            timeout_s=30,
+        )
+    finally:
+        await launcher.close()
+    assert outcome.stdout == "ok\n"
+    assert survivors(marker) == []

@@ -298,10 +298,33 @@ class LauncherServer:
             except OSError:
                 pass
             self._kill_cgroup(w)
+            self._kill_orphans()
         limits.remove_tree(w.slot.tmp_dir)
         if w.slot.cgroup:
             self._kill_cgroup(w)
             limits.remove_cgroup(w.slot.cgroup)
+
+    def _kill_orphans(self) -> None:
+        """Kill and reap our children that are not workers.
+
+        We are a child subreaper: what a killed worker's command left behind (even after
+        setsid, which the group kill misses) is re-parented to us rather than to init.
+        """
+        workers = {w.pid for w in self.workers.values()}
+        for _ in range(1000):
+            orphans = [pid for pid in _own_children() if pid not in workers]
+            if not orphans:
+                return
+            for pid in orphans:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for pid in orphans:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
 
     def _on_control(self) -> bool:
         try:
@@ -329,6 +352,8 @@ class LauncherServer:
 
     def serve(self) -> None:
         """Say hello, then run until the executor closes the socket or asks to stop."""
+        # Orphans of killed commands come to us, not to init (see _kill_orphans).
+        kernel.prctl(kernel.PR_SET_CHILD_SUBREAPER, 1)
         hello = {"ev": "hello", "pid": os.getpid(), "layers": [x.to_dict() for x in self.layers]}
         self.control.sendall(json.dumps(hello).encode())
         self.selector.register(self.control, selectors.EVENT_READ, None)
@@ -359,6 +384,15 @@ class LauncherServer:
         if self.cgroup_root is not None:
             self.cgroup_root.remove()
         limits.remove_tree(self.base)
+
+
+def _own_children() -> list[int]:
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
 
 
 def _try_pid_namespace() -> str | None:

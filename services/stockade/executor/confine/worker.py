@@ -268,11 +268,21 @@ def _kill_leftovers(pid_namespace: bool) -> None:
             except ProcessLookupError:
                 pass
         else:
-            for child in _children():
+            children = _children()
+            for child in children:
                 try:
                     os.kill(child, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            if not children:
+                # No /proc/<pid>/task/<tid>/children here: do not wait for what we
+                # cannot kill; the launcher kills the group and cgroup after we exit.
+                try:
+                    while os.waitpid(-1, os.WNOHANG)[0]:
+                        pass
+                except ChildProcessError:
+                    pass
+                return
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
