@@ -202,3 +202,17 @@ def test_address_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPa
     assert parse("audit", "verify").addr == "unix:///run/stockade/audit.sock"
     monkeypatch.delenv("STOCKADE_AUDIT_ADDR")
     assert parse("audit", "verify").addr == "127.0.0.1:50053"
+
+
+async def test_verify_offline_on_a_database_file(
+    served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run("audit", "verify", "--db", str(served.db)) == 0
+    assert capsys.readouterr().out.startswith("ok: 6 rows")
+    with sqlite3.connect(served.db) as db:
+        db.execute("DELETE FROM agent_audit_log WHERE sequence = 2")
+    assert await run("audit", "verify", "--db", str(served.db), "--json") == 1
+    result = json.loads(capsys.readouterr().out)
+    assert (result["ok"], result["firstBrokenSequence"]) == (False, "3")
+    assert await run("audit", "verify", "--db", str(tmp_path / "missing.db")) == 1
+    assert "no audit database" in capsys.readouterr().err

@@ -12,9 +12,11 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
@@ -63,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify = commands.add_parser("verify", help="check the hash chain (exit 1 if broken)")
     common(verify)
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.add_argument(
+        "--db", type=Path, help="check this audit.db file offline instead of asking the service"
+    )
     verify.set_defaults(func=_verify)
 
     metrics = commands.add_parser("metrics", help="a session's metrics snapshot")
@@ -215,11 +220,16 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    try:
-        with SyncAuditClient(args.addr) as client:
-            result = client.verify()
-    except grpc.RpcError as err:
-        return _fail(err)
+    if args.db is not None:
+        result = _verify_offline(args.db)
+        if result is None:
+            return 1
+    else:
+        try:
+            with SyncAuditClient(args.addr) as client:
+                result = client.verify()
+        except grpc.RpcError as err:
+            return _fail(err)
     if args.json:
         sys.stdout.write(
             json.dumps(MessageToDict(result, always_print_fields_with_no_presence=True)) + "\n"
@@ -235,6 +245,27 @@ def _verify(args: argparse.Namespace) -> int:
             f" ({result.rows_checked} rows checked)\n"
         )
     return 0 if result.ok else 1
+
+
+def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:
+    """The chain check of a database file, as the service would answer it."""
+    from stockade.audit.verify import verify_file
+    from stockade.errors import StockadeError
+
+    try:
+        found = verify_file(db)
+    except (StockadeError, sqlite3.Error) as err:
+        sys.stderr.write(f"error: {getattr(err, 'message', err)}\n")
+        return None
+    return a_pb2.VerifyLogResponse(
+        ok=found.ok,
+        rows_checked=found.rows_checked,
+        first_broken_sequence=found.first_broken_sequence,
+        detail=found.detail,
+        head_sequence=found.head_sequence,
+        head_hash=found.head_hash,
+        anchor_sequence=found.anchor_sequence,
+    )
 
 
 def _metrics(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ before hashing so the chain never has holes.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -23,7 +22,6 @@ from typing import Any
 import aiosqlite
 from opentelemetry import metrics
 
-from stockade.audit.chain import ChainChecker
 from stockade.audit.checkpoint import Checkpointer
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
@@ -41,6 +39,7 @@ from stockade.audit.notify import HeadWatch
 from stockade.audit.paging import clamp_page_size, decode_token, encode_token
 from stockade.audit.schema import SELECT_ROW
 from stockade.audit.validate import normalise_batch
+from stockade.audit.verify import verify_file
 from stockade.audit.writer import ChainWriter
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
@@ -353,39 +352,13 @@ class AuditStore:
             termination_reason=str(stop[0]) if stop else "",
         )
 
-    async def verify(self, chunk: int = 2000) -> VerifyResult:
+    async def verify(self) -> VerifyResult:
         """Check the whole retained chain and report the first broken link.
 
-        Runs on its own connection inside one read transaction, so it sees a consistent
-        snapshot while appends continue.
+        Runs in a worker thread on its own connection inside one read transaction, so
+        it sees a consistent snapshot while appends continue.
         """
-        db = await _connect(self._path, synchronous=self._synchronous)
-        try:
-            await db.execute("BEGIN")
-            async with db.execute(
-                "SELECT anchor_sequence, anchor_hash, head_sequence, head_hash FROM audit_chain"
-            ) as cursor:
-                meta = await cursor.fetchone()
-            if meta is None:
-                return VerifyResult(False, 0, 1, "the chain's anchor record is missing")
-            checker = ChainChecker(int(meta[0]), str(meta[1]))
-            async with db.execute(f"{SELECT_ROW} ORDER BY sequence") as cursor:
-                while batch := await cursor.fetchmany(chunk):
-                    for values in batch:
-                        event_part = values[: 2 + _N_EVENT]
-                        if not checker.feed(event_part, values[-2], values[-1]):
-                            break
-                    if checker.broken is not None:
-                        break
-            result = checker.finish(int(meta[2]), str(meta[3]))
-            return dataclasses.replace(
-                result,
-                head_sequence=int(meta[2]),
-                head_hash=str(meta[3]),
-                anchor_sequence=int(meta[0]),
-            )
-        finally:
-            await db.close()
+        return await asyncio.to_thread(verify_file, self._path)
 
 
 def _dedupe(rows: list[AuditEventRow]) -> tuple[list[AuditEventRow], int]:

@@ -1,0 +1,55 @@
+"""Checking a log file's hash chain, with or without a running service (AUD-5).
+
+``verify_file`` reads the retained rows in sequence order inside one read transaction
+(a consistent snapshot while a writer goes on) and feeds them to ``ChainChecker``. The
+audit service runs it in a worker thread for ``VerifyLog``; ``stockade audit verify
+--db`` runs it directly on a copy of the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+from pathlib import Path
+
+from stockade.audit.chain import ChainChecker
+from stockade.audit.model import EVENT_FIELDS, VerifyResult
+from stockade.audit.schema import SELECT_ROW
+from stockade.errors import InvalidArgument
+
+_N_HASHED = 2 + len(EVENT_FIELDS)  # sequence, stored_ns, event fields
+
+
+def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult:
+    """Check the chain in the SQLite file at ``path``; name the first broken link."""
+    if not Path(path).is_file():
+        raise InvalidArgument(f"no audit database at {os.fspath(path)}", field="path")
+    db = sqlite3.connect(os.fspath(path), isolation_level=None)
+    try:
+        db.execute("PRAGMA query_only = 1")
+        db.execute("BEGIN")
+        try:
+            meta = db.execute(
+                "SELECT anchor_sequence, anchor_hash, head_sequence, head_hash FROM audit_chain"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            meta = None
+        if meta is None:
+            return VerifyResult(False, 0, 1, "the chain's anchor record is missing")
+        anchor_sequence, anchor_hash, head_sequence, head_hash = meta
+        checker = ChainChecker(int(anchor_sequence), str(anchor_hash))
+        cursor = db.execute(f"{SELECT_ROW} ORDER BY sequence")
+        while checker.broken is None and (batch := cursor.fetchmany(chunk)):
+            for values in batch:
+                if not checker.feed(values[:_N_HASHED], values[-2], values[-1]):
+                    break
+        result = checker.finish(int(head_sequence), str(head_hash))
+        return dataclasses.replace(
+            result,
+            head_sequence=int(head_sequence),
+            head_hash=str(head_hash),
+            anchor_sequence=int(anchor_sequence),
+        )
+    finally:
+        db.close()
