@@ -23,7 +23,7 @@ from stockade.decision.engine import (
 from stockade.decision.grants import GrantSigner, SignedGrant
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
-from stockade.decision.rules import Effect
+from stockade.decision.rules import Effect, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall, SessionStore
 from stockade.errors import InvalidArgument
 
@@ -116,7 +116,10 @@ class DecisionCore:
         grant = None
         approval_id = ""
         if decision.verdict is Effect.ALLOW:
-            await self.store.use_grants(session.session_id, decision.allow_rules_used)
+            used = decision.allow_rules_used
+            # Only session rules can be counted grants; policy ALLOWs spend nothing.
+            if used and any(r.source is Source.SESSION for r in used):
+                await self.store.use_grants(session.session_id, used)
             grant = self.signer.sign(
                 session_id=call.session_id,
                 call_id=call.call_id,

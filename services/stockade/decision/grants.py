@@ -65,14 +65,50 @@ def _flat_strings(value: Mapping[str, Any]) -> bool:
 def canonical_json(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8, integral floats as integers."""
     if not (isinstance(value, dict) and _flat_strings(value)):
-        value = _canonical_value(value)
+        return _dumps(_canonical_value(value))
+    if all(isinstance(k, str) for k in value):
+        return _flat_json(value)
     return _dumps(value)
 
 
+def _flat_json(value: Mapping[str, str | bool]) -> bytes:
+    """``_dumps`` of a dict of str keys to str/bool values, without the encoder's set-up.
+
+    Sorted keys, ``,``/``:`` separators, the encoder's own string escaping; a test checks
+    that the bytes equal ``_dumps``.
+    """
+    enc = _encode_str
+    parts = []
+    for k in sorted(value):
+        v = value[k]
+        parts.append(f"{enc(k)}:{'true' if v is True else 'false' if v is False else enc(v)}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""One encoder for every payload (``json.dumps`` with options builds a new one per call)."""
+
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+"""JSON string literal of a str, as ``_ENCODER`` writes it (ensure_ascii=False)."""
+
+
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
-        "utf-8"
-    )
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+def _claims_payload(
+    session_id: str, call_id: str, tool_name: str, digest: str, exp: float, nonce: str, kid: str
+) -> bytes:
+    """``_dumps`` of the claims dict, written directly (keys already in sorted order).
+
+    The same bytes as ``_dumps({"v": 1, "sid": ..., ...})``: strings through the encoder's
+    own escaping, the float through ``repr`` as ``json`` does; a test checks the equality.
+    """
+    return (
+        f'{{"args":{_encode_str(digest)},"cid":{_encode_str(call_id)},"exp":{exp!r},'
+        f'"kid":{_encode_str(kid)},"nonce":{_encode_str(nonce)},"sid":{_encode_str(session_id)},'
+        f'"tool":{_encode_str(tool_name)},"v":1}}'
+    ).encode()
 
 
 def argument_digest(arguments: Mapping[str, Any]) -> str:
@@ -122,17 +158,16 @@ class GrantSigner:
     ) -> SignedGrant:
         """Issue a grant for exactly this call."""
         expires = self._clock() + (self.ttl_s if ttl_s is None else ttl_s)
-        claims = {
-            "v": 1,
-            "sid": session_id,
-            "cid": call_id,
-            "tool": tool_name,
-            "args": argument_digest(arguments),
-            "exp": int(expires * 1000) / 1000,
-            "nonce": secrets.token_hex(16),
-            "kid": self.key_id,
-        }
-        payload = _dumps(claims)  # claims hold only str, int and float: already canonical
+        # Claims v, sid, cid, tool, args (digest), exp, nonce, kid as canonical JSON.
+        payload = _claims_payload(
+            session_id,
+            call_id,
+            tool_name,
+            argument_digest(arguments),
+            int(expires * 1000) / 1000,
+            secrets.token_hex(16),
+            self.key_id,
+        )
         return SignedGrant(payload, self._key.sign(payload), self.key_id, expires)
 
 

@@ -83,10 +83,55 @@ RESOLUTION_FROM_PB = {
 }
 
 
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """``json_format.MessageToDict`` of a Struct; flat string/bool arguments (the usual
+    case) are read directly, anything else goes through ``json_format``."""
+    out: dict[str, Any] = {}
+    fields = struct.fields
+    for key in fields:
+        value = fields[key]
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            out[key] = value.string_value
+        elif kind == "bool_value":
+            out[key] = value.bool_value
+        else:
+            return json_format.MessageToDict(struct)
+    return out
+
+
 def _ts(seconds: float) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.FromNanoseconds(int(seconds * 1e9))
     return ts
+
+
+_RULE_PB: dict[int, tuple[Rule, c_pb2.Rule]] = {}
+
+
+def _rule_pb_cached(rule: Rule) -> c_pb2.Rule:
+    """``rule_to_pb`` kept per rule object (policy rules and the default recur on every
+    Decide).
+
+    Keyed by identity, not by value (hashing a dataclass of enums costs more than the
+    message): each entry holds its rule, so the id cannot be reused while cached, and the
+    ``is`` check makes a stale entry impossible. The cached messages are never mutated
+    (protobuf copies a message assigned to a field). Mode, tool and hook rules are made
+    per call and not kept; the map is bounded.
+    """
+    hit = _RULE_PB.get(id(rule))
+    if hit is not None and hit[0] is rule:
+        return hit[1]
+    msg = rule_to_pb(rule)
+    if rule.source not in _PER_CALL_SOURCES:
+        if len(_RULE_PB) >= 4096:
+            _RULE_PB.clear()  # e.g. after many policy reloads: start over with live rules
+        _RULE_PB[id(rule)] = (rule, msg)
+    return msg
+
+
+_PER_CALL_SOURCES = frozenset({Source.MODE, Source.TOOL, Source.HOOK})
+"""Rules made afresh for one call; caching them would only crowd out the others."""
 
 
 def rule_to_pb(rule: Rule) -> c_pb2.Rule:
@@ -163,8 +208,10 @@ def decision_to_pb(d: Decision) -> d_pb2.DecideResponse:
     return d_pb2.DecideResponse(
         verdict=VERDICT_TO_PB[d.verdict],
         reason=d.reason,
-        winning_rule=rule_to_pb(d.winning_rule),
-        conflicts=[d_pb2.Conflict(rule=rule_to_pb(c.rule), note=c.note) for c in d.conflicts],
+        winning_rule=_rule_pb_cached(d.winning_rule),
+        conflicts=[d_pb2.Conflict(rule=_rule_pb_cached(c.rule), note=c.note) for c in d.conflicts]
+        if d.conflicts
+        else None,
         policy_version=d.policy_version,
         explanation=c_pb2.Explanation(
             risk=RISK_TO_PB[d.explanation.risk], summary=d.explanation.summary
@@ -277,18 +324,19 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:  # noqa: N802
         started = time.perf_counter()
         call = request.call
-        args = json_format.MessageToDict(call.arguments)
+        tool_name = call.tool_name
+        signals = request.hook_signals
         outcome = await self.core.decide(
             CallInput(
-                session_id=call.session_id,
-                call_id=call.call_id,
-                tool_name=call.tool_name,
-                arguments=args,
-                from_subagent=call.from_subagent,
-                agent_name=call.agent_name,
+                call.session_id,
+                call.call_id,
+                tool_name,
+                struct_to_dict(call.arguments),
+                call.from_subagent,
+                call.agent_name,
             ),
-            facts_from_pb(call.tool_name, request),
-            hooks_from_pb(request.hook_signals),
+            facts_from_pb(tool_name, request),
+            hooks_from_pb(signals) if signals else (),
         )
         resp = decision_to_pb(outcome.decision)
         grant = grant_to_pb(outcome.grant)
