@@ -1,10 +1,12 @@
 """The audit store: ``agent_audit_log`` in SQLite through aiosqlite (AUD-1..AUD-5).
 
-Appends are validated on the event loop, then handed to one writer thread
-(``ChainWriter``) that chains and inserts each batch in a single transaction, so the
-chain has one order and the loop prepares the next batch while this one is written. At
-most ``max_pending_batches`` batches wait for the writer; further appends wait for a
-slot, which pushes back on producers instead of queueing without bound. A query-only
+Appends are validated on the event loop, then queued for one writer thread
+(``ChainWriter``). A committer task hands everything queued to the writer at once, which
+chains and inserts it in a single transaction (group commit: concurrent ``Record`` calls
+and streams share commits), so the chain has one order and the loop prepares the next
+batches while these are written. At most ``max_pending_batches`` appends wait for the
+writer; further appends wait for a slot, which pushes back on producers instead of
+queueing without bound. A query-only
 aiosqlite connection serves queries and the tail while writes go on (WAL). Appends are
 idempotent by ``event_id``: duplicates, in the batch or already stored, are skipped
 before hashing so the chain never has holes.
@@ -44,6 +46,9 @@ from stockade.audit.writer import ChainWriter
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
 _N_EVENT = len(EVENT_FIELDS)
+# Rows per group commit: big enough to amortise a commit, small enough to keep the
+# writer's transaction (and a tail's wait for it) short.
+_MAX_GROUP_ROWS = 10_000
 _NS_PER_DAY = 86_400 * 10**9
 
 
@@ -77,9 +82,8 @@ class AuditStore:
         executor: ThreadPoolExecutor,
         reader: aiosqlite.Connection,
         *,
-        synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
-        max_pending_batches: int = 8,
+        max_pending_batches: int = 32,
         meter: metrics.Meter | None = None,
     ) -> None:
         """Use ``open`` instead; this wires an opened writer (on ``executor``) and reader."""
@@ -92,10 +96,14 @@ class AuditStore:
         self._max_pending = max_pending_batches
         self._watch = HeadWatch(self._head_sequence)
         self._instruments = store_instruments(meter)
-        self._synchronous = synchronous
         self._clock = clock
         self._closed = False
         self._checkpointer: Checkpointer | None = None
+        self._queue: list[tuple[list[AuditEventRow], asyncio.Future[tuple[int, int]]]] = []
+        self._queued = asyncio.Event()
+        self._committer = asyncio.get_running_loop().create_task(
+            self._commit_loop(), name="audit-committer"
+        )
 
     @classmethod
     async def open(
@@ -104,7 +112,7 @@ class AuditStore:
         *,
         synchronous: str = "NORMAL",
         clock: Callable[[], int] = time.time_ns,
-        max_pending_batches: int = 8,
+        max_pending_batches: int = 32,
         meter: metrics.Meter | None = None,
     ) -> AuditStore:
         """Open (creating if needed) the log at ``path`` in WAL mode.
@@ -137,7 +145,6 @@ class AuditStore:
             writer,
             executor,
             reader,
-            synchronous=synchronous,
             clock=clock,
             max_pending_batches=max_pending_batches,
             meter=meter,
@@ -160,6 +167,8 @@ class AuditStore:
             await self._slots.acquire()
         for _ in range(self._max_pending):
             self._slots.release()  # waiters queued behind us now wake and are refused
+        self._queued.set()  # the committer sees the empty queue and _closed, and ends
+        await self._committer
         if self._checkpointer is not None:
             await self._checkpointer.close()
         # The writer thread runs jobs in order: closing after the queued appends.
@@ -211,22 +220,57 @@ class AuditStore:
         return AppendResult(accepted, duplicates, self._head_sequence)
 
     async def _write(self, rows: list[AuditEventRow]) -> tuple[int, int]:
-        """Hand rows to the writer thread once a slot is free; publish the new head."""
+        """Queue rows for the next group commit once a slot is free; wait for it."""
         self._instruments.queue_depth.add(1)
         try:
             async with self._slots:
                 if self._closed:
                     raise DependencyUnavailable("the audit store is closing")
-                loop = asyncio.get_running_loop()
-                accepted, skipped, head = await loop.run_in_executor(
-                    self._executor, self._writer.append, rows, self._clock()
-                )
+                done: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+                self._queue.append((rows, done))
+                self._queued.set()
+                return await done
         finally:
             self._instruments.queue_depth.add(-1)
-        if head > self._head_sequence:
-            self._head_sequence = head
-            self._watch.publish(head)
-        return accepted, skipped
+
+    async def _commit_loop(self) -> None:
+        """Write everything queued as one group, again and again, until closed."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                if self._closed:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+            group = self._take_group()
+            try:
+                results, head = await loop.run_in_executor(
+                    self._executor,
+                    self._writer.append_groups,
+                    [rows for rows, _ in group],
+                    self._clock(),
+                )
+            except Exception as err:  # nothing of the group was stored; each caller hears it
+                for _, done in group:
+                    if not done.done():
+                        done.set_exception(err)
+                continue
+            if head > self._head_sequence:
+                self._head_sequence = head
+                self._watch.publish(head)
+            for (_, done), result in zip(group, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
+
+    def _take_group(self) -> list[tuple[list[AuditEventRow], asyncio.Future[tuple[int, int]]]]:
+        """The oldest queued appends, up to ``_MAX_GROUP_ROWS`` rows (at least one)."""
+        count, rows = 0, 0
+        for queued, _ in self._queue:
+            if count and rows + len(queued) > _MAX_GROUP_ROWS:
+                break
+            count, rows = count + 1, rows + len(queued)
+        group, self._queue = self._queue[:count], self._queue[count:]
+        return group
 
     async def apply_retention(self, days: float, *, now_ns: int | None = None) -> int:
         """Delete rows stored more than ``days`` ago; return how many were deleted.

@@ -46,6 +46,8 @@ class ChainWriter:
             db.close()
             raise
         self._db = db
+        self.commits = 0
+        """Transactions committed by this writer (group commits show as fewer)."""
         self.head_sequence, self.head_hash, self.head_stored_ns = (
             int(head[0]),
             str(head[1]),
@@ -53,16 +55,38 @@ class ChainWriter:
         )
 
     def append(self, rows: Sequence[AuditEventRow], now_ns: int) -> tuple[int, int, int]:
-        """Store rows whose ids are unique in the batch; return (accepted, skipped, head)."""
+        """Store one batch (ids unique within it); return (accepted, skipped, head)."""
+        (result,), head = self.append_groups([rows], now_ns)
+        return result[0], result[1], head
+
+    def append_groups(
+        self, groups: Sequence[Sequence[AuditEventRow]], now_ns: int
+    ) -> tuple[list[tuple[int, int]], int]:
+        """Store several batches, in order, in ONE transaction (group commit).
+
+        An id seen earlier in the group or already stored is skipped. Returns
+        (accepted, skipped) per batch and the new head sequence.
+        """
+        seen: set[str] = set()
+        fresh_groups: list[list[AuditEventRow]] = []
+        for rows in groups:
+            fresh = [row for row in rows if row.event_id not in seen]
+            seen.update(row.event_id for row in fresh)
+            fresh_groups.append(fresh)
         try:
-            accepted = self._insert(rows, now_ns)
-            return accepted, 0, self.head_sequence
+            self._insert([row for fresh in fresh_groups for row in fresh], now_ns)
         except sqlite3.IntegrityError:
             # Some ids are already stored (a replay): filter them out and insert the rest.
-            stored = self._stored_ids([row.event_id for row in rows])
-            fresh = [row for row in rows if row.event_id not in stored]
-            accepted = self._insert(fresh, now_ns)
-            return accepted, len(rows) - len(fresh), self.head_sequence
+            stored = self._stored_ids(list(seen))
+            fresh_groups = [
+                [r for r in fresh if r.event_id not in stored] for fresh in fresh_groups
+            ]
+            self._insert([row for fresh in fresh_groups for row in fresh], now_ns)
+        results = [
+            (len(fresh), len(rows) - len(fresh))
+            for fresh, rows in zip(fresh_groups, groups, strict=True)
+        ]
+        return results, self.head_sequence
 
     def _insert(self, rows: Sequence[AuditEventRow], now_ns: int) -> int:
         if not rows:
@@ -90,6 +114,7 @@ class ChainWriter:
             db.execute("ROLLBACK")
             raise
         self.head_sequence, self.head_hash, self.head_stored_ns = sequence, prev, stored_ns
+        self.commits += 1
         return len(rows)
 
     def _stored_ids(self, ids: list[str]) -> set[str]:

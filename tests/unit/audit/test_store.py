@@ -325,3 +325,17 @@ async def test_close_waits_for_batches_in_flight_and_refuses_later_ones(
         assert (await reopened.verify()).ok
     finally:
         await reopened.close()
+
+
+async def test_concurrent_single_event_appends_share_commits(
+    store: AuditStore, make_event: EventFactory
+) -> None:
+    results = await asyncio.gather(
+        *(store.append([make_event(i, session=f"s{i % 4}")]) for i in range(200)),
+        store.append([make_event(0, session="s0")]),  # a duplicate inside the same rush
+    )
+    assert sum(r.accepted for r in results) == 200
+    assert sum(r.duplicates for r in results) == 1
+    assert store._writer.commits < 100  # grouped, not one transaction per call
+    verdict = await store.verify()
+    assert (verdict.ok, verdict.rows_checked) == (True, 200)
