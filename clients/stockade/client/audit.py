@@ -37,23 +37,6 @@ from stockade.v1 import audit_service_pb2_grpc as a_grpc
 
 log = logging.getLogger("stockade.client.audit")
 
-#: Status codes after which a batch is retried (the service may come back).
-_RETRY_LATER = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
-
-
 #: Reconnect quickly after an outage: gRPC's default backoff grows to two minutes, which
 #: would leave events spooled long after the service is back.
 _RECONNECT_OPTIONS: list[tuple[str, int]] = [
@@ -311,7 +294,11 @@ class AuditRecorder:
                 # the spool; the service ignores the duplicates.
 
     async def _deliver(self, events: list[a_pb2.AuditEvent]) -> None:
-        """Send ``events`` in one RecordBatch call; isolate malformed events if refused."""
+        """Send ``events`` in one RecordBatch call; isolate malformed events if refused.
+
+        Every failure other than INVALID_ARGUMENT is retried later: the events are kept
+        (the service may be down, overloaded, restarting, or misconfigured for a while).
+        """
         try:
             await self._record_batch(events)
         except grpc.aio.AioRpcError as err:
