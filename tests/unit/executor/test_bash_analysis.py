@@ -359,6 +359,12 @@ WRAPPED = [
     Case("watch ls", D, ("watch",), "sh -c"),
     Case("/tmp/git status", Q, ("git",), "from a path"),
     Case("/tmp/sudo id", D, ("sudo",), None),
+    Case("rlwrap sh", D, ("sh",), "spawns a shell"),
+    Case("fakeroot rm -rf /", D, ("rm",), "whole root"),
+    Case("faketime '2020-01-01' bash", D, ("bash",), "spawns a shell"),
+    Case("entr -r make < files.txt", D, ("entr",), "files change"),
+    Case("torsocks curl x", D, ("torsocks",), "network"),
+    Case("zgrep foo notes/log.gz", Q, ("zgrep",), "not on the read-only list"),
 ]
 
 # --- GTFOBins-style escapes through innocuous binaries -------------------------------------

@@ -469,7 +469,6 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "zcat": _PLAIN,  # prints compressed files
     "bzcat": _PLAIN,
     "xzcat": _PLAIN,  # prints compressed files
-    "zgrep": _GREP,  # grep through compressed files
     # Lists open files (metadata only).
     "lsof": SafeSpec(operands="none", what="lists open files"),
     # Lists processes (the executor sees only its own pod).
@@ -600,6 +599,17 @@ WRAPPERS: dict[str, WrapperSpec] = {
     # catchsegv CMD: prints a backtrace on a crash.
     "catchsegv": WrapperSpec(),
     # valgrind CMD: runs CMD under a checker.
+    # rlwrap CMD: line editing around CMD.
+    "rlwrap": WrapperSpec(value_options=_f("-f", "-H", "-l", "-s", "-S", "-z")),
+    # fakeroot CMD: pretends to be root (LD_PRELOAD), CMD still runs as us.
+    "fakeroot": WrapperSpec(value_options=_f("-l", "--lib", "--faked", "-s", "-i")),
+    # faketime TIME CMD: fakes the clock.
+    "faketime": WrapperSpec(positionals=1),
+    # chronic CMD (moreutils): hides CMD's output unless it fails.
+    "chronic": WrapperSpec(),
+    # dbus-run-session CMD / xvfb-run CMD: run CMD inside a session or X server.
+    "dbus-run-session": WrapperSpec(),
+    "xvfb-run": WrapperSpec(value_options=_f("-n", "-s", "-f", "-e", "-p")),
     "valgrind": WrapperSpec(value_options=_f("--tool", "--log-file")),
 }
 """Commands that run the command in their arguments: the analysis judges that command."""
@@ -675,6 +685,7 @@ DENY_COMMANDS: dict[str, str] = {
     "su": "su switches user",
     "doas": "doas runs commands as another user",
     "pkexec": "pkexec runs commands as another user",
+    "sudoedit": "sudoedit edits files as another user",
     "runuser": "runuser runs commands as another user",
     "sg": "sg runs commands with another group",
     "newgrp": "newgrp switches group",
@@ -715,6 +726,9 @@ DENY_COMMANDS: dict[str, str] = {
     "script": "script starts a shell",
     "expect": "expect runs scripted shells",
     "watch": "watch runs its command through sh -c",
+    "entr": "entr runs commands whenever files change",
+    "run-parts": "run-parts runs every script in a directory",
+    "ssh-agent": "ssh-agent holds private keys (and runs a command with them)",
     "parallel": "GNU parallel runs its commands through a shell",
     "strace": "strace runs and controls other programs",
     "ltrace": "ltrace runs and controls other programs",
@@ -842,6 +856,9 @@ NETWORK_COMMANDS: dict[str, str] = {
     "s3cmd": "copies data to cloud storage",
     "smbclient": "copies files over the network",
     "mail": "sends mail",
+    "torsocks": "runs a command through Tor",
+    "proxychains": "runs a command through proxies",
+    "proxychains4": "runs a command through proxies",
     "sendmail": "sends mail",
     "mutt": "sends mail",
 }
