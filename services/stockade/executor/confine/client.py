@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.errors import StockadeError
-from stockade.executor.confine.policy import ConfinementPolicy, Layer, RunOutcome
+from stockade.executor.confine.policy import NETNS, ConfinementPolicy, Layer, RunOutcome
 
 MAX_MESSAGE = 1 << 20
 MAX_COMMAND_BYTES = 256 * 1024
@@ -180,6 +180,14 @@ class Launcher:
     def layers(self) -> tuple[Layer, ...]:
         """The layers the running launcher found available on this host."""
         return self._layers
+
+    def _layers_for(self, policy: ConfinementPolicy) -> tuple[Layer, ...]:
+        if not policy.network_enabled:
+            return self._layers
+        return tuple(
+            Layer(NETNS, False, "network enabled by policy") if x.name == NETNS else x
+            for x in self._layers
+        )
 
     # --- messages from the launcher -------------------------------------------------
 
@@ -362,10 +370,10 @@ class Launcher:
             stdout=streams[0].text(),
             stderr=streams[1].text(),
             elapsed_s=time.monotonic() - started,
-            # Killed before it reported them (a very short time limit): the host's.
+            # A killed worker reports nothing: then the host's layers, for this policy.
             layers=tuple(Layer(str(n), bool(a), str(d)) for n, a, d in report["layers"])
             if "layers" in report
-            else self._layers,
+            else self._layers_for(policy),
             output_dropped=streams[0].dropped or streams[1].dropped,
         )
 

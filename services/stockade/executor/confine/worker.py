@@ -243,8 +243,6 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         )
         for fd in (devnull, fds[0], fds[1]):
             os.close(fd)
-        # Reported once the command runs, so the write is not on the spawn's path.
-        _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers]})
     except BaseException as exc:  # noqa: BLE001 - anything here must be reported, then exit
         try:
             _report(status, {"error": f"{type(exc).__name__}: {exc}"})
@@ -254,7 +252,8 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     # Whatever the command left running dies before its end is reported: when the
     # executor sees the exit code, nothing of the command is left.
     _kill_leftovers(plan.pid_namespace)
-    _report(status, {"code": code})
+    # One report at the end (one wake-up of the executor): layers and exit code.
+    _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers], "code": code})
     os._exit(0)
 
 
