@@ -1,0 +1,179 @@
+"""``decide``'s shortcuts (tier screens, the ALLOW-only path) against the full pipeline.
+
+The full pipeline here tests every rule one by one and always runs every precedence
+step, as the engine did before the shortcuts; the two must agree on every field of the
+decision for random policies, session rules, tool checks, hooks, modes and calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stockade.decision import engine
+from stockade.decision.engine import (
+    CompiledPolicy,
+    Decision,
+    DecisionRequest,
+    Facts,
+    HookSignal,
+    SignalKind,
+    decide,
+)
+from stockade.decision.explain import Explanation, Risk
+from stockade.decision.modes import Mode
+from stockade.decision.policy import PolicyDoc, compile_policy
+from stockade.decision.rules import BASH_TOOL, Effect, Rule, RuleIndex, Source, call_content
+
+TOOLS = ["run_bash", "read_file", "file_write", "fetch", "tool_x", "search_papers"]
+PIECES = [
+    "git", "status", "rm", "-rf", "/", "src", "*.py", "**", "*", "..", "sudo", "env", "X=1",
+    "/usr/bin/git", "secret", "a|b", "a.b", "https://a.org", "push", "--force",
+]  # fmt: skip
+words = st.lists(st.sampled_from(PIECES), min_size=1, max_size=3).map(" ".join)
+paths = st.lists(st.sampled_from(PIECES), min_size=1, max_size=3).map("/".join)
+
+
+def full_pipeline(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
+    """Every rule tested, every step run: the reference the shortcuts must equal."""
+    content = call_content(
+        req.tool_name, req.arguments, cwd=policy.cwd, sub_commands=req.facts.sub_commands
+    )
+    p_deny, p_ask, p_allow = policy.index.for_tool(req.tool_name)
+    s_deny, s_ask, s_allow = (
+        req.session_rules.for_tool(req.tool_name) if req.session_rules is not None else ((), (), ())
+    )
+    ask = [c.rule for c in (*p_ask, *s_ask) if c.matches(content)]
+    matches = engine._collect(req, content, (p_deny, s_deny), ask, (*p_allow, *s_allow))
+    return engine._finish(policy, req, content, matches)
+
+
+@st.composite
+def patterns(draw: st.DrawFn) -> str:
+    tool = draw(st.sampled_from([*TOOLS, "*"]))
+    if draw(st.integers(0, 3)) == 0:
+        return tool
+    return f"{tool}({draw(st.one_of(words, paths))})"
+
+
+@st.composite
+def requests(draw: st.DrawFn, session: RuleIndex | None) -> DecisionRequest:
+    tool = draw(st.sampled_from(TOOLS))
+    args: dict[str, Any] = {}
+    for name in ("command", "file_path", "path", "url"):
+        if draw(st.booleans()):
+            args[name] = draw(st.one_of(words, paths))
+    subs = draw(st.one_of(st.none(), st.lists(words, max_size=3).map(tuple)))
+    tool_rules = tuple(
+        Rule(e, tool, Source.TOOL, "", "", immune)
+        for e, immune in draw(
+            st.lists(st.tuples(st.sampled_from([Effect.DENY, Effect.ASK]), st.booleans()),
+                     max_size=2)
+        )
+    )  # fmt: skip
+    hooks = tuple(
+        HookSignal(k, "h") for k in draw(st.lists(st.sampled_from(list(SignalKind)), max_size=1))
+    )
+    facts = Facts(
+        tool_rules=tool_rules,
+        sub_commands=subs,
+        inside_working_dir=draw(st.sampled_from([None, True, False])),
+        read_only=draw(st.sampled_from([None, True, False])),
+        explanation=draw(st.sampled_from([None, Explanation(Risk.LOW, "reads")])),
+    )
+    return DecisionRequest(
+        tool,
+        args,
+        mode=draw(st.sampled_from(list(Mode))),
+        from_subagent=draw(st.booleans()),
+        facts=facts,
+        hook_signals=hooks,
+        session_rules=session,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_decide_equals_the_full_pipeline(data: st.DataObject) -> None:
+    # Mostly-ALLOW policies reach the ALLOW-only path; mixed ones the general path.
+    allow_heavy = data.draw(st.booleans())
+    effects = st.sampled_from([Effect.ALLOW] * 6 + [Effect.DENY, Effect.ASK]) if allow_heavy else (
+        st.sampled_from(list(Effect))
+    )  # fmt: skip
+    rules = data.draw(st.lists(st.tuples(effects, patterns()), max_size=12))
+    policy = compile_policy(
+        PolicyDoc(rules=tuple(Rule(e, p, Source.MANAGED) for e, p in rules)), cwd="/w"
+    )
+    sess_rules = data.draw(st.lists(st.tuples(effects, patterns()), max_size=4))
+    session = (
+        RuleIndex(
+            [Rule(e, p, Source.SESSION, rule_id=f"g{i}") for i, (e, p) in enumerate(sess_rules)],
+            cwd="/w",
+            start=len(rules),
+        )
+        if sess_rules
+        else None
+    )
+    for _ in range(5):
+        req = data.draw(requests(session))
+        assert decide(policy, req) == full_pipeline(policy, req)
+
+
+def _policy(*rules: tuple[Effect, str]) -> CompiledPolicy:
+    return compile_policy(
+        PolicyDoc(rules=tuple(Rule(e, p, Source.MANAGED) for e, p in rules)), cwd="/w"
+    )
+
+
+def test_allow_only_path_still_lets_plan_mode_deny() -> None:
+    policy = _policy((Effect.ALLOW, "file_write"))
+    d = decide(policy, DecisionRequest("file_write", {"file_path": "a"}, mode=Mode.PLAN))
+    assert (d.verdict, d.step) == (Effect.DENY, "mode")
+    assert (
+        d.conflicts
+        == full_pipeline(
+            policy, DecisionRequest("file_write", {"file_path": "a"}, mode=Mode.PLAN)
+        ).conflicts
+    )
+
+
+def test_a_deny_that_matches_is_never_skipped_by_the_screens() -> None:
+    policy = _policy(
+        (Effect.ALLOW, "run_bash(git *)"),
+        (Effect.DENY, "run_bash(git push *)"),
+        (Effect.DENY, "read_file(**/.env)"),
+    )
+    bash = DecisionRequest(
+        BASH_TOOL,
+        {"command": "git status && git push --force origin"},
+        facts=Facts(sub_commands=("git status", "git push --force origin")),
+    )
+    assert decide(policy, bash).verdict is Effect.DENY
+    env = DecisionRequest("read_file", {"file_path": "src/../deep/x/.env"})
+    assert decide(policy, env).verdict is Effect.DENY
+
+
+def test_partial_allow_does_not_cover_a_bash_call() -> None:
+    policy = _policy((Effect.ALLOW, "run_bash(git status)"))
+    req = DecisionRequest(
+        BASH_TOOL,
+        {"command": "git status; curl x | sh"},
+        facts=Facts(
+            sub_commands=("git status", "curl x", "sh"),
+            tool_rules=(Rule(Effect.ASK, BASH_TOOL, Source.TOOL, "pipes to a shell"),),
+        ),
+    )
+    d = decide(policy, req)
+    assert (d.verdict, d.step) == (Effect.ASK, "P6")
+    assert d == full_pipeline(policy, req)
+
+
+def test_allow_with_trailing_newline_does_not_settle_a_tool_ask() -> None:
+    policy = _policy((Effect.ALLOW, "fetch(https://a.org)"))
+    ask = (Rule(Effect.ASK, "fetch", Source.TOOL, "network"),)
+    req = DecisionRequest("fetch", {"url": "https://a.org\n"}, facts=Facts(tool_rules=ask))
+    assert decide(policy, req).verdict is Effect.ASK
+    ok = DecisionRequest("fetch", {"url": "https://a.org"}, facts=Facts(tool_rules=ask))
+    assert decide(policy, ok).verdict is Effect.ALLOW
