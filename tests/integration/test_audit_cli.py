@@ -216,3 +216,10 @@ async def test_verify_offline_on_a_database_file(
     assert (result["ok"], result["firstBrokenSequence"]) == (False, "3")
     assert await run("audit", "verify", "--db", str(tmp_path / "missing.db")) == 1
     assert "no audit database" in capsys.readouterr().err
+
+
+async def test_tail_after_a_sequence(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("audit", "tail", "--addr", served.address, "--after", "3", "--count", "3", "--json")
+    assert await run(*argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["sequence"] for r in rows] == ["4", "5", "6"]

@@ -225,3 +225,20 @@ async def test_verify_log_names_the_first_broken_link(served: Served) -> None:
     broken = await served.stub.VerifyLog(a_pb2.VerifyLogRequest())
     assert (broken.ok, broken.first_broken_sequence) == (False, 12)
     assert broken.detail
+
+
+async def test_tail_resumes_after_a_sequence(served: Served) -> None:
+    await served.stub.RecordBatch(batches([event(n) for n in range(1, 11)]))
+    call = served.stub.Tail(a_pb2.TailRequest(session_id="s1", after_sequence=4))
+    got: list[int] = []
+    async for reply in call:
+        got.append(reply.record.sequence)
+        if len(got) == 6:
+            break
+    call.cancel()
+    assert got == [5, 6, 7, 8, 9, 10]
+    bad = served.stub.Tail(a_pb2.TailRequest(after_sequence=-1))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in bad:
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -48,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tail.add_argument("--session", default="", help="only this session")
     tail.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     tail.add_argument("--count", type=_positive, help="stop after this many rows")
+    tail.add_argument(
+        "--after", type=_positive, default=0, help="start after this sequence (default: new rows)"
+    )
     tail.set_defaults(func=_tail)
 
     query = commands.add_parser("query", help="print stored rows, newest first")
@@ -203,7 +206,7 @@ def _tail(args: argparse.Namespace) -> int:
     seen = 0
     try:
         with SyncAuditClient(args.addr) as client:
-            for record in client.tail(args.session):
+            for record in client.tail(args.session, args.after):
                 if args.json:
                     sys.stdout.write(json.dumps(_record_dict(record)) + "\n")
                 else:

@@ -386,9 +386,14 @@ class AuditClient:
                 return
             page.page_token = response.next_page_token
 
-    async def tail(self, session_id: str = "") -> AsyncIterator[a_pb2.AuditRecord]:
-        """Rows as they are stored (no deadline: the stream runs until cancelled)."""
-        call = self.stub.Tail(a_pb2.TailRequest(session_id=session_id))
+    async def tail(
+        self, session_id: str = "", after_sequence: int = 0
+    ) -> AsyncIterator[a_pb2.AuditRecord]:
+        """Rows as they are stored, from the head or after ``after_sequence`` (no deadline:
+        the stream runs until cancelled)."""
+        call = self.stub.Tail(
+            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence)
+        )
         async for response in call:
             yield response.record
 
@@ -454,9 +459,12 @@ class SyncAuditClient:
                 return
             page.page_token = response.next_page_token
 
-    def tail(self, session_id: str = "") -> Iterator[a_pb2.AuditRecord]:
-        """Rows as they are stored, until the stream ends or the caller stops."""
-        call: Any = self.stub.Tail(a_pb2.TailRequest(session_id=session_id))
+    def tail(self, session_id: str = "", after_sequence: int = 0) -> Iterator[a_pb2.AuditRecord]:
+        """Rows as they are stored (from the head or after ``after_sequence``), until the
+        stream ends or the caller stops."""
+        call: Any = self.stub.Tail(
+            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence)
+        )
         try:
             for response in call:
                 yield response.record
