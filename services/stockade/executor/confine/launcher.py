@@ -27,7 +27,6 @@ import selectors
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from stockade.executor.confine import kernel, landlock, limits, worker
@@ -75,8 +74,13 @@ class LauncherServer:
         self.selector = selectors.DefaultSelector()
         self.idle = 0
         self.workers: dict[int, _Worker] = {}
-        limits.sweep_tmp(tempfile.gettempdir())
-        self.base = tempfile.mkdtemp(prefix=f"{limits.LAUNCHER_PREFIX}{os.getpid()}-")
+        # Not the tempfile module: every import makes each forked worker bigger.
+        tmp_root = os.environ.get("TMPDIR") or "/tmp"
+        limits.sweep_tmp(tmp_root)
+        self.base = os.path.join(
+            tmp_root, f"{limits.LAUNCHER_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+        )
+        os.mkdir(self.base, 0o700)
         self.cgroup_root: limits.PidsCgroupRoot | None = None
         self.counter = 0
         self.failed = False
