@@ -374,7 +374,9 @@ class TailRequest(_message.Message):
     session_id: _builtins.str
     """Only this session; empty tails all sessions."""
     after_sequence: _builtins.int
-    """Start after this sequence (e.g. the last one seen before a reconnect); 0 starts at the head."""
+    """Start after this sequence (e.g. the last one seen before a reconnect); 0 starts at the
+    head.
+    """
     def __init__(
         self,
         *,
@@ -562,9 +564,13 @@ class VerifyLogResponse(_message.Message):
     head_sequence: _builtins.int
     """Sequence of the chain's recorded head (its last row)."""
     head_hash: _builtins.str
-    """Hash of the recorded head (hex); a copy kept elsewhere detects a log rewritten with fresh hashes."""
+    """Hash of the recorded head (hex); a copy kept elsewhere detects a log rewritten with
+    fresh hashes.
+    """
     anchor_sequence: _builtins.int
-    """Rows up to this sequence were deleted by retention; the retained log links to their last hash."""
+    """Rows up to this sequence were deleted by retention; the retained log links to their
+    last hash.
+    """
     def __init__(
         self,
         *,
