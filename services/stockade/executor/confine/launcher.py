@@ -9,12 +9,14 @@ capabilities) and keeps a small pool of pre-forked, prepared workers (``worker.p
 Protocol over the control socket (AF_UNIX SOCK_SEQPACKET, one JSON object a message):
 
 * launcher -> executor: ``{"ev": "hello", "pid", "layers"}`` once, then
-  ``{"ev": "worker", "wid"}`` with the executor's end of a socket to a ready worker
-  attached (SCM_RIGHTS). The executor sends its request straight to the worker (see
-  ``worker.serve``); the launcher is off the critical path.
-* executor -> launcher: ``{"op": "took", "wid"}`` (refill the pool),
-  ``{"op": "kill", "wid"}`` (kill the worker and its whole command), ``{"op":
-  "shutdown"}``; closing the socket does the same as shutdown.
+  ``{"ev": "worker", "wid", "pid"}`` with the executor's end of a socket to a ready
+  worker attached (SCM_RIGHTS). The executor sends its request straight to the worker
+  (see ``worker.serve``); the launcher is off the critical path. ``{"ev": "failed",
+  "message"}`` when no worker can be prepared.
+* executor -> launcher: ``{"op": "took", "wid"}`` (a worker was used: refill the pool),
+  ``{"op": "want"}`` (none left and a command waits: fork one now), ``{"op": "kill",
+  "wid"}`` (kill the worker and its whole command), ``{"op": "shutdown"}``; closing the
+  socket does the same as shutdown.
 """
 
 from __future__ import annotations

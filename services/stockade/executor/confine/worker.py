@@ -6,10 +6,12 @@ costly fork is off the command's critical path. The executor then talks to it di
 it sends the request with three pipe ends attached (stdout, stderr, status). The worker
 applies the per-command layers to itself in an order that lets each still be set
 (mounts need capabilities, Landlock forbids mounts, so: network namespace -> masks ->
-limits -> no_new_privs -> Landlock -> drop capabilities), writes the layers to the
-status pipe, spawns ``/bin/bash -c CMD`` (vfork-based ``posix_spawn``: it inherits every
-layer), stays as pid 1 of the namespace reaping orphans, and writes the exit code to the
-status pipe. When it exits, the kernel kills whatever the command left behind.
+limits -> no_new_privs -> Landlock -> drop capabilities), spawns ``/bin/bash -c CMD``
+(vfork-based ``posix_spawn``: it inherits every layer) and stays as pid 1 of the
+namespace (or as a child subreaper), reaping orphans. When bash ends, the worker kills
+whatever the command left behind, then writes one line to the status pipe: the layers
+applied and the exit code. The command never holds the status pipe, so it cannot forge
+either.
 
 Any failure is written to the status pipe and nothing runs: a layer the launcher
 promised is never silently skipped.
