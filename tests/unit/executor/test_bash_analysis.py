@@ -674,6 +674,13 @@ def test_very_long_and_nul_commands_are_refused(sandbox: PathSandbox) -> None:
     assert analyze("ls\0-la", sandbox=sandbox).verdict == "deny"
 
 
+def test_many_globs_are_bounded_and_asked_about(sandbox: PathSandbox) -> None:
+    result = analyze("cat " + " ".join(f"notes/*{i}*" for i in range(40)), sandbox=sandbox)
+    assert result.verdict == "ask"
+    assert any("too many globs" in r for r in result.reasons)
+    assert analyze("cat notes/* notes/h*", sandbox=sandbox).verdict == "allow"
+
+
 def test_deep_nesting_is_refused_not_crashed(sandbox: PathSandbox) -> None:
     command = "echo " + "$(" * 200 + "ls" + ")" * 200
     result = analyze(command, sandbox=sandbox)

@@ -50,6 +50,8 @@ MAX_COMMAND_CHARS = 64 * 1024
 # A glob inside the roots is expanded to check what it really names (a symlink planted in
 # the workspace); past this many matches the command is asked about instead.
 _MAX_GLOB_MATCHES = 256
+# ... and at most this many globs are expanded per command line (bounds the time taken).
+_MAX_GLOBS = 32
 
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -142,6 +144,7 @@ class _Judge:
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
         self.runtime_values: list[str] = []
+        self.globs_expanded = 0
         self.current = ""
         self._credentials = credential_patterns(self.home)
         self._credential_re = compile_globs(self._credentials)
@@ -1353,6 +1356,11 @@ class _Judge:
 
     def expand_glob(self, absolute: str, value: str) -> None:
         """Check what a glob inside the roots really names (a planted symlink, a secret)."""
+        self.globs_expanded += 1
+        if self.globs_expanded > _MAX_GLOBS:
+            if self.globs_expanded == _MAX_GLOBS + 1:
+                self.ask("too many globs to check each of them", immune=True)
+            return
         matches = list(itertools.islice(globmod.iglob(absolute), _MAX_GLOB_MATCHES + 1))
         if len(matches) > _MAX_GLOB_MATCHES:
             self.ask(f"the glob {value} matches too many files to check", immune=True)
