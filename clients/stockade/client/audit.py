@@ -27,7 +27,6 @@ from typing import Any
 
 import grpc
 from opentelemetry import metrics
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from stockade.audit.metrics import client_instruments
 from stockade.client.base import DEFAULT_DEADLINE_S, TlsConfig, aio_channel, sync_channel
@@ -39,25 +38,9 @@ log = logging.getLogger("stockade.client.audit")
 
 #: Reconnect quickly after an outage: gRPC's default backoff grows to two minutes, which
 #: would leave events spooled long after the service is back.
-_RECONNECT_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.enable_retries", 0),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-
-
 def recorder_channel(address: str, *, tls: TlsConfig | None = None) -> grpc.aio.Channel:
-    """An asyncio channel with tracing interceptors and a short reconnect backoff."""
-    interceptors = aio_client_interceptors()  # type: ignore[no-untyped-call]
-    options: list[tuple[str, str | int]] = list(_RECONNECT_OPTIONS)
-    if tls is None:
-        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
-    if tls.server_name:
-        options.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(
-        address, tls.credentials(), options=options, interceptors=interceptors
-    )
+    """The recorder's channel: tracing interceptors and a short reconnect backoff."""
+    return aio_channel(address, tls=tls)
 
 
 class AuditRecorder:

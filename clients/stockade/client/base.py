@@ -43,7 +43,14 @@ class TlsConfig:
 
 
 def _options(tls: TlsConfig | None) -> list[tuple[str, str | int]]:
-    opts: list[tuple[str, str | int]] = [("grpc.enable_retries", 0)]
+    # Retries are ours (idempotent calls only); reconnect fast after an outage, so a
+    # restarted service is used again within about a second rather than minutes.
+    opts: list[tuple[str, str | int]] = [
+        ("grpc.enable_retries", 0),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
     if tls and tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))
     return opts
