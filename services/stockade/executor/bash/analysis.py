@@ -145,6 +145,7 @@ class _Judge:
         self.bases: list[str] = [sandbox.cwd]
         self.runtime_values: list[str] = []
         self.globs_expanded = 0
+        self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.current = ""
         self._credentials = credential_patterns(self.home)
         self._credential_re = compile_globs(self._credentials)
@@ -1264,6 +1265,14 @@ class _Judge:
 
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
         """Judge one path operand; the canonical path when it is allowed, else None."""
+        key = (word.text, word.path_value, write, len(self.bases))
+        if key in self.judged_paths:
+            return self.judged_paths[key]  # its findings were recorded the first time
+        result = self.judge_path(word, write=write, what=what)
+        self.judged_paths[key] = result
+        return result
+
+    def judge_path(self, word: Word, *, write: bool, what: str) -> str | None:
         value = word.path_value
         if word.glob and value is not None and "{" in value:
             expanded_words = brace_expand(value)
