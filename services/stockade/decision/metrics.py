@@ -22,9 +22,25 @@ class DecisionMetrics:
             "stockade.decision.halts", unit="{decision}", description="Decisions carrying halt"
         )
 
+        # Attribute sets are few (verdict × step): built once and reused, never mutated,
+        # so a decision does not allocate two dicts for its metrics.
+        self._step_attrs: dict[tuple[str, str], dict[str, str]] = {}
+        self._verdict_attrs: dict[str, dict[str, str]] = {}
+
     def record(self, verdict: str, step: str, seconds: float, *, halt: bool = False) -> None:
         """Record one decision."""
-        self._decisions.add(1, {"verdict": verdict, "step": step})
-        self._latency.record(seconds * 1000.0, {"verdict": verdict})
+        key = (verdict, step)
+        attrs = self._step_attrs.get(key)
+        if attrs is None:
+            attrs = {"verdict": verdict, "step": step}
+            if len(self._step_attrs) < 256:  # values come from the engine; bound anyway
+                self._step_attrs[key] = attrs
+        self._decisions.add(1, attrs)
+        lat_attrs = self._verdict_attrs.get(verdict)
+        if lat_attrs is None:
+            lat_attrs = {"verdict": verdict}
+            if len(self._verdict_attrs) < 16:
+                self._verdict_attrs[verdict] = lat_attrs
+        self._latency.record(seconds * 1000.0, lat_attrs)
         if halt:
             self._halts.add(1)

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from stockade.decision.approvals import GrantScope, Resolution
-from stockade.decision.core import CallInput, DecisionCore
+from stockade.decision.core import CallInput, DecisionCore, Outcome
 from stockade.decision.engine import Decision, Facts, HookSignal, SignalKind
 from stockade.decision.explain import Explanation, Risk
 from stockade.decision.grants import SignedGrant
@@ -151,30 +151,36 @@ def facts_from_pb(tool_name: str, request: d_pb2.DecideRequest) -> Facts:
     if not request.HasField("inspection"):
         return Facts()
     insp = request.inspection
-    rules = tuple(
-        Rule(EFFECT_FROM_PB[r.effect], r.pattern or tool_name, Source.TOOL, r.reason,
-             r.rule_id, r.bypass_immune)
-        for r in insp.tool_rules
-        if r.effect in (c_pb2.RULE_EFFECT_DENY, c_pb2.RULE_EFFECT_ASK)
+    tool_rules = insp.tool_rules
+    rules = (
+        tuple(
+            Rule(EFFECT_FROM_PB[r.effect], r.pattern or tool_name, Source.TOOL, r.reason,
+                 r.rule_id, r.bypass_immune)
+            for r in tool_rules
+            if r.effect in (c_pb2.RULE_EFFECT_DENY, c_pb2.RULE_EFFECT_ASK)
+        )
+        if tool_rules
+        else ()
     )  # fmt: skip
-    analysis = insp.analysis if insp.HasField("analysis") else None
     subs: tuple[str, ...] | None = None
-    if analysis is not None and (analysis.sub_command_texts or analysis.sub_commands):
-        subs = tuple(analysis.sub_command_texts or analysis.sub_commands)
+    needs_network = False
+    reasons: tuple[str, ...] = ()
+    if insp.HasField("analysis"):
+        analysis = insp.analysis
+        texts = analysis.sub_command_texts or analysis.sub_commands
+        if texts:
+            subs = tuple(texts)
+        needs_network = analysis.needs_network
+        reasons = tuple(analysis.reasons)
     read_only = insp.read_only or (tool_name != BASH_TOOL and tool_name in READ_ONLY_TOOLS)
     explanation = None
-    if insp.HasField("explanation") and insp.explanation.summary:
-        explanation = Explanation(
-            RISK_FROM_PB.get(insp.explanation.risk, Risk.MEDIUM), insp.explanation.summary
-        )
+    if insp.HasField("explanation"):
+        given = insp.explanation
+        summary = given.summary
+        if summary:
+            explanation = Explanation(RISK_FROM_PB.get(given.risk, Risk.MEDIUM), summary)
     return Facts(
-        tool_rules=rules,
-        sub_commands=subs,
-        inside_working_dir=insp.inside_working_dir,
-        read_only=read_only,
-        needs_network=bool(analysis and analysis.needs_network),
-        analysis_reasons=tuple(analysis.reasons) if analysis is not None else (),
-        explanation=explanation,
+        rules, subs, insp.inside_working_dir, read_only, needs_network, reasons, explanation
     )
 
 
@@ -217,6 +223,33 @@ def decision_to_pb(d: Decision) -> d_pb2.DecideResponse:
             risk=RISK_TO_PB[d.explanation.risk], summary=d.explanation.summary
         ),
         mode=MODE_TO_PB[d.mode],
+    )
+
+
+def _decide_response(outcome: Outcome) -> d_pb2.DecideResponse:
+    """The whole DecideResponse in one constructor call (``decision_to_pb`` plus grant,
+    approval and halt), the hot path of every Decide."""
+    d = outcome.decision
+    g = outcome.grant
+    expl = d.explanation
+    return d_pb2.DecideResponse(
+        verdict=VERDICT_TO_PB[d.verdict],
+        reason=d.reason,
+        winning_rule=_rule_pb_cached(d.winning_rule),
+        conflicts=[d_pb2.Conflict(rule=_rule_pb_cached(c.rule), note=c.note) for c in d.conflicts]
+        if d.conflicts
+        else None,
+        policy_version=d.policy_version,
+        explanation=c_pb2.Explanation(risk=RISK_TO_PB[expl.risk], summary=expl.summary),
+        mode=MODE_TO_PB[d.mode],
+        grant=None
+        if g is None
+        else d_pb2.Grant(
+            payload=g.payload, signature=g.signature, key_id=g.key_id, expires_at=_ts(g.expires_at)
+        ),
+        approval_id=outcome.approval_id,
+        halt=outcome.halt,
+        halt_reason=outcome.halt_reason,
     )
 
 
@@ -338,13 +371,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             facts_from_pb(tool_name, request),
             hooks_from_pb(signals) if signals else (),
         )
-        resp = decision_to_pb(outcome.decision)
-        grant = grant_to_pb(outcome.grant)
-        if grant is not None:
-            resp.grant.CopyFrom(grant)
-        resp.approval_id = outcome.approval_id
-        resp.halt = outcome.halt
-        resp.halt_reason = outcome.halt_reason
+        resp = _decide_response(outcome)
         d = outcome.decision
         self.metrics.record(
             d.verdict.value, d.step, time.perf_counter() - started, halt=outcome.halt
