@@ -594,3 +594,29 @@ async def test_nested_repository_at_the_working_directory_is_protected(
     assert not (inner / ".git" / "hooks" / "post-checkout").exists()
     assert (inner / "notes.txt").read_text() == "ok\n"
     assert "Read-only file system" in outcome.stderr
+
+
+async def test_host_secrets_in_system_dirs_read_empty(launcher: Launcher, ws: Path) -> None:
+    assert Path("/etc/shadow").stat().st_size > 0
+    outcome = await run(launcher, ws, "cat /etc/shadow /etc/gshadow | wc -c; head -c 4 /etc/passwd")
+    assert outcome.stdout == "0\nroot"
+    assert Path("/etc/shadow").stat().st_size > 0  # masked in the command's view only
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "echo x > /dev/shm/stockade-{tag}",
+        "echo 1 > /proc/sys/kernel/stockade-{tag}",
+        "echo x > /var/tmp/stockade-{tag}",
+        "mkfifo /tmp/stockade-{tag}",
+    ],
+)
+async def test_shared_writable_places_are_closed(
+    launcher: Launcher, ws: Path, attempt: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    outcome = await run(launcher, ws, attempt.format(tag=tag))
+    assert outcome.exit_code != 0
+    for place in ("/dev/shm", "/var/tmp", "/tmp"):
+        assert not Path(place, f"stockade-{tag}").exists()

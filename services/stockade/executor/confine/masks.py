@@ -267,3 +267,39 @@ def find_protected(writable: Sequence[str], cwd: str, globs: Sequence[str]) -> l
                 continue
             found.append(path)
     return found
+
+
+# Secrets of the host in the system directories a command may read. A command running
+# as uid 0 (without capabilities) still owns these files, so only masking hides them.
+SENSITIVE_SYSTEM_FILES: tuple[str, ...] = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+)
+
+
+def find_sensitive() -> tuple[list[str], list[str]]:
+    """Existing secret system (files, directories), not symlinks; plus SSH host keys."""
+    candidates = list(SENSITIVE_SYSTEM_FILES)
+    try:
+        candidates += [
+            os.path.join("/etc/ssh", n) for n in os.listdir("/etc/ssh") if n.endswith("_key")
+        ]
+    except OSError:
+        pass
+    files: list[str] = []
+    dirs: list[str] = []
+    for path in candidates:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode):
+            files.append(path)
+        elif stat.S_ISDIR(mode):
+            dirs.append(path)
+    return files, dirs

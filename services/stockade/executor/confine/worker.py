@@ -150,6 +150,10 @@ def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
                 masks.apply_masks(masks.find_sockets(), (), plan.empty_file)
             except OSError as exc:
                 problems.append(f"masking host unix sockets: {exc}")
+            try:
+                masks.apply_masks(*masks.find_sensitive(), plan.empty_file)
+            except OSError as exc:
+                problems.append(f"masking secret system files: {exc}")
             if plan.pid_namespace:
                 try:
                     # A /proc of our own pid namespace: other processes are invisible.
