@@ -452,3 +452,15 @@ async def test_without_pid_namespace_finished_commands_leave_nothing(
         await launcher.close()
     assert outcome.stdout == "ok\n"
     assert survivors(marker) == []
+
+
+async def test_long_commands_run_and_too_long_ones_are_refused(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    long = "true; " * 20000 + "echo end"  # about 120 KB
+    outcome = await launcher.run(long, cwd=str(tmp_path), policy=policy_for(tmp_path), timeout_s=60)
+    assert outcome.stdout == "end\n"
+    with pytest.raises(ConfinementFailed, match="too long"):
+        await launcher.run(
+            "true; " * 30000, cwd=str(tmp_path), policy=policy_for(tmp_path), timeout_s=60
+        )

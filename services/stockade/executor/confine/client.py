@@ -26,7 +26,9 @@ from stockade.errors import StockadeError
 from stockade.executor.confine.policy import NETNS, ConfinementPolicy, Layer, RunOutcome
 
 MAX_MESSAGE = 1 << 20
-MAX_COMMAND_BYTES = 256 * 1024
+# One request is one SOCK_SEQPACKET message, bounded by the socket buffer (~208 KiB by
+# default, with the policy alongside); commands longer than this are refused up front.
+MAX_COMMAND_BYTES = 128 * 1024
 DEFAULT_CAPTURE_BYTES = 16 * 1024 * 1024
 _START_TIMEOUT_S = 30.0
 # After the command's exit, how long to wait for the pipes to drain (a pid namespace
