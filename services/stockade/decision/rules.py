@@ -233,8 +233,9 @@ def normalize_path(path: str, cwd: str) -> str:
         return path  # already absolute and folded: the common case, kept cheap
     joined = posixpath.join(cwd or "/", path)
     folded = posixpath.normpath(joined)
-    # normpath keeps a leading "//" (POSIX allows it to mean something else); we do not.
-    return re.sub(r"/+", "/", folded)
+    # normpath folds every run of slashes except a leading "//" (exactly two: POSIX allows
+    # it to mean something else); we do not keep it.
+    return folded[1:] if folded.startswith("//") else folded
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ combined regex (metacharacters, alternation bars, newlines, escaped stars).
 
 from __future__ import annotations
 
+import posixpath
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +24,7 @@ from stockade.decision.rules import (
     _normalize_both,
     call_content,
     normalize_command,
+    normalize_path,
 )
 
 TOOLS = ["run_bash", "read_file", "fetch", "glob_files", "tool_x"]
@@ -166,3 +170,23 @@ def test_both_normal_forms_from_one_split(text: str) -> None:
         normalize_command(text),
         normalize_command(text, look_through_privilege=False),
     )
+
+
+def _normalize_path_by_regex(path: str, cwd: str) -> str:
+    """The former implementation: normpath, then every run of slashes folded by a regex."""
+    if path.startswith("/") and len(path) > 1 and re.search(r"//|/\.\.?(?:/|$)|/$", path) is None:
+        return path
+    return re.sub(r"/+", "/", posixpath.normpath(posixpath.join(cwd or "/", path)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    path=st.lists(st.sampled_from(["", ".", "..", "a", "/", "//", "///", "b.txt"]), max_size=6).map(
+        "".join
+    ),
+    cwd=st.sampled_from(["", "/", "//", "///x", "/w", "/w/", "//w//x/..", "rel", "."]),
+)
+def test_normalize_path_folds_every_slash_run(path: str, cwd: str) -> None:
+    got = normalize_path(path, cwd)
+    assert got == _normalize_path_by_regex(path, cwd)
+    assert "//" not in got
