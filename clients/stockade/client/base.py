@@ -17,6 +17,8 @@ from typing import TypeVar
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from stockade.tracing import tracing_enabled
+
 T = TypeVar("T")
 
 DEFAULT_DEADLINE_S = 10.0
@@ -58,7 +60,11 @@ def _options(tls: TlsConfig | None) -> list[tuple[str, str | int]]:
 
 def aio_channel(address: str, *, tls: TlsConfig | None = None) -> grpc.aio.Channel:
     """An asyncio channel to ``address`` with tracing interceptors."""
-    interceptors = aio_client_interceptors()  # type: ignore[no-untyped-call]
+    interceptors = (
+        aio_client_interceptors()  # type: ignore[no-untyped-call]
+        if tracing_enabled()
+        else None
+    )
     if tls is not None:
         return grpc.aio.secure_channel(
             address, tls.credentials(), options=_options(tls), interceptors=interceptors

@@ -29,6 +29,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from stockade.server.interceptors import ContextInterceptor
 from stockade.server.settings import ServerSettings
 from stockade.server.telemetry import setup_logging, setup_telemetry
+from stockade.tracing import tracing_enabled
 
 log = logging.getLogger("stockade.server")
 
@@ -124,12 +125,9 @@ async def create_server(
         if creds is not None
         else {}
     )
+    tracing = [aio_server_interceptor()] if tracing_enabled() else []  # type: ignore[no-untyped-call]
     server = grpc.aio.server(
-        interceptors=[
-            aio_server_interceptor(),  # type: ignore[no-untyped-call]
-            ContextInterceptor(identities),
-            *interceptors,
-        ],
+        interceptors=[*tracing, ContextInterceptor(identities), *interceptors],
         options=[("grpc.so_reuseport", 0)],
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

@@ -106,3 +106,10 @@ async def test_error_in_a_stream_after_messages(channel: grpc.aio.Channel) -> No
 async def test_plaintext_refused_on_public_address() -> None:
     with pytest.raises(RuntimeError, match="refusing plaintext"):
         await create_server("t", ServerSettings(listen="0.0.0.0:0"), [])
+
+
+def test_instrumentation_follows_the_tracer_provider() -> None:
+    """No SDK provider installed (as in this test process): no gRPC instrumentation cost."""
+    from stockade.tracing import tracing_enabled
+
+    assert tracing_enabled() is False
