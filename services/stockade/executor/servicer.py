@@ -15,6 +15,7 @@ from google.protobuf import duration_pb2, json_format
 from stockade.errors import GrantMissing, InvalidArgument
 from stockade.executor.confine import Launcher
 from stockade.executor.inspect import Inspection, inspect_call
+from stockade.executor.metrics import ExecutorMetrics
 from stockade.executor.paths import PathSandbox
 from stockade.executor.runner import CallSpec, ExecutorCore, GrantCheck, Interrupt, Layer
 from stockade.executor.settings import ExecutorSettings
@@ -216,6 +217,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         defaults to a verifier of ``grant_public_key_file`` when one is configured.
         """
         self.settings = settings
+        self.metrics = ExecutorMetrics()
         self.sandbox = sandbox = _with_settings_globs(sandbox, settings)
         tools = dict(tools) if tools is not None else file_tools()
         if launcher is not None:
@@ -300,6 +302,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
                         )
                     )
                 else:
+                    self.metrics.record(call.tool_name, item.status.value, time.monotonic() - start)
                     yield x_pb2.ExecuteResponse(result=self._result(item, start))
 
     def _result(self, result: ToolResult, start: float) -> x_pb2.ExecuteResult:
