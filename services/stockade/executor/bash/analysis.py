@@ -24,7 +24,7 @@ from stockade.executor.bash.options import (
     canonical,
     literal,
     option_value,
-    options_of,
+    split_arguments,
     split_option,
     until,
 )
@@ -581,30 +581,18 @@ class _Judge:
         takes_value = (
             spec.value_options | spec.read_options | spec.write_options | spec.pattern_options
         )
-        operands: list[Word] = []
+        known = (
+            spec.deny_options,
+            spec.write_options,
+            spec.ask_options,
+            spec.read_options,
+            spec.pattern_options,
+            spec.value_options,
+        )
+        operands, found = split_arguments(args, takes_value, known)
         pattern_given = False
-        ended = False
-        i = 0
-        while i < len(args):
-            word = args[i]
-            value = word.value
-            if ended or value is None or not value.startswith("-") or value == "-":
-                operands.append(word)
-                i += 1
-                continue
-            if value == "--":
-                ended = True
-                i += 1
-                continue
-            known = (
-                spec.deny_options,
-                spec.write_options,
-                spec.ask_options,
-                spec.read_options,
-                spec.pattern_options,
-                spec.value_options,
-            )
-            for option, operand, consumed in options_of(value, args, i, takes_value, known):
+        for arg in found:
+            for option, operand in arg.options:
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs another program")
                 elif option in spec.ask_options:
@@ -617,9 +605,6 @@ class _Judge:
                         self.effect(f"{name} {option} writes {_word_text(operand)}", "low")
                     elif option in spec.read_options:
                         self.path(operand, write=False)
-                if consumed:
-                    i += 1
-            i += 1
         return operands, pattern_given
 
     def cd(self, args: list[Word]) -> None:
@@ -701,26 +686,13 @@ class _Judge:
         scripts: list[str] = []
         script_file = False
         in_place = False
-        operands: list[Word] = []
         takes_value = frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"})
-        ended = False
-        i = 0
-        while i < len(args):
-            word = args[i]
-            value = word.value
-            if ended or value is None or not value.startswith("-") or value == "-":
-                operands.append(word)
-                i += 1
-                continue
-            if value == "--":
-                ended = True
-                i += 1
-                continue
+        operands, found = split_arguments(args, takes_value, (_SED_IN_PLACE, takes_value))
+        for arg in found:
+            value = arg.text
             if not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]:
                 in_place = True
-            for option, operand, consumed in options_of(
-                value, args, i, takes_value, (_SED_IN_PLACE, takes_value)
-            ):
+            for option, operand in arg.options:
                 if option == "--in-place":
                     in_place = True
                 if option in ("-e", "--expression") and operand is not None:
@@ -731,9 +703,6 @@ class _Judge:
                 elif option in ("-f", "--file") and operand is not None:
                     script_file = True
                     self.path(operand, write=False)
-                if consumed:
-                    i += 1
-            i += 1
         if not scripts and not script_file:
             if not operands:
                 self.deny("sed without a script")
@@ -764,7 +733,6 @@ class _Judge:
     def awk(self, args: list[Word]) -> None:
         program: str | None = None
         program_file = False
-        operands: list[Word] = []
         takes_value = frozenset(
             {
                 "-F",
@@ -783,22 +751,9 @@ class _Judge:
                 "--exec",
             }
         )
-        ended = False
-        i = 0
-        while i < len(args):
-            word = args[i]
-            value = word.value
-            if ended or value is None or not value.startswith("-") or value == "-":
-                operands.append(word)
-                i += 1
-                continue
-            if value == "--":
-                ended = True
-                i += 1
-                continue
-            for option, operand, consumed in options_of(
-                value, args, i, takes_value, (_AWK_DENY, takes_value)
-            ):
+        operands, found = split_arguments(args, takes_value, (_AWK_DENY, takes_value))
+        for arg in found:
+            for option, operand in arg.options:
                 if option in ("-l", "--load"):
                     self.deny("awk -l loads a shared library")
                 elif option in ("-f", "-E", "--file", "--exec", "-i", "--include"):
@@ -810,9 +765,6 @@ class _Judge:
                         self.ask("awk program only known at run time", immune=True)
                     else:
                         program = (program or "") + "\n" + operand.value
-                if consumed:
-                    i += 1
-            i += 1
         if program is None and not program_file:
             if not operands:
                 self.deny("awk without a program")
@@ -1089,39 +1041,23 @@ class _Judge:
             return
         deny_options = lists.DENY_OPTIONS.get(name, {})
         takes_value = spec.value_options | spec.target_options
-        operands: list[Word] = []
+        deny_set = frozenset(deny_options)
+        operands, found = split_arguments(args, takes_value, (deny_set, takes_value))
         targets: list[Word] = []
         flags: set[str] = set()
-        ended = False
-        i = 0
-        while i < len(args):
-            word = args[i]
-            value = word.value
-            if ended or value is None or not value.startswith("-") or value == "-":
-                operands.append(word)
-                i += 1
-                continue
-            if value == "--":
-                ended = True
-                i += 1
-                continue
-            deny_set = frozenset(deny_options)
+        for arg in found:
+            value = arg.text
             long_option = canonical(value.split("=", 1)[0], (deny_set, takes_value))
             if long_option in deny_options or value in deny_options:
                 self.deny(deny_options.get(long_option) or deny_options[value])
                 return
-            for option, operand, consumed in options_of(
-                value, args, i, takes_value, (deny_set, takes_value)
-            ):
+            for option, operand in arg.options:
                 flags.add(option)
                 if option in deny_options:
                     self.deny(deny_options[option])
                     return
                 if operand is not None and option in spec.target_options:
                     targets.append(operand)
-                if consumed:
-                    i += 1
-            i += 1
         if name == "dd":
             self.dd(operands)
             return

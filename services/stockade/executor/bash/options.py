@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from stockade.executor.bash.parser import Word
 
-__all__ = ["canonical", "literal", "option_value", "options_of", "split_option", "until"]
+__all__ = [
+    "OptionArg",
+    "canonical",
+    "literal",
+    "option_value",
+    "options_of",
+    "split_arguments",
+    "split_option",
+    "until",
+]
 
 
 def literal(value: str) -> Word:
@@ -72,6 +82,48 @@ def options_of(
             return out
         out.append((option, None, False))
     return out
+
+
+@dataclass(frozen=True)
+class OptionArg:
+    """One option argument of a command line and the options it holds."""
+
+    text: str
+    """The argument as written (``-rf``, ``--file=x``)."""
+    options: list[tuple[str, Word | None]]
+    """Each option with its value word (None when it takes none or the value is missing)."""
+
+
+def split_arguments(
+    args: Sequence[Word],
+    takes_value: frozenset[str],
+    known: Sequence[frozenset[str]] = (),
+) -> tuple[list[Word], list[OptionArg]]:
+    """Split a command's arguments into operands and option arguments, in order.
+
+    Words that do not start with ``-`` (and ``-`` itself, dynamic words and everything
+    after ``--``) are operands; an option that takes a value consumes the next word. One
+    walk for every judge, so a fix to the GNU conventions lands everywhere at once.
+    """
+    operands: list[Word] = []
+    found: list[OptionArg] = []
+    ended = False
+    i = 0
+    while i < len(args):
+        word = args[i]
+        value = word.value
+        if ended or value is None or not value.startswith("-") or value == "-":
+            operands.append(word)
+            i += 1
+            continue
+        if value == "--":
+            ended = True
+            i += 1
+            continue
+        parsed = options_of(value, args, i, takes_value, known)
+        found.append(OptionArg(value, [(option, operand) for option, operand, _ in parsed]))
+        i += 1 + sum(consumed for _, _, consumed in parsed)
+    return operands, found
 
 
 def option_value(args: Sequence[Word], names: tuple[str, ...]) -> Word | None:
