@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from stockade.errors import PathRefused, StaleWrite
-from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.read_file import format_lines, is_binary, split_lines
 from stockade.executor.tools.support import (
     DEFAULT_MAX_FILE_WRITE_BYTES,
-    ArgError,
+    BlockingTool,
     atomic_write,
     bool_arg,
     error_result,
@@ -38,7 +37,7 @@ def _snippet(text: str, index: int, length: int) -> str:
     return format_lines(lines[start : last + _SNIPPET_CONTEXT + 1], start + 1)
 
 
-class FileEditTool:
+class FileEditTool(BlockingTool):
     """Replaces ``old_string`` by ``new_string`` in ``file_path``.
 
     ``old_string`` must occur exactly once unless ``replace_all`` is true. The file must
@@ -48,20 +47,11 @@ class FileEditTool:
 
     name = "file_edit"
 
-    async def run(
-        self, args: Mapping[str, Any], ctx: ExecContext
-    ) -> AsyncIterator[Chunk | ToolResult]:
-        """Yield the one result."""
-        yield await asyncio.to_thread(self._run, args, ctx)
-
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        try:
-            file_path = str_arg(args, "file_path")
-            old = str_arg(args, "old_string")
-            new = str_arg(args, "new_string")
-            replace_all = bool_arg(args, "replace_all")
-        except ArgError as exc:
-            return error_result(str(exc))
+        file_path = str_arg(args, "file_path")
+        old = str_arg(args, "old_string")
+        new = str_arg(args, "new_string")
+        replace_all = bool_arg(args, "replace_all")
         if old == new:
             return error_result("old_string and new_string are the same: nothing to change")
         sandbox = get_sandbox(ctx)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from stockade.executor.paths import PathSandbox, is_protected_write, match_relative_glob
-from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.support import (
-    ArgError,
+    BlockingTool,
     error_result,
     expand_braces,
     get_sandbox,
@@ -60,26 +59,17 @@ class _Match:
     mtime_ns: int
 
 
-class GlobFilesTool:
+class GlobFilesTool(BlockingTool):
     """Lists files whose path (relative to ``path``, default the working directory) matches
     ``pattern``. ``**`` spans folders, ``{a,b}`` gives alternatives. Symlinks are never
     followed while walking, and a listed symlink must resolve inside the roots."""
 
     name = "glob_files"
 
-    async def run(
-        self, args: Mapping[str, Any], ctx: ExecContext
-    ) -> AsyncIterator[Chunk | ToolResult]:
-        """Yield the one result."""
-        yield await asyncio.to_thread(self._run, args, ctx)
-
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        try:
-            pattern = str_arg(args, "pattern")
-            base_arg = str_arg(args, "path", required=False)
-            limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-        except ArgError as exc:
-            return error_result(str(exc))
+        pattern = str_arg(args, "pattern")
+        base_arg = str_arg(args, "path", required=False)
+        limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
         if not pattern:
             return error_result("pattern is empty")
         sandbox = get_sandbox(ctx)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from stockade.errors import PathRefused
 from stockade.executor.readstate import stamp_fd
-from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.support import (
-    ArgError,
+    BlockingTool,
     error_result,
     get_read_state,
     get_sandbox,
@@ -53,24 +52,15 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-class ReadFileTool:
+class ReadFileTool(BlockingTool):
     """Reads a text file inside the roots and records the read for stale-write checks."""
 
     name = "read_file"
 
-    async def run(
-        self, args: Mapping[str, Any], ctx: ExecContext
-    ) -> AsyncIterator[Chunk | ToolResult]:
-        """Yield the one result (reads are small and fast enough not to stream)."""
-        yield await asyncio.to_thread(self._run, args, ctx)
-
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        try:
-            file_path = str_arg(args, "file_path")
-            offset = int_arg(args, "offset", default=1, minimum=0)
-            limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1)
-        except ArgError as exc:
-            return error_result(str(exc))
+        file_path = str_arg(args, "file_path")
+        offset = int_arg(args, "offset", default=1, minimum=0)
+        limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1)
         sandbox = get_sandbox(ctx)
         decision = sandbox.check(file_path)
         if not decision.allowed:

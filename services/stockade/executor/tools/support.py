@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import stat
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +15,12 @@ from stockade.errors import PathRefused
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import FileStamp, ReadState, stamp_fd
-from stockade.executor.tools.base import ExecContext, Status, ToolResult
+from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
 
 __all__ = [
     "SKIP_DIRS",
     "ArgError",
+    "BlockingTool",
     "WalkEntry",
     "atomic_write",
     "bool_arg",
@@ -128,6 +130,31 @@ def error_result(message: str) -> ToolResult:
 def refused_result(message: str) -> ToolResult:
     """The executor's own checks refused the call (sandbox, size limit)."""
     return ToolResult(status=Status.REFUSED, content=f"Refused: {message}", error=message)
+
+
+class BlockingTool:
+    """Base of the tools whose whole call is one blocking function, run in a worker thread.
+
+    Subclasses set ``name`` and implement ``_run``, which parses its arguments first: an
+    ArgError it raises becomes an error result, so every tool reports bad arguments alike.
+    """
+
+    name: str
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        """Yield the one result (file tools are small and fast enough not to stream)."""
+        yield await asyncio.to_thread(self._checked_run, args, ctx)
+
+    def _checked_run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        try:
+            return self._run(args, ctx)
+        except ArgError as exc:
+            return error_result(str(exc))
+
+    def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        raise NotImplementedError
 
 
 def atomic_write(

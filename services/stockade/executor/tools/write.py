@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from stockade.errors import PathRefused, StaleWrite
-from stockade.executor.tools.base import Chunk, ExecContext, ToolResult
+from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.support import (
     DEFAULT_MAX_FILE_WRITE_BYTES,
-    ArgError,
+    BlockingTool,
     atomic_write,
     error_result,
     get_read_state,
@@ -25,7 +24,7 @@ from stockade.executor.tools.support import (
 __all__ = ["FileWriteTool"]
 
 
-class FileWriteTool:
+class FileWriteTool(BlockingTool):
     """Writes ``content`` to ``file_path``.
 
     A new file (and its missing parent folders) is created; an existing one is replaced
@@ -34,18 +33,9 @@ class FileWriteTool:
 
     name = "file_write"
 
-    async def run(
-        self, args: Mapping[str, Any], ctx: ExecContext
-    ) -> AsyncIterator[Chunk | ToolResult]:
-        """Yield the one result."""
-        yield await asyncio.to_thread(self._run, args, ctx)
-
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
-        try:
-            file_path = str_arg(args, "file_path")
-            content = str_arg(args, "content")
-        except ArgError as exc:
-            return error_result(str(exc))
+        file_path = str_arg(args, "file_path")
+        content = str_arg(args, "content")
         data = content.encode("utf-8", errors="surrogatepass")
         limit = int(setting(ctx, "max_file_write_bytes", DEFAULT_MAX_FILE_WRITE_BYTES))
         if len(data) > limit:
