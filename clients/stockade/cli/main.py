@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from stockade.cli import approvals, audit, checks, demo, policy, serve, session
+from stockade.cli import approvals, audit, checks, demo, explain, policy, serve, session
 
-GROUPS = [serve, demo, checks, policy, session, approvals, audit]
+GROUPS = [serve, demo, checks, policy, explain, session, approvals, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:
