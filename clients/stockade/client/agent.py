@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
@@ -27,6 +27,26 @@ class AgentClient:
     async def cancel(self, session_id: str) -> bool:
         """Cancel the session's running turn."""
         resp: a_pb2.CancelTurnResponse = await self._stub.Cancel(
+            a_pb2.CancelTurnRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
+        )
+        return resp.cancelled
+
+
+class SyncAgentClient:
+    """Blocking facade over AgentService."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._stub = a_grpc.AgentServiceStub(channel)
+
+    def run_turn(
+        self, request: a_pb2.RunTurnRequest, *, timeout_s: float = 600.0
+    ) -> Iterator[a_pb2.RunTurnResponse]:
+        """Run a turn and iterate over its events."""
+        yield from self._stub.RunTurn(request, timeout=timeout_s)
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel the session's running turn."""
+        resp: a_pb2.CancelTurnResponse = self._stub.Cancel(
             a_pb2.CancelTurnRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
         )
         return resp.cancelled

@@ -55,3 +55,23 @@ class ExecutorClient:
             )
         )
         return resp
+
+
+class SyncExecutorClient:
+    """Blocking facade over ExecutorService (Inspect and GetCapabilities; Execute needs a
+    grant and is the agent's job, so it stays async)."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._stub = x_grpc.ExecutorServiceStub(channel)
+
+    def inspect(self, request: x_pb2.InspectRequest) -> d_pb2.ToolInspection:
+        """Tool-level checks of a call (raises grpc.RpcError on failure)."""
+        resp: x_pb2.InspectResponse = self._stub.Inspect(request, timeout=INSPECT_DEADLINE_S)
+        return resp.inspection
+
+    def capabilities(self) -> x_pb2.GetCapabilitiesResponse:
+        """Which confinement layers are active."""
+        resp: x_pb2.GetCapabilitiesResponse = self._stub.GetCapabilities(
+            x_pb2.GetCapabilitiesRequest(), timeout=DEFAULT_DEADLINE_S
+        )
+        return resp
