@@ -780,6 +780,7 @@ class RuleIndex:
                 self._by_tool.setdefault(c.tool, []).append(c)
         self._cache: dict[str, tuple[tuple[CompiledRule, ...], ...]] = {}
         self._tiers: dict[str, tuple[TierRules, TierRules, TierRules]] = {}
+        self._screens: dict[tuple[CompiledRule, ...], RuleScreen] = {}
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -804,13 +805,24 @@ class RuleIndex:
             return hit
         deny, ask, allow = self.for_tool(tool_name)
         result = (
-            TierRules(deny, RuleScreen(deny)),
-            TierRules(ask, RuleScreen(ask)),
-            TierRules(allow, RuleScreen(allow)),
+            TierRules(deny, self._screen(deny)),
+            TierRules(ask, self._screen(ask)),
+            TierRules(allow, self._screen(allow)),
         )
         if len(self._tiers) < 4096:  # tool names come from callers; bound the memo
             self._tiers[tool_name] = result
         return result
+
+    def _screen(self, rules: tuple[CompiledRule, ...]) -> RuleScreen:
+        """The screen of ``rules``, shared by every tool with the same rules: all tools
+        without rules of their own get the wildcard rules, so a stream of unknown tool
+        names reuses one compiled screen instead of building a regex per name."""
+        hit = self._screens.get(rules)
+        if hit is None:
+            hit = RuleScreen(rules)
+            if len(self._screens) < 4096:
+                self._screens[rules] = hit
+        return hit
 
     def __len__(self) -> int:
         return len(self.compiled)

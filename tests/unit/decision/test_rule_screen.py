@@ -190,3 +190,17 @@ def test_normalize_path_folds_every_slash_run(path: str, cwd: str) -> None:
     got = normalize_path(path, cwd)
     assert got == _normalize_path_by_regex(path, cwd)
     assert "//" not in got
+
+
+def test_tools_with_the_same_rules_share_one_screen() -> None:
+    # A stream of unknown tool names must not build (compile) a regex per name.
+    index = RuleIndex(
+        [
+            Rule(Effect.DENY, "*(*secret*)", Source.MANAGED),
+            Rule(Effect.ASK, "fetch", Source.MANAGED),
+        ]
+    )
+    a, b = index.tiers("unknown_a"), index.tiers("unknown_b")
+    assert a[0].screen is b[0].screen
+    assert index.tiers("fetch")[1].screen is not a[1].screen
+    assert b[0].screen.matches(call_content("unknown_b", {"path": "/top-secret/x"}, cwd="/"))
