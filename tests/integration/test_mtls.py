@@ -127,3 +127,46 @@ async def test_health_only_listener_is_plaintext_and_serves_nothing_else(
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await ch.unary_unary(f"/{SERVICE}/Open")(b"ping", timeout=5)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_decision_admin_rpcs_follow_the_certificate_identity(
+    pki: Path, tmp_path: Path
+) -> None:
+    """Over real mTLS: the admin identity may change a session's mode; the agent may
+    decide but not administer (X-3)."""
+    from stockade.decision.service import DecisionApp
+    from stockade.decision.settings import DecisionSettings
+    from stockade.v1 import common_pb2 as c_pb2
+    from stockade.v1 import decision_service_pb2 as d_pb2
+    from stockade.v1 import decision_service_pb2_grpc as d_grpc
+
+    settings = DecisionSettings(
+        listen="127.0.0.1:0",
+        state_dir=tmp_path / "decision",
+        tls_cert_file=pki / "decision.crt",
+        tls_key_file=pki / "decision.key",
+        tls_ca_file=pki / "ca.crt",
+        admin_identities=["admin"],
+        grace_seconds=0,
+    )
+    app = DecisionApp(settings)
+    async with app.open() as registrations:
+        srv = await create_server("decision", settings, registrations)
+        try:
+            async with aio_channel(srv.address, tls=_tls(pki, "agent")) as ch:
+                stub = d_grpc.DecisionServiceStub(ch)
+                await stub.CreateSession(d_pb2.CreateSessionRequest(session_id="s1"), timeout=5)
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.SetMode(
+                        d_pb2.SetModeRequest(session_id="s1", mode=c_pb2.PERMISSION_MODE_PLAN),
+                        timeout=5,
+                    )
+                assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            async with aio_channel(srv.address, tls=_tls(pki, "admin")) as ch:
+                resp = await d_grpc.DecisionServiceStub(ch).SetMode(
+                    d_pb2.SetModeRequest(session_id="s1", mode=c_pb2.PERMISSION_MODE_PLAN),
+                    timeout=5,
+                )
+                assert resp.session.mode == c_pb2.PERMISSION_MODE_PLAN
+        finally:
+            await stop_server(srv)
