@@ -269,12 +269,15 @@ class LauncherServer:
         except OSError:
             pass
         if not self.plan.pid_namespace:
-            # Without a pid namespace, the group and the cgroup find the descendants.
-            try:
-                os.killpg(w.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            self._kill_cgroup(w)
+            self._kill_descendants(w)
+
+    def _kill_descendants(self, w: _Worker) -> None:
+        """Without a pid namespace, the group and the cgroup find the descendants."""
+        try:
+            os.killpg(w.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._kill_cgroup(w)
 
     def _kill_cgroup(self, w: _Worker) -> None:
         if not w.slot.cgroup:
@@ -283,11 +286,7 @@ class LauncherServer:
             pids = limits.members(w.slot.cgroup)
             if not pids:
                 return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _kill_all(pids)
 
     def _reap(self, w: _Worker) -> None:
         self.selector.unregister(w.pidfd)
@@ -299,11 +298,7 @@ class LauncherServer:
         self.workers.pop(w.wid, None)
         if not self.plan.pid_namespace:
             # Background children may outlive the worker: the command is over, they go.
-            try:
-                os.killpg(w.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            self._kill_cgroup(w)
+            self._kill_descendants(w)
             self._kill_orphans()
         limits.remove_tree(w.slot.tmp_dir)
         if w.slot.cgroup:
@@ -318,14 +313,10 @@ class LauncherServer:
         """
         workers = {w.pid for w in self.workers.values()}
         for _ in range(1000):
-            orphans = [pid for pid in _own_children() if pid not in workers]
+            orphans = [pid for pid in worker.own_children() if pid not in workers]
             if not orphans:
                 return
-            for pid in orphans:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _kill_all(orphans)
             for pid in orphans:
                 try:
                     os.waitpid(pid, 0)
@@ -392,13 +383,13 @@ class LauncherServer:
         limits.remove_tree(self.base)
 
 
-def _own_children() -> list[int]:
-    pid = os.getpid()
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(x) for x in fh.read().split()]
-    except OSError:
-        return []
+def _kill_all(pids: list[int]) -> None:
+    """SIGKILL each of ``pids``; one already gone (or not ours to kill) is passed over."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _try_pid_namespace() -> str | None:

@@ -273,7 +273,7 @@ def _kill_leftovers(pid_namespace: bool) -> None:
             except ProcessLookupError:
                 pass
         else:
-            children = _children()
+            children = own_children()
             for child in children:
                 try:
                     os.kill(child, signal.SIGKILL)
@@ -296,7 +296,8 @@ def _kill_leftovers(pid_namespace: bool) -> None:
             continue
 
 
-def _children() -> list[int]:
+def own_children() -> list[int]:
+    """Pids of this process's children (empty where the kernel does not list them)."""
     pid = os.getpid()
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
