@@ -170,3 +170,52 @@ async def test_decision_admin_rpcs_follow_the_certificate_identity(
                 assert resp.session.mode == c_pb2.PERMISSION_MODE_PLAN
         finally:
             await stop_server(srv)
+
+
+async def test_executor_runs_calls_only_for_the_agent_identity(pki: Path, tmp_path: Path) -> None:
+    """Over real mTLS the executor answers Inspect to any service but Execute only to the
+    agent's certificate (and then still needs a grant)."""
+    from google.protobuf import struct_pb2
+
+    from stockade.executor.service import ExecutorApp
+    from stockade.executor.settings import ExecutorSettings
+    from stockade.v1 import common_pb2 as c_pb2
+    from stockade.v1 import executor_service_pb2 as x_pb2
+    from stockade.v1 import executor_service_pb2_grpc as x_grpc
+
+    (tmp_path / "a.txt").write_text("hi\n")
+    settings = ExecutorSettings(
+        listen="127.0.0.1:0",
+        workspace=tmp_path,
+        tls_cert_file=pki / "executor.crt",
+        tls_key_file=pki / "executor.key",
+        tls_ca_file=pki / "ca.crt",
+        grant_public_key_file=pki / "grant-signing.pub",
+        grace_seconds=0,
+    )
+    args = struct_pb2.Struct()
+    args.update({"file_path": "a.txt"})
+    call = c_pb2.ToolCall(call_id="c1", tool_name="read_file", arguments=args, session_id="s")
+    async with ExecutorApp(settings).open() as registrations:
+        srv = await create_server("executor", settings, registrations)
+        try:
+            async with aio_channel(srv.address, tls=_tls(pki, "audit")) as ch:
+                stub = x_grpc.ExecutorServiceStub(ch)
+                inspected = await stub.Inspect(x_pb2.InspectRequest(call=call), timeout=5)
+                assert inspected.inspection.read_only
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    async for _ in stub.Execute(x_pb2.ExecuteRequest(call=call), timeout=5):
+                        pass
+                assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "not allowed for caller audit" in (info.value.details() or "")
+            async with aio_channel(srv.address, tls=_tls(pki, "agent")) as ch:
+                stub = x_grpc.ExecutorServiceStub(ch)
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    async for _ in stub.Execute(x_pb2.ExecuteRequest(call=call), timeout=5):
+                        pass
+                # The right caller gets past the identity check, and is stopped by the
+                # missing grant instead.
+                detail = error_info(info.value)
+                assert detail is not None and detail.reason == "GRANT_MISSING"
+        finally:
+            await stop_server(srv)
