@@ -21,6 +21,7 @@ from stockade.audit.convert import (
 from stockade.audit.model import AppendResult
 from stockade.audit.store import AuditStore
 from stockade.errors import InvalidArgument
+from stockade.server.lifecycle import until_stopping
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2_grpc as a_grpc
 
@@ -90,11 +91,12 @@ class AuditServicer(a_grpc.AuditServiceServicer):
     async def Tail(  # noqa: N802 - generated name
         self, request: a_pb2.TailRequest, context: Context
     ) -> AsyncIterator[a_pb2.TailResponse]:
-        """Stream rows as they are committed, until the caller leaves or the store closes."""
+        """Stream rows as they are committed, until the caller leaves, the store closes or
+        the server stops."""
         if request.after_sequence < 0:
             raise InvalidArgument("after_sequence must not be negative", field="after_sequence")
         after = request.after_sequence or None
-        async for row in self.store.tail(request.session_id, after=after):
+        async for row in until_stopping(self.store.tail(request.session_id, after=after)):
             yield a_pb2.TailResponse(record=record_to_proto(row))
 
     async def GetSessionMetrics(  # noqa: N802 - generated name

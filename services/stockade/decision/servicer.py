@@ -29,6 +29,7 @@ from stockade.decision.rules import BASH_TOOL, Effect, Rule, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
 from stockade.errors import InvalidArgument, NotAuthorized
 from stockade.server.interceptors import peer_identity
+from stockade.server.lifecycle import until_stopping
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -448,7 +449,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     async def WatchApprovals(  # noqa: N802
         self, request: d_pb2.WatchApprovalsRequest, context: Context
     ) -> AsyncIterator[d_pb2.WatchApprovalsResponse]:
-        async for rec in self.core.broker.watch(request.session_id):
+        async for rec in until_stopping(self.core.broker.watch(request.session_id)):
             yield d_pb2.WatchApprovalsResponse(approval=approval_to_pb(rec))
 
     async def ResolveApproval(  # noqa: N802

@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from stockade.server.interceptors import ContextInterceptor
+from stockade.server.lifecycle import stopping
 from stockade.server.settings import ServerSettings
 from stockade.server.telemetry import setup_logging, setup_telemetry
 from stockade.tracing import tracing_enabled
@@ -207,6 +208,8 @@ async def run_apps(
         try:
             await stop.wait()
         finally:
+            # Endless streams (Tail, WatchApprovals) end now instead of holding the grace.
+            stopping().set()
             # Stop in reverse order: the agent drains before the services it calls.
             for srv in reversed(running):
                 await stop_server(srv)
