@@ -180,20 +180,42 @@ def _component_regex(part: str) -> str:
     return "".join(out)
 
 
+def _glob_body(glob: str) -> str:
+    """A sandbox glob's components as a regex (the path's end: no anchors)."""
+    parts = [p for p in glob.split("/") if p]
+    return "".join(
+        "(?:/[^/]+)*" if part == "**" else "/" + _component_regex(part) for part in parts
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _glob_regex(glob: str) -> re.Pattern[str]:
     """A sandbox glob compiled once: matched with ``search`` against an absolute path."""
-    parts = [p for p in glob.split("/") if p]
-    pieces = ["(?:/[^/]+)*" if part == "**" else "/" + _component_regex(part) for part in parts]
-    return re.compile(("^" if glob.startswith("/") else "") + "".join(pieces) + r"\Z")
+    return re.compile(("^" if glob.startswith("/") else "") + _glob_body(glob) + r"\Z")
+
+
+@functools.lru_cache(maxsize=256)
+def _globs_regex(globs: tuple[str, ...]) -> re.Pattern[str]:
+    """All of ``globs`` as one regex, matched with ``match``: it matches exactly when one
+    glob's :func:`_glob_regex` would (same pieces; ``.*`` before the unanchored ones stands
+    for search's trying every offset), so most paths cost one regex call, not one per glob.
+    """
+    globs = tuple(g for g in globs if g.strip("/"))
+    tails = [_glob_body(g) for g in globs if not g.startswith("/")]
+    wholes = [_glob_body(g) for g in globs if g.startswith("/")]
+    options = (["(?s:.*)(?:" + "|".join(tails) + ")"] if tails else []) + wholes
+    return re.compile("(?:" + "|".join(options) + r")\Z" if options else "(?!)")
 
 
 def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
     """Return the first glob in ``globs`` that matches the absolute path ``resolved``, or None.
 
-    Used for protected writes and for policy-denied reads alike. Each glob is compiled to a
-    regex once; an unanchored glob matches at any component boundary.
+    Used for protected writes and for policy-denied reads alike. The globs are compiled to
+    one regex once; an unanchored glob matches at any component boundary.
     """
+    if _globs_regex(tuple(globs)).match(resolved) is None:
+        return None
+    # A match: name the first glob that made it (only refused paths get here).
     for glob in globs:
         if glob.strip("/") and _glob_regex(glob).search(resolved):
             return glob
