@@ -192,14 +192,7 @@ def _inspect_bash(
     wd = sandbox.check(working_dir)
     if not wd.allowed:
         return _refused("run_bash", f"working_dir: {wd.reason}", wd.resolved)
-    if wd.resolved != sandbox.cwd:
-        # The command's relative paths resolve against its own working directory.
-        sandbox = PathSandbox(
-            sandbox.roots,
-            wd.resolved,
-            protected_write_globs=sandbox.protected_write_globs,
-            denied_read_globs=sandbox.denied_read_globs,
-        )
+    sandbox = sandbox.with_cwd(wd.resolved)
     analysis = analyze(
         command,
         sandbox=sandbox,

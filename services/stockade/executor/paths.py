@@ -382,6 +382,18 @@ class PathSandbox:
             denied_read_globs=denied_read_globs,
         )
 
+    def with_cwd(self, cwd: str) -> PathSandbox:
+        """This sandbox with another working directory (itself when ``cwd`` is its own), for
+        a command whose relative paths resolve against its own working directory."""
+        if cwd == self.cwd:
+            return self
+        return PathSandbox(
+            self.roots,
+            cwd,
+            protected_write_globs=self.protected_write_globs,
+            denied_read_globs=self.denied_read_globs,
+        )
+
     # --- queries -------------------------------------------------------------------
 
     def root_for(self, resolved: str) -> Root | None:

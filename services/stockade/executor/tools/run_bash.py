@@ -96,14 +96,7 @@ class RunBashTool:
         if not os.path.isdir(where.resolved):
             yield _refused(f"working_dir: {where.resolved} is not a directory")
             return
-        if where.resolved != sandbox.cwd:
-            # Relative paths in the command resolve against its own working directory.
-            sandbox = PathSandbox(
-                sandbox.roots,
-                where.resolved,
-                protected_write_globs=sandbox.protected_write_globs,
-                denied_read_globs=sandbox.denied_read_globs,
-            )
+        sandbox = sandbox.with_cwd(where.resolved)
         network = bool(setting(ctx, "network_enabled", False))
         masked = tuple(setting(ctx, "denied_read_globs", ()) or sandbox.denied_read_globs)
         analysis = analyze(
