@@ -9,7 +9,7 @@ import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stockade.errors import PathRefused
 from stockade.executor.output import shape_output
@@ -36,6 +36,8 @@ __all__ = [
     "str_arg",
     "walk",
 ]
+
+_T = TypeVar("_T")
 
 DEFAULT_MAX_OUTPUT_CHARS = 4000
 DEFAULT_MAX_FILE_WRITE_BYTES = 10 * 1024 * 1024
@@ -83,20 +85,22 @@ def bool_arg(args: Mapping[str, Any], name: str, *, default: bool = False) -> bo
     return value
 
 
+def _service(ctx: ExecContext, key: str, kind: type[_T]) -> _T:
+    """``ctx.services[key]``, which must be a ``kind``."""
+    value = ctx.services.get(key)
+    if not isinstance(value, kind):
+        raise RuntimeError(f"the executor context has no {kind.__name__}")
+    return value
+
+
 def get_sandbox(ctx: ExecContext) -> PathSandbox:
     """The executor's PathSandbox (``ctx.services["sandbox"]``)."""
-    sandbox = ctx.services.get("sandbox")
-    if not isinstance(sandbox, PathSandbox):
-        raise RuntimeError("the executor context has no PathSandbox")
-    return sandbox
+    return _service(ctx, "sandbox", PathSandbox)
 
 
 def get_read_state(ctx: ExecContext) -> ReadState:
     """The executor's ReadState (``ctx.services["read_state"]``)."""
-    state = ctx.services.get("read_state")
-    if not isinstance(state, ReadState):
-        raise RuntimeError("the executor context has no ReadState")
-    return state
+    return _service(ctx, "read_state", ReadState)
 
 
 def setting(ctx: ExecContext, name: str, default: Any) -> Any:
