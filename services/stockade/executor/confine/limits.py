@@ -105,26 +105,25 @@ def stale_owner(name: str) -> bool:
     return digits.isdigit() and not launcher_alive(int(digits))
 
 
-def _sweep(base: str) -> None:
-    """Remove the cgroups of launchers that died without cleaning up (best effort)."""
+def _stale_entries(base: str) -> list[str]:
+    """The entries of ``base`` owned by dead launchers (none when it cannot be listed)."""
     try:
         names = os.listdir(base)
     except OSError:
-        return
-    for name in names:
-        if stale_owner(name):
-            PidsCgroupRoot(os.path.join(base, name), 1).remove()
+        return []
+    return [os.path.join(base, name) for name in names if stale_owner(name)]
+
+
+def _sweep(base: str) -> None:
+    """Remove the cgroups of launchers that died without cleaning up (best effort)."""
+    for path in _stale_entries(base):
+        PidsCgroupRoot(path, 1).remove()
 
 
 def sweep_tmp(tmp_root: str) -> None:
     """Remove the tmp dirs of launchers that died without cleaning up (best effort)."""
-    try:
-        names = os.listdir(tmp_root)
-    except OSError:
-        return
-    for name in names:
-        if stale_owner(name):
-            remove_tree(os.path.join(tmp_root, name))
+    for path in _stale_entries(tmp_root):
+        remove_tree(path)
 
 
 def set_max(cgroup: str, max_pids: int) -> None:
