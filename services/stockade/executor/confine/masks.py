@@ -146,17 +146,22 @@ def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], 
     return files, dirs
 
 
+def _remount_read_only(path: str) -> None:
+    """Make the bind mount at ``path`` read-only (a bind mount takes flags only so)."""
+    kernel.mount(
+        None,
+        path,
+        None,
+        kernel.MS_BIND | kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID,
+        None,
+    )
+
+
 def apply_masks(files: Sequence[str], dirs: Sequence[str], empty_file: str) -> int:
     """Cover each path (call in a private mount namespace); return how many were masked."""
     for path in files:
         kernel.mount(empty_file, path, None, kernel.MS_BIND, None)
-        kernel.mount(
-            None,
-            path,
-            None,
-            kernel.MS_BIND | kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID,
-            None,
-        )
+        _remount_read_only(path)
     for path in dirs:
         kernel.mount(
             "stockade-mask",
@@ -182,13 +187,7 @@ def bind_read_only(paths: Sequence[str]) -> None:
     """Bind each file or directory onto itself, read-only (in a private mount namespace)."""
     for path in paths:
         kernel.mount(path, path, None, kernel.MS_BIND | kernel.MS_REC, None)
-        kernel.mount(
-            None,
-            path,
-            None,
-            kernel.MS_BIND | kernel.MS_REMOUNT | kernel.MS_RDONLY | kernel.MS_NOSUID,
-            None,
-        )
+        _remount_read_only(path)
 
 
 # Where host services keep pathname unix sockets. Landlock (ABI <= 7) does not govern
