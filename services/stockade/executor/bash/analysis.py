@@ -592,7 +592,7 @@ class _Judge:
         operands, found = split_arguments(args, takes_value, known)
         pattern_given = False
         for arg in found:
-            for option, operand in arg.options:
+            for option, operand, _ in arg.options:
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs another program")
                 elif option in spec.ask_options:
@@ -692,7 +692,7 @@ class _Judge:
             value = arg.text
             if not value.startswith("--") and "i" in value[1:].split("e")[0].split("f")[0]:
                 in_place = True
-            for option, operand in arg.options:
+            for option, operand, _ in arg.options:
                 if option == "--in-place":
                     in_place = True
                 if option in ("-e", "--expression") and operand is not None:
@@ -753,7 +753,7 @@ class _Judge:
         )
         operands, found = split_arguments(args, takes_value, (_AWK_DENY, takes_value))
         for arg in found:
-            for option, operand in arg.options:
+            for option, operand, _ in arg.options:
                 if option in ("-l", "--load"):
                     self.deny("awk -l loads a shared library")
                 elif option in ("-f", "-E", "--file", "--exec", "-i", "--include"):
@@ -1051,7 +1051,7 @@ class _Judge:
             if long_option in deny_options or value in deny_options:
                 self.deny(deny_options.get(long_option) or deny_options[value])
                 return
-            for option, operand in arg.options:
+            for option, operand, _ in arg.options:
                 flags.add(option)
                 if option in deny_options:
                     self.deny(deny_options[option])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from stockade.executor.bash.parser import Word
 
@@ -84,14 +84,15 @@ def options_of(
     return out
 
 
-@dataclass(frozen=True)
-class OptionArg:
-    """One option argument of a command line and the options it holds."""
+class OptionArg(NamedTuple):
+    """One option argument of a command line and the options it holds (a named tuple:
+    the judges build one per option argument of every command, so it must be cheap)."""
 
     text: str
     """The argument as written (``-rf``, ``--file=x``)."""
-    options: list[tuple[str, Word | None]]
-    """Each option with its value word (None when it takes none or the value is missing)."""
+    options: list[tuple[str, Word | None, bool]]
+    """:func:`options_of` of it: each option, its value word (None when it takes none or
+    the value is missing) and whether that value was the next argument."""
 
 
 def split_arguments(
@@ -121,8 +122,9 @@ def split_arguments(
             i += 1
             continue
         parsed = options_of(value, args, i, takes_value, known)
-        found.append(OptionArg(value, [(option, operand) for option, operand, _ in parsed]))
-        i += 1 + sum(consumed for _, _, consumed in parsed)
+        found.append(OptionArg(value, parsed))
+        # Only the last option of an argument can take the next word as its value.
+        i += 2 if parsed[-1][2] else 1
     return operands, found
 
 
