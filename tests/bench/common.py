@@ -116,7 +116,7 @@ def echo_caller(
     channel: grpc.aio.Channel, payload: bytes = b"x" * 64
 ) -> Callable[[], Awaitable[object]]:
     """A zero-argument coroutine factory calling Echo on ``channel``."""
-    stub = channel.unary_unary(ECHO_METHOD)
+    stub = channel.unary_unary(ECHO_METHOD, request_serializer=None, response_deserializer=None)
 
     def call() -> Awaitable[object]:
         return stub(payload)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import itertools
 import logging
-import uuid
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,13 +28,17 @@ request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id
 """The current call's request id (empty outside a call)."""
 
 REQUEST_ID_KEY = "x-request-id"
+_ID_PREFIX = os.urandom(4).hex()
+_ID_COUNTER = itertools.count(1)
 
 
 def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_KEY and isinstance(value, str) and 0 < len(value) <= 128:
             return value
-    return uuid.uuid4().hex[:16]
+    # A correlation id, not a secret: a per-process random prefix and a counter are unique
+    # enough and cost far less than uuid4 on every call.
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 
 async def _abort(
