@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.confine import limits, worker
 from stockade.executor.paths import PathSandbox, Root
+from stockade.executor.tools.base import Status
+from stockade.executor.tools.support import write_failure
 
 
 @pytest.fixture
@@ -84,3 +87,14 @@ def test_with_cwd_keeps_roots_and_globs_and_resolves_against_the_new_cwd(tmp_pat
     # A path outside the roots stays outside, whatever the working directory.
     assert not moved.check("../../outside").allowed
     assert os.path.isabs(moved.check("g").resolved)
+
+
+def test_write_failure_maps_each_kind_of_failure() -> None:
+    refused = write_failure(PathRefused("/w/.git/config is protected", path="/w/x"), "edit", "/w/x")
+    assert refused.status is Status.REFUSED and refused.error == "/w/.git/config is protected"
+    stale = write_failure(StaleWrite("/w/x changed since it was read"), "edit", "/w/x")
+    assert stale.status is Status.ERROR and stale.error == "/w/x changed since it was read"
+    full = write_failure(OSError(28, "No space left on device"), "write", "/w/x")
+    assert full.status is Status.ERROR
+    assert full.error == "cannot write /w/x: No space left on device"
+    assert full.content == "Error: cannot write /w/x: No space left on device"

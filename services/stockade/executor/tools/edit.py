@@ -21,6 +21,7 @@ from stockade.executor.tools.support import (
     refused_result,
     setting,
     str_arg,
+    write_failure,
 )
 
 __all__ = ["FileEditTool"]
@@ -108,12 +109,8 @@ class FileEditTool(BlockingTool):
             atomic_write(
                 sandbox, resolved, encoded, read_state=read_state, session_id=ctx.session_id
             )
-        except PathRefused as exc:
-            return refused_result(exc.message)
-        except StaleWrite as exc:
-            return error_result(exc.message)
-        except OSError as exc:
-            return error_result(f"cannot edit {resolved}: {exc.strerror or exc}")
+        except (PathRefused, StaleWrite, OSError) as exc:
+            return write_failure(exc, "edit", resolved)
         what = "Created" if existing is None else "Edited"
         plural = "s" if count != 1 else ""
         header = f"{what} {resolved}: {count} replacement{plural}. The edited region:\n"

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from stockade.errors import PathRefused
+from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import FileStamp, ReadState, stamp_fd
@@ -35,6 +35,7 @@ __all__ = [
     "setting",
     "str_arg",
     "walk",
+    "write_failure",
 ]
 
 _T = TypeVar("_T")
@@ -159,6 +160,16 @@ class BlockingTool:
 
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         raise NotImplementedError
+
+
+def write_failure(exc: PathRefused | StaleWrite | OSError, verb: str, path: str) -> ToolResult:
+    """The result of a file tool whose write of ``path`` failed: refused by the sandbox,
+    stale (changed since this session read it), or an OS error."""
+    if isinstance(exc, PathRefused):
+        return refused_result(exc.message)
+    if isinstance(exc, StaleWrite):
+        return error_result(exc.message)
+    return error_result(f"cannot {verb} {path}: {exc.strerror or exc}")
 
 
 def atomic_write(

@@ -11,7 +11,6 @@ from stockade.executor.tools.support import (
     DEFAULT_MAX_FILE_WRITE_BYTES,
     BlockingTool,
     atomic_write,
-    error_result,
     get_read_state,
     get_sandbox,
     load_existing,
@@ -19,6 +18,7 @@ from stockade.executor.tools.support import (
     refused_result,
     setting,
     str_arg,
+    write_failure,
 )
 
 __all__ = ["FileWriteTool"]
@@ -58,11 +58,7 @@ class FileWriteTool(BlockingTool):
                 read_state=read_state,
                 session_id=ctx.session_id,
             )
-        except PathRefused as exc:
-            return refused_result(exc.message)
-        except StaleWrite as exc:
-            return error_result(exc.message)
-        except OSError as exc:
-            return error_result(f"cannot write {decision.resolved}: {exc.strerror or exc}")
+        except (PathRefused, StaleWrite, OSError) as exc:
+            return write_failure(exc, "write", decision.resolved)
         verb = "Updated" if existing is not None else "Created"
         return ok_result(ctx, f"{verb} {decision.resolved} ({len(data)} bytes)")
