@@ -127,6 +127,8 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
     def __init__(self, method_identities: Mapping[str, frozenset[str]] | None = None) -> None:
         self._identities = dict(method_identities or {})
+        # Registered handlers are fixed objects, so each is wrapped once, not per call.
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -137,6 +139,15 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None:
             return handler
         method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, method)
+        if len(self._wrapped) < 1024:  # method names come from registered services
+            self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: Any, method: str) -> Any:
         allowed = self._identities.get(method)
         kwargs = {
             "request_deserializer": handler.request_deserializer,
