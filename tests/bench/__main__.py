@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -20,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def main() -> int:
     os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    # The benches build large synthetic policies on purpose; their lint warnings are noise.
+    logging.basicConfig(level=logging.ERROR)
     only = set(sys.argv[1:])
     figures: list[dict[str, object]] = []
     failed = []
