@@ -198,7 +198,12 @@ class ExecutorCore:
             got_result = False
             while True:
                 try:
-                    item = await asyncio.wait_for(state.queue.get(), deadline - loop.time())
+                    # Items already queued need no timer (wait_for makes a task per call).
+                    item = (
+                        state.queue.get_nowait()
+                        if not state.queue.empty()
+                        else await asyncio.wait_for(state.queue.get(), deadline - loop.time())
+                    )
                 except TimeoutError:
                     ctx.cancel.set()
                     state.task.cancel()
