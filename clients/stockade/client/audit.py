@@ -36,8 +36,7 @@ from stockade.v1 import audit_service_pb2_grpc as a_grpc
 
 log = logging.getLogger("stockade.client.audit")
 
-#: Reconnect quickly after an outage: gRPC's default backoff grows to two minutes, which
-#: would leave events spooled long after the service is back.
+
 def recorder_channel(address: str, *, tls: TlsConfig | None = None) -> grpc.aio.Channel:
     """The recorder's channel: tracing interceptors and a short reconnect backoff."""
     return aio_channel(address, tls=tls)
