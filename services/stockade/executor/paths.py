@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fnmatch
-import functools
 import os
-import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stockade.errors import PathRefused
+from stockade.executor.globs import compile_globs, match_relative
 
 __all__ = [
     "DEFAULT_PROTECTED_WRITES",
@@ -127,99 +125,14 @@ def _is_magic(path: str) -> bool:
     return any(_is_within(path, prefix) for prefix in _MAGIC_PREFIXES)
 
 
-_WILDCARDS = frozenset("*?[")
-
-
-def _glob_parts_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
-    """Match path components against pattern components (``**`` spans components)."""
-    if not pattern:
-        return not parts
-    head = pattern[0]
-    if head == "**":
-        return any(_glob_parts_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
-    if not parts:
-        return False
-    if _WILDCARDS.isdisjoint(head):
-        matched = parts[0] == head  # most protected names are literal: skip fnmatch
-    else:
-        matched = fnmatch.fnmatchcase(parts[0], head)
-    return matched and _glob_parts_match(pattern[1:], parts[1:])
-
-
-def _component_regex(part: str) -> str:
-    """One glob component as a regex that never crosses ``/``.
-
-    ``*`` and ``?`` stop at ``/``; a ``[...]`` class is translated by fnmatch (its escaping
-    rules) and a negated one is made to exclude ``/`` too.
-    """
-    out: list[str] = []
-    i, n = 0, len(part)
-    while i < n:
-        ch = part[i]
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "[":
-            j = i + 1
-            if j < n and part[j] == "!":
-                j += 1
-            if j < n and part[j] == "]":
-                j += 1
-            close = part.find("]", j)
-            if close < 0:
-                out.append(re.escape(ch))
-            else:
-                translated = fnmatch.translate(part[i : close + 1])  # '(?s:[...])\Z'
-                cls = translated[len("(?s:") : -len(")\\Z")]
-                out.append("[^/" + cls[2:] if cls.startswith("[^") else cls)
-                i = close
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out)
-
-
-def _glob_body(glob: str) -> str:
-    """A sandbox glob's components as a regex (the path's end: no anchors)."""
-    parts = [p for p in glob.split("/") if p]
-    return "".join(
-        "(?:/[^/]+)*" if part == "**" else "/" + _component_regex(part) for part in parts
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    """A sandbox glob compiled once: matched with ``search`` against an absolute path."""
-    return re.compile(("^" if glob.startswith("/") else "") + _glob_body(glob) + r"\Z")
-
-
-@functools.lru_cache(maxsize=256)
-def _globs_regex(globs: tuple[str, ...]) -> re.Pattern[str]:
-    """All of ``globs`` as one regex, matched with ``match``: it matches exactly when one
-    glob's :func:`_glob_regex` would (same pieces; ``.*`` before the unanchored ones stands
-    for search's trying every offset), so most paths cost one regex call, not one per glob.
-    """
-    globs = tuple(g for g in globs if g.strip("/"))
-    tails = [_glob_body(g) for g in globs if not g.startswith("/")]
-    wholes = [_glob_body(g) for g in globs if g.startswith("/")]
-    options = (["(?s:.*)(?:" + "|".join(tails) + ")"] if tails else []) + wholes
-    return re.compile("(?:" + "|".join(options) + r")\Z" if options else "(?!)")
-
-
 def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
     """Return the first glob in ``globs`` that matches the absolute path ``resolved``, or None.
 
-    Used for protected writes and for policy-denied reads alike. The globs are compiled to
-    one regex once; an unanchored glob matches at any component boundary.
+    Used for protected writes and for policy-denied reads alike; the syntax and the
+    matcher are :mod:`stockade.executor.globs` (compiled once per set of globs, linear in
+    the path). An unanchored glob matches at any component boundary.
     """
-    if _globs_regex(tuple(globs)).match(resolved) is None:
-        return None
-    # A match: name the first glob that made it (only refused paths get here).
-    for glob in globs:
-        if glob.strip("/") and _glob_regex(glob).search(resolved):
-            return glob
-    return None
+    return compile_globs(globs).match(resolved)
 
 
 def matches_path_glob(path: str, glob: str) -> bool:
@@ -229,10 +142,7 @@ def matches_path_glob(path: str, glob: str) -> bool:
 
 def match_relative_glob(pattern: str, rel: str) -> bool:
     """Whether the relative path ``rel`` matches the whole of ``pattern`` (``**`` spans dirs)."""
-    return _glob_parts_match(
-        [p for p in pattern.split("/") if p not in ("", ".")],
-        [p for p in rel.split("/") if p not in ("", ".")],
-    )
+    return match_relative(pattern, rel)
 
 
 # --- openat2 (Linux >= 5.6) via ctypes ------------------------------------------------

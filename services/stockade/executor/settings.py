@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from stockade.executor.globs import validate_globs
 from stockade.server.settings import ServerSettings
 
 
@@ -58,6 +59,13 @@ class ExecutorSettings(ServerSettings):
     _split_lists = field_validator(
         "additional_dirs", "denied_read_globs", "protected_write_globs", mode="before"
     )(classmethod(lambda cls, v: _split(v)))
+
+    @field_validator("denied_read_globs", "protected_write_globs")
+    @classmethod
+    def _valid_globs(cls, value: list[str] | None) -> list[str] | None:
+        # A glob that can match nothing (``secret[z-a]``) would silently protect nothing:
+        # refuse it here, naming it, rather than find out from a leaked file.
+        return None if value is None else validate_globs(value)
 
     @field_validator("default_timeout_s", "max_timeout_s")
     @classmethod

@@ -1,4 +1,4 @@
-"""The sandbox's one-regex glob check names exactly the glob the per-glob check names."""
+"""The sandbox's union glob check names exactly the glob the per-glob check names."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.executor.paths import DEFAULT_PROTECTED_WRITES, _glob_regex, is_protected_write
+from stockade.executor.globs import compile_globs
+from stockade.executor.paths import DEFAULT_PROTECTED_WRITES, is_protected_write
 
 _GLOB_PART = st.sampled_from(
     ["a", "b", "*", "?", "**", "a*", "*.b", ".*", "[ab]", "[!a]*", "[^a]", "[z-a]", "[]a]", ".git"]
@@ -21,9 +22,9 @@ _GLOB = st.builds(
 
 
 def _per_glob(resolved: str, globs: Sequence[str]) -> str | None:
-    """The reference: each glob's own regex, searched in order."""
+    """The reference: each glob compiled alone, tried in order."""
     for glob in globs:
-        if glob.strip("/") and _glob_regex(glob).search(resolved):
+        if glob.strip("/") and compile_globs([glob]).match(resolved) is not None:
             return glob
     return None
 

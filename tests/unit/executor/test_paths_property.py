@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
@@ -130,6 +131,19 @@ def test_arbitrary_text_names_never_escape(world: tuple[Path, PathSandbox], name
         assert any(_inside(decision.resolved, r.path) for r in sb.roots)
 
 
+def _glob_parts_match(pattern: list[str], parts: list[str]) -> bool:
+    """The reference: components matched by fnmatch, ``**`` tried at every split."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_parts_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return (
+        bool(parts)
+        and fnmatch.fnmatchcase(parts[0], pattern[0])
+        and _glob_parts_match(pattern[1:], parts[1:])
+    )
+
+
 GLOB_PARTS = ["*", "**", "?", "a", "b", ".git", "hooks", "*.py", "[ab]", "[!a]", "a*b", "x?"]
 PATH_PARTS = ["a", "b", "ab", ".git", "hooks", "x.py", "xy", "c", "a.b", "ba"]
 
@@ -144,7 +158,7 @@ def test_compiled_globs_agree_with_component_matching(
     glob_parts: list[str], anchored: bool, path_parts: list[str]
 ) -> None:
     """The compiled regex (fast path) means exactly what the glob says component-wise."""
-    from stockade.executor.paths import _glob_parts_match, is_protected_write
+    from stockade.executor.paths import is_protected_write
 
     glob = ("/" if anchored else "") + "/".join(glob_parts)
     path = "/" + "/".join(path_parts)

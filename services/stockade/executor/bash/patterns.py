@@ -1,4 +1,4 @@
-"""Path patterns for the bash analysis: sandbox globs as one regex, brace expansion."""
+"""Path patterns for the bash analysis: the sandbox's globs, secret names, brace expansion."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import fnmatch
 import functools
 import re
 
+from stockade.executor import globs
 from stockade.executor.bash import lists
+from stockade.executor.globs import GlobSet
 
 __all__ = ["SECRET_BASENAMES", "brace_expand", "compile_globs", "credential_patterns"]
 
@@ -17,36 +19,11 @@ def credential_patterns(home: str) -> tuple[str, ...]:
     return tuple(home + p[1:] if p.startswith("~") else p for p in lists.CREDENTIAL_PATHS)
 
 
-def glob_to_regex(pattern: str) -> str:
-    """One sandbox glob as a regex over absolute paths (same syntax as paths.py's globs:
-    ``*`` within a component, ``**`` across; unanchored patterns match at any depth; a
-    trailing ``/**`` also matches the directory itself)."""
-    anchored = pattern.startswith("/")
-    parts = [p for p in pattern.split("/") if p]
-    out: list[str] = []
-    for index, part in enumerate(parts):
-        if part == "**":
-            out.append("(?:/.*)?" if index == len(parts) - 1 else "(?:/[^/]+)*")
-            continue
-        piece = []
-        for ch in part:
-            if ch == "*":
-                piece.append("[^/]*")
-            elif ch == "?":
-                piece.append("[^/]")
-            else:
-                piece.append(re.escape(ch))
-        out.append("/" + "".join(piece))
-    body = "".join(out)
-    return body if anchored else "(?:/[^/]+)*" + body
-
-
-@functools.lru_cache(maxsize=64)
-def compile_globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """All the globs as one anchored regex (one match per path instead of one per glob)."""
-    if not patterns:
-        return re.compile(r"(?!)")
-    return re.compile("(?:" + "|".join(glob_to_regex(p) for p in patterns) + r")/?\Z")
+def compile_globs(patterns: tuple[str, ...]) -> GlobSet:
+    """The credential or denied-read globs compiled by :mod:`stockade.executor.globs`, the
+    sandbox's own matcher: the analysis denies exactly what ``read_file`` refuses
+    (``match(path)`` names the first matching glob, or is None)."""
+    return globs.compile_globs(patterns)
 
 
 SECRET_BASENAMES = re.compile(

@@ -6,102 +6,50 @@ inside the roots that matches a denied glob is covered: a file by a read-only bi
 mount of an empty file, a directory by an empty read-only tmpfs. The mounts exist only
 in the command's mount namespace, and Landlock then forbids unmounting them.
 
-Globs use the sandbox's syntax (:func:`stockade.executor.paths.is_protected_write`):
-``**`` spans directories, a relative glob matches at any depth.
+Globs are matched by :mod:`stockade.executor.globs`, the sandbox's own matcher (so bash
+hides exactly what ``read_file`` refuses): ``**`` spans directories, a relative glob
+matches at any depth.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stockade.executor.confine import kernel
+from stockade.executor.globs import GlobSet, compile_globs
 
 # Stop walking pathological trees rather than stall every command: past this many
 # entries the command is refused (fail closed) instead of run with files unmasked.
 MAX_ENTRIES = 200_000
 
 
-def _translate_part(part: str) -> str:
-    """One path component of a glob as a regex that never crosses ``/``."""
-    out: list[str] = []
-    i = 0
-    while i < len(part):
-        ch = part[i]
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "[":
-            end = part.find("]", i + 2 if part[i + 1 : i + 2] in ("!", "]") else i + 1)
-            if end < 0:
-                out.append(re.escape(ch))
-            else:
-                body = part[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("(?!/)[" + body.replace("\\", "\\\\") + "]")
-                i = end
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out)
-
-
-def _glob_body(glob: str) -> tuple[bool, str] | None:
-    """(anchored, regex) for one glob, with the semantics of ``is_protected_write``.
-
-    The regex matches a whole absolute path (anchored globs) or its trailing
-    components (the others); a leading ``**`` adds nothing to the latter and would
-    only make the regex backtrack, so it is dropped.
-    """
-    parts = [p for p in glob.split("/") if p]
-    anchored = glob.startswith("/")
-    if not parts:
-        return None
-    if not anchored:
-        while len(parts) > 1 and parts[0] == "**":
-            parts.pop(0)
-    body = "".join("(?:/[^/]+)*" if p == "**" else "/" + _translate_part(p) for p in parts)
-    return anchored, body
-
-
-def _compile(globs: Sequence[str]) -> re.Pattern[str] | None:
-    bodies = [b for b in (_glob_body(g) for g in globs) if b]
-    if not bodies:
-        return None
-    tails = [body for anchored, body in bodies if not anchored]
-    wholes = [body for anchored, body in bodies if anchored]
-    options = ([".*(?:" + "|".join(tails) + ")"] if tails else []) + wholes
-    # Used with match(): one left-to-right pass per path, no search from every offset.
-    return re.compile("(?:" + "|".join(options) + r")\Z", re.DOTALL)
-
-
 @dataclass(frozen=True)
 class GlobMatcher:
-    """All globs compiled into one regex (the walk tests every entry: it must be fast)."""
+    """The denied globs, compiled once by :mod:`stockade.executor.globs` (the sandbox's own
+    matcher, linear in the path: the walk tests every entry, it must be fast)."""
 
-    files: re.Pattern[str] | None
-    """Matches paths the globs name."""
-    dirs: re.Pattern[str] | None
-    """Also matches ``D`` for a glob ``D/**`` (the directory itself is masked)."""
+    globs: GlobSet
+    """The compiled globs."""
 
     @classmethod
     def compile(cls, globs: Sequence[str]) -> GlobMatcher:
-        """Compile ``globs``."""
-        trees = [g[:-3] for g in globs if g.endswith("/**") and g[:-3].strip("/*")]
-        return cls(_compile(globs), _compile([*globs, *trees]))
+        """Compile ``globs`` (never raises: a class like ``[z-a]`` simply matches nothing)."""
+        return cls(compile_globs(globs))
 
     def file(self, path: str) -> bool:
         """Whether a file at ``path`` is named by a glob."""
-        return self.files is not None and self.files.match(path) is not None
+        return self.globs.matches(path)
 
     def dir(self, path: str) -> bool:
-        """Whether the directory ``path`` (or everything below it) is named by a glob."""
-        return self.dirs is not None and self.dirs.match(path) is not None
+        """Whether the directory ``path`` (or everything below it) is named by a glob.
+
+        A glob ``D/**`` names ``D`` itself (``**`` matches zero components), so the
+        directory is masked whole, as the sandbox refuses reading it.
+        """
+        return self.globs.matches(path)
 
 
 def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -114,7 +62,8 @@ def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], 
     dirs: list[str] = []
     if not globs:
         return files, dirs
-    matcher = GlobMatcher.compile(globs)
+    # Bound once: the walk tests every entry (file() and dir() are the same test).
+    masked = GlobMatcher.compile(globs).globs.matches
     seen = 0
     pending = sorted({os.path.realpath(r) for r in roots})
     visited: set[str] = set()
@@ -123,7 +72,7 @@ def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], 
         if top in visited:
             continue
         visited.add(top)
-        if matcher.dir(top):
+        if masked(top):
             dirs.append(top)
             continue
         try:
@@ -139,7 +88,7 @@ def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], 
                     # d_type from the directory listing: no stat() per entry.
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False) and matcher.file(entry.path):
+                    elif entry.is_file(follow_symlinks=False) and masked(entry.path):
                         files.append(entry.path)
                 except OSError:
                     continue
