@@ -5,6 +5,7 @@ the sandbox's denied-read and protected-write checks (:mod:`stockade.executor.pa
 the bash analysis's denied-read and credential checks
 (:mod:`stockade.executor.bash.patterns`) and the mask walk that hides denied files from
 bash commands (:mod:`stockade.executor.confine.masks`). So the three agree by construction.
+The glob and grep tools' own patterns (:func:`match_relative`) use the same translation.
 
 Syntax (a glob is split on ``/``; empty components are ignored):
 
@@ -26,7 +27,8 @@ regular expression whose pieces cannot backtrack into each other: the components
 two ``**`` are found at their leftmost occurrence inside an atomic group (``(?>...)``),
 which is correct because what follows starts with ``**`` and so can begin anywhere later,
 and within one component the runs between two ``*`` are placed the same way (as
-:func:`fnmatch.translate` does). Matching costs O(path length x glob size).
+:func:`fnmatch.translate` does); a last segment is found by backing off from the end.
+Matching costs O(path length x total size of the globs).
 """
 
 from __future__ import annotations
