@@ -14,12 +14,12 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
+from stockade.client.audit import AuditRecorder
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.stack import SERVICES, LocalStack
 from stockade.v1 import audit_service_pb2 as au_pb2
-from stockade.v1 import audit_service_pb2_grpc as au_grpc
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
@@ -53,16 +53,16 @@ async def _run() -> list[dict[str, Any]]:
             async with echo_server(sock) as addr, aio_channel(addr) as ech:
                 echo = percentile(await latencies(echo_caller(ech), N), 50)
 
+            # The agent's own audit client: batched, never waited on.
+            recorder = AuditRecorder(stack.addresses["audit"], base / "bench.spool")
+            await recorder.start()
             async with (
                 aio_channel(stack.addresses["executor"]) as xch,
                 aio_channel(stack.addresses["decision"]) as dch,
-                aio_channel(stack.addresses["audit"]) as ach,
             ):
                 executor, decision = ExecutorClient(xch), DecisionClient(dch)
-                audit = au_grpc.AuditServiceStub(ach)
                 args = struct_pb2.Struct()
                 args.update({"file_path": "file.txt"})
-                pending: set[asyncio.Task[Any]] = set()
                 counter = 0
 
                 async def tool_call() -> None:
@@ -82,24 +82,18 @@ async def _run() -> list[dict[str, Any]]:
                         x_pb2.ExecuteRequest(call=call, grant=decided.grant), timeout_s=10
                     ):
                         pass
-                    # The agent never waits on audit: enqueue only (sent in the background).
-                    task = asyncio.ensure_future(
-                        audit.Record(
-                            au_pb2.RecordRequest(
-                                event=au_pb2.AuditEvent(
-                                    event_id=f"e{counter}-{os.getpid()}",
-                                    session_id="bench",
-                                    tool_name="read_file",
-                                    status=au_pb2.AUDIT_STATUS_OK,
-                                )
-                            )
+                    # The agent never waits on audit: enqueue only (sent in batches).
+                    recorder.enqueue(
+                        au_pb2.AuditEvent(
+                            event_id=f"e{counter}-{os.getpid()}",
+                            session_id="bench",
+                            tool_name="read_file",
+                            status=au_pb2.AUDIT_STATUS_OK,
                         )
                     )
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
 
                 full = percentile(await latencies(tool_call, N // 3, warmup=50), 50)
-                await asyncio.gather(*pending, return_exceptions=True)
+            await recorder.close()
         finally:
             await stack.close()
     return [

@@ -26,45 +26,45 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from stockade.v1 import common_pb2 as stockade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/audit_service.proto\x12\x0bstockade.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockade/v1/common.proto\"\xd7\x03\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nelapsed_ms\x18\x06 \x01(\x03\x12\x16\n\x0eoutput_preview\x18\x07 \x01(\t\x12\x12\n\nagent_name\x18\x08 \x01(\t\x12(\n\x04time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12%\n\x07verdict\x18\x0b \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x14\n\x0cmatched_rule\x18\x0c \x01(\t\x12,\n\x0brule_source\x18\r \x01(\x0e\x32\x17.stockade.v1.RuleSource\x12\x14\n\x0c\x63onflict_log\x18\x0e \x01(\t\x12\x10\n\x08trace_id\x18\x0f \x01(\t\x12\x1a\n\x12termination_reason\x18\x10 \x01(\t\x12\x16\n\x0epolicy_version\x18\x11 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x12 \x01(\t\"l\n\x0b\x41uditRecord\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x10\n\x08row_hash\x18\x04 \x01(\t\"7\n\rRecordRequest\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\"#\n\x0eRecordResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"=\n\x12RecordBatchRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.stockade.v1.AuditEvent\";\n\x13RecordBatchResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\xf8\x01\n\x0cQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12(\n\x06status\x18\x03 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"S\n\rQueryResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.stockade.v1.AuditRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x0bTailRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"8\n\x0cTailResponse\x12(\n\x06record\x18\x01 \x01(\x0b\x32\x18.stockade.v1.AuditRecord\".\n\x18GetSessionMetricsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x81\x01\n\x0bToolMetrics\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\x17\n\x0fmean_elapsed_ms\x18\x05 \x01(\x01\x12\x16\n\x0emax_elapsed_ms\x18\x06 \x01(\x03\"\xa4\x01\n\x19GetSessionMetricsResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.stockade.v1.ToolMetrics\x12\x1a\n\x12termination_reason\x18\x06 \x01(\t\"\x12\n\x10VerifyLogRequest\"\xa7\x01\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0crows_checked\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_broken_sequence\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rhead_sequence\x18\x05 \x01(\x03\x12\x11\n\thead_hash\x18\x06 \x01(\t\x12\x17\n\x0f\x61nchor_sequence\x18\x07 \x01(\x03*\xab\x01\n\x0b\x41uditStatus\x12\x1c\n\x18\x41UDIT_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41UDIT_STATUS_OK\x10\x01\x12\x15\n\x11\x41UDIT_STATUS_FAIL\x10\x02\x12\x17\n\x13\x41UDIT_STATUS_DENIED\x10\x03\x12\x1a\n\x16\x41UDIT_STATUS_CANCELLED\x10\x04\x12\x1d\n\x19\x41UDIT_STATUS_SESSION_STOP\x10\x05\x32\xd4\x03\n\x0c\x41uditService\x12\x41\n\x06Record\x12\x1a.stockade.v1.RecordRequest\x1a\x1b.stockade.v1.RecordResponse\x12R\n\x0bRecordBatch\x12\x1f.stockade.v1.RecordBatchRequest\x1a .stockade.v1.RecordBatchResponse(\x01\x12>\n\x05Query\x12\x19.stockade.v1.QueryRequest\x1a\x1a.stockade.v1.QueryResponse\x12=\n\x04Tail\x12\x18.stockade.v1.TailRequest\x1a\x19.stockade.v1.TailResponse0\x01\x12\x62\n\x11GetSessionMetrics\x12%.stockade.v1.GetSessionMetricsRequest\x1a&.stockade.v1.GetSessionMetricsResponse\x12J\n\tVerifyLog\x12\x1d.stockade.v1.VerifyLogRequest\x1a\x1e.stockade.v1.VerifyLogResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/audit_service.proto\x12\x0bstockade.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockade/v1/common.proto\"\xe8\x03\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nelapsed_ms\x18\x06 \x01(\x03\x12\x16\n\x0eoutput_preview\x18\x07 \x01(\t\x12\x12\n\nagent_name\x18\x08 \x01(\t\x12(\n\x04time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12%\n\x07verdict\x18\x0b \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x14\n\x0cmatched_rule\x18\x0c \x01(\t\x12,\n\x0brule_source\x18\r \x01(\x0e\x32\x17.stockade.v1.RuleSource\x12\x14\n\x0c\x63onflict_log\x18\x0e \x01(\t\x12\x10\n\x08trace_id\x18\x0f \x01(\t\x12\x1a\n\x12termination_reason\x18\x10 \x01(\t\x12\x16\n\x0epolicy_version\x18\x11 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x12 \x01(\t\x12\x0f\n\x07span_id\x18\x13 \x01(\t\"l\n\x0b\x41uditRecord\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x10\n\x08row_hash\x18\x04 \x01(\t\"7\n\rRecordRequest\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\"#\n\x0eRecordResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"=\n\x12RecordBatchRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.stockade.v1.AuditEvent\";\n\x13RecordBatchResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\xf8\x01\n\x0cQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12(\n\x06status\x18\x03 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"S\n\rQueryResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.stockade.v1.AuditRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x0bTailRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"8\n\x0cTailResponse\x12(\n\x06record\x18\x01 \x01(\x0b\x32\x18.stockade.v1.AuditRecord\".\n\x18GetSessionMetricsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x81\x01\n\x0bToolMetrics\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\x17\n\x0fmean_elapsed_ms\x18\x05 \x01(\x01\x12\x16\n\x0emax_elapsed_ms\x18\x06 \x01(\x03\"\xa4\x01\n\x19GetSessionMetricsResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.stockade.v1.ToolMetrics\x12\x1a\n\x12termination_reason\x18\x06 \x01(\t\"\x12\n\x10VerifyLogRequest\"\xa7\x01\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0crows_checked\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_broken_sequence\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rhead_sequence\x18\x05 \x01(\x03\x12\x11\n\thead_hash\x18\x06 \x01(\t\x12\x17\n\x0f\x61nchor_sequence\x18\x07 \x01(\x03*\xab\x01\n\x0b\x41uditStatus\x12\x1c\n\x18\x41UDIT_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41UDIT_STATUS_OK\x10\x01\x12\x15\n\x11\x41UDIT_STATUS_FAIL\x10\x02\x12\x17\n\x13\x41UDIT_STATUS_DENIED\x10\x03\x12\x1a\n\x16\x41UDIT_STATUS_CANCELLED\x10\x04\x12\x1d\n\x19\x41UDIT_STATUS_SESSION_STOP\x10\x05\x32\xd4\x03\n\x0c\x41uditService\x12\x41\n\x06Record\x12\x1a.stockade.v1.RecordRequest\x1a\x1b.stockade.v1.RecordResponse\x12R\n\x0bRecordBatch\x12\x1f.stockade.v1.RecordBatchRequest\x1a .stockade.v1.RecordBatchResponse(\x01\x12>\n\x05Query\x12\x19.stockade.v1.QueryRequest\x1a\x1a.stockade.v1.QueryResponse\x12=\n\x04Tail\x12\x18.stockade.v1.TailRequest\x1a\x19.stockade.v1.TailResponse0\x01\x12\x62\n\x11GetSessionMetrics\x12%.stockade.v1.GetSessionMetricsRequest\x1a&.stockade.v1.GetSessionMetricsResponse\x12J\n\tVerifyLog\x12\x1d.stockade.v1.VerifyLogRequest\x1a\x1e.stockade.v1.VerifyLogResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockade.v1.audit_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_AUDITSTATUS']._serialized_start=1900
-  _globals['_AUDITSTATUS']._serialized_end=2071
+  _globals['_AUDITSTATUS']._serialized_start=1917
+  _globals['_AUDITSTATUS']._serialized_end=2088
   _globals['_AUDITEVENT']._serialized_start=108
-  _globals['_AUDITEVENT']._serialized_end=579
-  _globals['_AUDITRECORD']._serialized_start=581
-  _globals['_AUDITRECORD']._serialized_end=689
-  _globals['_RECORDREQUEST']._serialized_start=691
-  _globals['_RECORDREQUEST']._serialized_end=746
-  _globals['_RECORDRESPONSE']._serialized_start=748
-  _globals['_RECORDRESPONSE']._serialized_end=783
-  _globals['_RECORDBATCHREQUEST']._serialized_start=785
-  _globals['_RECORDBATCHREQUEST']._serialized_end=846
-  _globals['_RECORDBATCHRESPONSE']._serialized_start=848
-  _globals['_RECORDBATCHRESPONSE']._serialized_end=907
-  _globals['_QUERYREQUEST']._serialized_start=910
-  _globals['_QUERYREQUEST']._serialized_end=1158
-  _globals['_QUERYRESPONSE']._serialized_start=1160
-  _globals['_QUERYRESPONSE']._serialized_end=1243
-  _globals['_TAILREQUEST']._serialized_start=1245
-  _globals['_TAILREQUEST']._serialized_end=1302
-  _globals['_TAILRESPONSE']._serialized_start=1304
-  _globals['_TAILRESPONSE']._serialized_end=1360
-  _globals['_GETSESSIONMETRICSREQUEST']._serialized_start=1362
-  _globals['_GETSESSIONMETRICSREQUEST']._serialized_end=1408
-  _globals['_TOOLMETRICS']._serialized_start=1411
-  _globals['_TOOLMETRICS']._serialized_end=1540
-  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_start=1543
-  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_end=1707
-  _globals['_VERIFYLOGREQUEST']._serialized_start=1709
-  _globals['_VERIFYLOGREQUEST']._serialized_end=1727
-  _globals['_VERIFYLOGRESPONSE']._serialized_start=1730
-  _globals['_VERIFYLOGRESPONSE']._serialized_end=1897
-  _globals['_AUDITSERVICE']._serialized_start=2074
-  _globals['_AUDITSERVICE']._serialized_end=2542
+  _globals['_AUDITEVENT']._serialized_end=596
+  _globals['_AUDITRECORD']._serialized_start=598
+  _globals['_AUDITRECORD']._serialized_end=706
+  _globals['_RECORDREQUEST']._serialized_start=708
+  _globals['_RECORDREQUEST']._serialized_end=763
+  _globals['_RECORDRESPONSE']._serialized_start=765
+  _globals['_RECORDRESPONSE']._serialized_end=800
+  _globals['_RECORDBATCHREQUEST']._serialized_start=802
+  _globals['_RECORDBATCHREQUEST']._serialized_end=863
+  _globals['_RECORDBATCHRESPONSE']._serialized_start=865
+  _globals['_RECORDBATCHRESPONSE']._serialized_end=924
+  _globals['_QUERYREQUEST']._serialized_start=927
+  _globals['_QUERYREQUEST']._serialized_end=1175
+  _globals['_QUERYRESPONSE']._serialized_start=1177
+  _globals['_QUERYRESPONSE']._serialized_end=1260
+  _globals['_TAILREQUEST']._serialized_start=1262
+  _globals['_TAILREQUEST']._serialized_end=1319
+  _globals['_TAILRESPONSE']._serialized_start=1321
+  _globals['_TAILRESPONSE']._serialized_end=1377
+  _globals['_GETSESSIONMETRICSREQUEST']._serialized_start=1379
+  _globals['_GETSESSIONMETRICSREQUEST']._serialized_end=1425
+  _globals['_TOOLMETRICS']._serialized_start=1428
+  _globals['_TOOLMETRICS']._serialized_end=1557
+  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_start=1560
+  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_end=1724
+  _globals['_VERIFYLOGREQUEST']._serialized_start=1726
+  _globals['_VERIFYLOGREQUEST']._serialized_end=1744
+  _globals['_VERIFYLOGRESPONSE']._serialized_start=1747
+  _globals['_VERIFYLOGRESPONSE']._serialized_end=1914
+  _globals['_AUDITSERVICE']._serialized_start=2091
+  _globals['_AUDITSERVICE']._serialized_end=2559
 # @@protoc_insertion_point(module_scope)

@@ -81,6 +81,7 @@ class AuditEvent(_message.Message):
     TERMINATION_REASON_FIELD_NUMBER: _builtins.int
     POLICY_VERSION_FIELD_NUMBER: _builtins.int
     ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    SPAN_ID_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Unique id chosen by the producer; the store ignores a repeated id."""
     session_id: _builtins.str
@@ -115,6 +116,11 @@ class AuditEvent(_message.Message):
     """The policy version the decision was made under."""
     arguments_json: _builtins.str
     """The call's arguments as canonical JSON (after redaction), for policy replay."""
+    span_id: _builtins.str
+    """The OpenTelemetry span id of the tool call (16 lowercase hex characters). Not stored:
+    the audit service parents its ingest span on (trace_id, span_id), so the audit hop
+    joins the call's trace even when events travel in batches.
+    """
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp:
         """When the event happened."""
@@ -140,10 +146,11 @@ class AuditEvent(_message.Message):
         termination_reason: _builtins.str = ...,
         policy_version: _builtins.str = ...,
         arguments_json: _builtins.str = ...,
+        span_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "arguments_json", b"arguments_json", "call_id", b"call_id", "conflict_log", b"conflict_log", "elapsed_ms", b"elapsed_ms", "event_id", b"event_id", "matched_rule", b"matched_rule", "output_preview", b"output_preview", "policy_version", b"policy_version", "rule_source", b"rule_source", "session_id", b"session_id", "status", b"status", "step", b"step", "termination_reason", b"termination_reason", "time", b"time", "tool_name", b"tool_name", "trace_id", b"trace_id", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "arguments_json", b"arguments_json", "call_id", b"call_id", "conflict_log", b"conflict_log", "elapsed_ms", b"elapsed_ms", "event_id", b"event_id", "matched_rule", b"matched_rule", "output_preview", b"output_preview", "policy_version", b"policy_version", "rule_source", b"rule_source", "session_id", b"session_id", "span_id", b"span_id", "status", b"status", "step", b"step", "termination_reason", b"termination_reason", "time", b"time", "tool_name", b"tool_name", "trace_id", b"trace_id", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

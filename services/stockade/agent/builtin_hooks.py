@@ -336,6 +336,7 @@ class AuditLogHook(Hook):
                 rule_source=_rule_source(decision.rule_source),
                 conflict_log=decision.conflict_log,
                 trace_id=result.trace_id,
+                span_id=result.span_id,
                 policy_version=decision.policy_version,
                 arguments_json=arguments,
             )

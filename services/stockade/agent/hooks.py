@@ -135,6 +135,8 @@ class ToolResultContext:
     """The permission decision."""
     trace_id: str = ""
     """OpenTelemetry trace id (32 hex), when known."""
+    span_id: str = ""
+    """OpenTelemetry span id of the tool call (16 hex), when known."""
 
     @property
     def is_error(self) -> bool:

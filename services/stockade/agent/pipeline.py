@@ -156,6 +156,12 @@ def current_trace_id() -> str:
     return f"{context.trace_id:032x}" if context.is_valid else ""
 
 
+def current_span_id() -> str:
+    """The active OpenTelemetry span id (16 hex), or empty."""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.span_id:016x}" if context.is_valid else ""
+
+
 def _conflicts_json(decision: d_pb2.DecideResponse) -> str:
     return json.dumps(
         [
@@ -580,6 +586,7 @@ class ExecutionPipeline:
                 elapsed_ms=outcome.elapsed_ms,
                 decision=decision,
                 trace_id=current_trace_id(),
+                span_id=current_span_id(),
             )
         )
         outcome.content = post.content

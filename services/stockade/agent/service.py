@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from stockade.agent.auditsink import AuditSink
 from stockade.agent.loop import AgentCore
 from stockade.agent.providers.base import Provider
 from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
@@ -77,11 +76,11 @@ class AgentApp:
         )
         decision_ch = aio_channel(s.decision_addr, tls=tls)
         executor_ch = aio_channel(s.executor_addr, tls=tls)
-        # Ordered and traced per call; spooled and replayed while the service is down.
-        audit_ch = aio_channel(s.audit_addr, tls=tls)
-        recorder = AuditRecorder(s.audit_addr, s.spool_dir / "agent-audit.spool", tls=tls)
-        await recorder.start()
-        audit = AuditSink(audit_ch, recorder)
+        # Never blocks: batched in order, spooled and replayed while the audit service is
+        # down (AUD-2, AUD-4). Each event names its call's span, so the audit service's
+        # receipt still joins the call's trace.
+        audit = AuditRecorder(s.audit_addr, s.spool_dir / "agent-audit.spool", tls=tls)
+        await audit.start()
         extra_channels = {
             address: aio_channel(address, tls=tls)
             for address in [*s.tool_providers, *(h.address for h in s.remote_hooks)]
@@ -114,7 +113,7 @@ class AgentApp:
             ]
         finally:
             await audit.aclose()
-            for ch in (decision_ch, executor_ch, audit_ch, *extra_channels.values()):
+            for ch in (decision_ch, executor_ch, *extra_channels.values()):
                 await ch.close(None)
             if self._openai is not None:
                 await self._openai.aclose()

@@ -20,6 +20,7 @@ from stockade.audit.convert import (
 )
 from stockade.audit.model import AppendResult
 from stockade.audit.store import AuditStore
+from stockade.audit.tracing import record_receipt_spans
 from stockade.errors import InvalidArgument
 from stockade.server.lifecycle import until_stopping
 from stockade.v1 import audit_service_pb2 as a_pb2
@@ -40,6 +41,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
     ) -> a_pb2.RecordResponse:
         """Store one event; report whether its id was already stored."""
         result = await self.store.append([row_from_proto(request.event)])
+        record_receipt_spans((request.event,))
         return a_pb2.RecordResponse(duplicate=result.duplicates > 0)
 
     async def RecordBatch(  # noqa: N802 - generated name
@@ -56,6 +58,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
         try:
             async for request in request_iterator:
                 rows = [row_from_proto(event) for event in request.events]
+                record_receipt_spans(request.events)
                 if writing is not None:
                     result = await writing
                     accepted, duplicates = (

@@ -198,9 +198,11 @@ async def run_apps(
         for app in apps:
             registrations = await stack.enter_async_context(app.open())
             srv = await create_server(app.name, app.settings, registrations)
+            # Unwinding is last-in first-out: each server stops (draining its calls) and
+            # then its app closes (the agent flushes its audit queue) before the services
+            # started earlier, which it calls, go down.
+            stack.push_async_callback(stop_server, srv)
             running.append(srv)
-            # Later apps (the agent) may need the addresses of earlier ones.
-            _addresses[app.name] = srv.address
         ready = {s.name: s.address for s in running}
         _write_ready_file(ready)
         if on_ready:
@@ -210,17 +212,6 @@ async def run_apps(
         finally:
             # Endless streams (Tail, WatchApprovals) end now instead of holding the grace.
             stopping().set()
-            # Stop in reverse order: the agent drains before the services it calls.
-            for srv in reversed(running):
-                await stop_server(srv)
-
-
-_addresses: dict[str, str] = {}
-
-
-def bound_address(name: str) -> str | None:
-    """The address a service started earlier in this process is bound to."""
-    return _addresses.get(name)
 
 
 def _write_ready_file(ready: dict[str, str]) -> None:
