@@ -358,3 +358,27 @@ async def test_edit_crlf_file_with_lf_strings(ws: Path) -> None:
     )
     assert res.status is Status.OK
     assert (ws / "w.txt").read_bytes() == b"1\r\n2\r\n2b\r\nthree\r\n"
+
+
+def test_read_runs_inline_only_for_small_regular_files_inside_the_roots(ws: Path) -> None:
+    """The event loop only ever reads small regular files itself; everything else (large,
+    special, refused, or bad arguments) goes to a worker thread, where the full checks run."""
+    from stockade.executor.tools.read_file import INLINE_READ_BYTES
+
+    tool = file_tools()["read_file"]
+    ctx = make_ctx(ws)
+    (ws / "small.txt").write_text("x" * 100)
+    (ws / "big.txt").write_text("x" * (INLINE_READ_BYTES + 1))
+    os.mkfifo(ws / "pipe")
+    (ws / "outside-link").symlink_to("/etc/passwd")
+    assert tool.inline({"file_path": "small.txt"}, ctx) is True  # type: ignore[attr-defined]
+    for args in (
+        {"file_path": "big.txt"},
+        {"file_path": "pipe"},
+        {"file_path": "outside-link"},
+        {"file_path": "/etc/hostname"},
+        {"file_path": "missing.txt"},
+        {"file_path": 3},
+        {},
+    ):
+        assert tool.inline(args, ctx) is False, args  # type: ignore[attr-defined]

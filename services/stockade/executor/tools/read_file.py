@@ -26,6 +26,9 @@ __all__ = ["MAX_READ_BYTES", "ReadFileTool", "format_lines", "is_binary"]
 DEFAULT_LIMIT = 2000
 MAX_LINE_CHARS = 2000
 MAX_READ_BYTES = 32 * 1024 * 1024
+INLINE_READ_BYTES = 64 * 1024
+"""Files up to this size are read without a thread hand-off (a local read of 64 KiB
+takes microseconds; the hand-off about 0.1 ms)."""
 _SNIFF_BYTES = 8192
 
 
@@ -56,6 +59,21 @@ class ReadFileTool(BlockingTool):
     """Reads a text file inside the roots and records the read for stale-write checks."""
 
     name = "read_file"
+
+    def inline(self, args: Mapping[str, Any], ctx: ExecContext) -> bool:
+        """Small regular files are read on the event loop (the path checks already run
+        there for Inspect); anything else, or anything odd, goes to a worker thread."""
+        path = args.get("file_path")
+        if not isinstance(path, str):
+            return False
+        try:
+            decision = get_sandbox(ctx).check(path)
+            if not decision.allowed:
+                return False
+            st = os.stat(decision.resolved, follow_symlinks=False)
+        except (OSError, ValueError, TypeError):
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_size <= INLINE_READ_BYTES
 
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         file_path = str_arg(args, "file_path")

@@ -150,7 +150,15 @@ class BlockingTool:
         self, args: Mapping[str, Any], ctx: ExecContext
     ) -> AsyncIterator[Chunk | ToolResult]:
         """Yield the one result (file tools are small and fast enough not to stream)."""
-        yield await asyncio.to_thread(self._checked_run, args, ctx)
+        if self.inline(args, ctx):
+            yield self._checked_run(args, ctx)
+        else:
+            yield await asyncio.to_thread(self._checked_run, args, ctx)
+
+    def inline(self, args: Mapping[str, Any], ctx: ExecContext) -> bool:
+        """Whether this call is cheap enough to run on the event loop: the thread hand-off
+        costs more than a tiny call. Must not raise; the default is never."""
+        return False
 
     def _checked_run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         try:
