@@ -227,6 +227,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         elif layers is None:
             layers = _no_process_confinement
         self._layers = layers
+        self._layer_cache: tuple[tuple[Layer, ...], list[x_pb2.ConfinementLayer]] | None = None
         check = grant_check if grant_check is not None else grant_check_from_settings(settings)
         self.core = ExecutorCore(
             sandbox=sandbox,
@@ -245,21 +246,37 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
 
     def layers(self) -> list[x_pb2.ConfinementLayer]:
         """Every layer, active or not (EXE-9: never pretend)."""
-        grant = self.core.grant_check is not None
-        own = [
-            Layer("path_sandbox", True, f"{len(self.sandbox.roots)} roots enforced on every path"),
-            Layer(
-                "grant_verification",
+        host = tuple(self._layers())
+        if self._layer_cache is None or self._layer_cache[0] != host:
+            check = self.core.grant_check
+            if check is None:
+                grant = Layer(
+                    "grant_verification",
+                    False,
+                    "allow_ungranted with no grant_public_key_file: Execute runs calls "
+                    "without a grant (development only)",
+                )
+            elif check is _refuse_all:
+                grant = Layer(
+                    "grant_verification",
+                    True,
+                    "no grant_public_key_file configured: every Execute is refused",
+                )
+            else:
+                grant = Layer("grant_verification", True, "Ed25519 grants required on Execute")
+            own = [
+                Layer(
+                    "path_sandbox", True, f"{len(self.sandbox.roots)} roots enforced on every path"
+                ),
                 grant,
-                "Ed25519 grants required on Execute"
-                if grant
-                else "no grant_public_key_file configured: Execute runs calls without a grant",
-            ),
-        ]
-        return [
-            x_pb2.ConfinementLayer(name=layer.name, active=layer.active, detail=layer.detail)
-            for layer in [*own, *self._layers()]
-        ]
+            ]
+            protos = [
+                x_pb2.ConfinementLayer(name=layer.name, active=layer.active, detail=layer.detail)
+                for layer in [*own, *host]
+            ]
+            # Built once per set of host layers, not for every result.
+            self._layer_cache = (host, protos)
+        return self._layer_cache[1]
 
     async def Inspect(  # noqa: N802 - generated name
         self, request: x_pb2.InspectRequest, context: grpc.aio.ServicerContext[Any, Any]

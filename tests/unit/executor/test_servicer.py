@@ -458,3 +458,11 @@ async def test_without_a_grant_key_every_execute_is_refused(ws: Path) -> None:
             )
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "no grant public key" in (info.value.details() or "")
+
+
+async def test_capabilities_say_an_executor_without_a_key_refuses_everything(ws: Path) -> None:
+    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=ws)
+    async for s in _serve(settings, file_tools()):
+        caps = await s.stub.GetCapabilities(x_pb2.GetCapabilitiesRequest())
+        grant = {layer.name: layer for layer in caps.layers}["grant_verification"]
+        assert grant.active and "every Execute is refused" in grant.detail
