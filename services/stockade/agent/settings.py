@@ -11,7 +11,7 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from stockade.agent.limits import LimitSettings
 from stockade.agent.registry import ToolConfig
 from stockade.agent.remote_hooks import RemoteHookConfig
-from stockade.server.settings import ServerSettings
+from stockade.server.settings import ServerSettings, split_csv
 
 
 class AgentSettings(ServerSettings):
@@ -85,9 +85,7 @@ class AgentSettings(ServerSettings):
     @field_validator("tool_providers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
-        return value
+        return split_csv(value)
 
     @field_validator("provider")
     @classmethod

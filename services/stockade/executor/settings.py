@@ -9,13 +9,7 @@ from pydantic import field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from stockade.executor.globs import validate_globs
-from stockade.server.settings import ServerSettings
-
-
-def _split(value: object) -> object:
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
+from stockade.server.settings import ServerSettings, split_csv
 
 
 class ExecutorSettings(ServerSettings):
@@ -58,7 +52,7 @@ class ExecutorSettings(ServerSettings):
 
     _split_lists = field_validator(
         "additional_dirs", "denied_read_globs", "protected_write_globs", mode="before"
-    )(classmethod(lambda cls, v: _split(v)))
+    )(classmethod(lambda cls, v: split_csv(v)))
 
     @field_validator("denied_read_globs", "protected_write_globs")
     @classmethod

@@ -20,6 +20,14 @@ _LISTEN = re.compile(
 )
 
 
+def split_csv(value: object) -> object:
+    """A comma-separated environment value as a list (blank items dropped); other values
+    pass through for pydantic to validate."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 class SettingsError(Exception):
     """Settings could not be loaded; the message lists every problem by variable name."""
 
