@@ -42,7 +42,7 @@ class AgentSettings(ServerSettings):
     """Where audit events wait while the audit service is unreachable."""
     tool_providers: Annotated[list[str], NoDecode] = []
     """Addresses of remote ToolProvider services, comma-separated."""
-    max_steps: int = 8
+    max_steps: int = LimitSettings.max_steps
     """Model steps per turn before one forced final answer."""
     decide_deadline_s: float = 2.0
     """A decision that takes longer is a denial (fail closed)."""
@@ -58,19 +58,19 @@ class AgentSettings(ServerSettings):
     timeout, default 120 s, normally decides first: a timeout is a denial)."""
     tool_timeout_s: float = 130.0
     """Agent-side cap on one tool execution (the executor enforces its own limits)."""
-    max_subagent_depth: int = 2
+    max_subagent_depth: int = LimitSettings.max_subagent_depth
     """How deep subagents may nest."""
-    token_soft_limit: int = 32_000
+    token_soft_limit: int = LimitSettings.token_soft_limit
     """Context tokens at which the model is nudged to conclude."""
-    token_hard_limit: int = 40_000
+    token_hard_limit: int = LimitSettings.token_hard_limit
     """Context tokens at which the context is compacted (or the turn ends)."""
-    duplicate_threshold: int = 3
+    duplicate_threshold: int = LimitSettings.duplicate_threshold
     """Consecutive identical calls at which the call is refused."""
-    diminishing_steps: int = 3
+    diminishing_steps: int = LimitSettings.diminishing_steps
     """Steps in a row without new information that end the turn."""
-    tree_max_steps: int = 32
+    tree_max_steps: int = LimitSettings.tree_max_steps
     """Model steps the lead and all its subagents may spend in one turn."""
-    tree_max_tokens: int = 400_000
+    tree_max_tokens: int = LimitSettings.tree_max_tokens
     """Tokens the lead and all its subagents may spend in one turn."""
     max_tool_output_chars: int = 16_000
     """Outputs of remote and built-in tools longer than this keep only head and tail."""
