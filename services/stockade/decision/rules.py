@@ -546,6 +546,31 @@ def call_content(
     )
 
 
+def content_matches(
+    call: CallContent,
+    text: Callable[[str], bool],
+    path: Callable[[str], bool],
+    command: Callable[[str], bool],
+) -> bool:
+    """DENY/ASK content semantics (DEC-1/2), shared by one rule and a tier's screen: any
+    content field matches as text; path fields also in their normalised form; for
+    run_bash's command, also any single sub-command."""
+    for name, value in call.fields.items():
+        if name in PATH_FIELDS:
+            norm = call.paths.get(name)
+            if (norm is not None and path(norm)) or text(value):
+                return True
+        elif name == "command" and call.tool_name == BASH_TOOL:
+            if text(value):
+                return True
+            for sub in call.sub_commands:
+                if command(sub):
+                    return True
+        elif text(value):
+            return True
+    return False
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledRule:
     """A rule with its pattern parsed and its matchers built, ready to test calls."""
@@ -598,21 +623,7 @@ class CompiledRule:
         if self.content is None:
             return True
         assert self._text is not None and self._path is not None and self._command is not None
-        text, path, command = self._text.fn, self._path.fn, self._command.fn
-        for name, value in call.fields.items():
-            if name in PATH_FIELDS:
-                norm = call.paths.get(name)
-                if (norm is not None and path(norm)) or text(value):
-                    return True
-            elif name == "command" and call.tool_name == BASH_TOOL:
-                if text(value):
-                    return True
-                for sub in call.sub_commands:
-                    if command(sub):
-                        return True
-            elif text(value):
-                return True
-        return False
+        return content_matches(call, self._text.fn, self._path.fn, self._command.fn)
 
     def allows(self, call: CallContent) -> bool:
         """ALLOW semantics for non-bash content: the primary field matches exactly as written."""
@@ -715,22 +726,7 @@ class RuleScreen:
         """True if some rule's ``matches`` (DENY/ASK semantics) is true for ``call``."""
         if self.bare:
             return True
-        text, path, command = self.text, self.path, self.command
-        paths = call.paths
-        for name, value in call.fields.items():
-            if name in PATH_FIELDS:
-                norm = paths.get(name)
-                if (norm is not None and path(norm)) or text(value):
-                    return True
-            elif name == "command" and call.tool_name == BASH_TOOL:
-                if text(value):
-                    return True
-                for sub in call.sub_commands:
-                    if command(sub):
-                        return True
-            elif text(value):
-                return True
-        return False
+        return content_matches(call, self.text, self.path, self.command)
 
     def allows(self, call: CallContent) -> bool:
         """True if some rule's ``allows`` (non-bash ALLOW semantics) is true for ``call``."""
