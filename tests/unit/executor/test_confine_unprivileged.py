@@ -91,6 +91,13 @@ def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> N
         d.mkdir()
         d.chmod(0o777)
     (ws / ".env").write_text("SECRET\n")
+    # The checkout may sit in a folder only root can enter (mktemp -d is 0700): give the
+    # unprivileged user its own readable copy of the code.
+    src = shared_dir / "src"
+    for tree, root in (("services", SERVICES), ("clients", CLIENTS)):
+        shutil.copytree(root, src / tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for dirpath, _, _ in os.walk(src):
+        os.chmod(dirpath, 0o755)
     script = shared_dir / "run.py"
     script.write_text(SCRIPT)
     marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
@@ -108,7 +115,7 @@ def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> N
             str(outside),
             marker,
         ],
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SERVICES}:{CLIENTS}"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{src / 'services'}:{src / 'clients'}"},
         capture_output=True,
         text=True,
         timeout=100,
