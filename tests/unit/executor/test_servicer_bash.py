@@ -80,6 +80,16 @@ def _alive_with(marker: str) -> list[int]:
     return pids
 
 
+async def _until_alive_with(marker: str) -> list[int]:
+    """The command's process, once it shows: bash -c execs its last command, and while
+    execve swaps the memory map /proc/<pid>/cmdline reads empty for a moment."""
+    for _ in range(200):
+        if pids := _alive_with(marker):
+            return pids
+        await asyncio.sleep(0.01)
+    return []
+
+
 async def _until_gone(servicer: ExecutorServicer, call_id: str) -> None:
     while call_id in servicer.core.running():
         await asyncio.sleep(0.02)
@@ -124,7 +134,7 @@ async def test_client_cancel_kills_cancel_command(server: Server) -> None:
     stream = server.stub.Execute(request)
     first = await stream.read()
     assert first.chunk.data == "started\n"
-    assert _alive_with(marker)
+    assert await _until_alive_with(marker)
     stream.cancel()
     await asyncio.wait_for(_until_gone(server.servicer, "c1"), 30)
     for _ in range(200):
