@@ -19,6 +19,7 @@ from stockade.executor.confine import (
     Rlimits,
     probe_layers,
 )
+from tests.procs import pids_with, until_gone, until_pids_with
 
 
 @pytest.fixture
@@ -37,24 +38,6 @@ def policy_for(root: Path, **kwargs: object) -> ConfinementPolicy:
         writable_roots=(str(root),),
         **kwargs,  # type: ignore[arg-type]
     )
-
-
-def survivors(marker: str) -> list[int]:
-    """Pids (in our namespace) whose command line contains ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            with open(f"/proc/{entry}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
 
 
 def test_probe_reports_every_layer_active_here() -> None:
@@ -206,7 +189,7 @@ async def test_timeout_kills_everything_started(
     assert outcome.timed_out
     assert not outcome.cancelled
     assert outcome.exit_code == 137
-    assert survivors(marker) == []
+    assert pids_with(marker) == []
 
 
 @pytest.mark.parametrize("background", ["sleep {t} &", "setsid sleep {t} &", "nohup sleep {t} &"])
@@ -223,7 +206,7 @@ async def test_background_children_do_not_outlive_a_finished_command(
     assert outcome.exit_code == 0
     assert not outcome.timed_out
     assert "started" in outcome.stdout
-    assert survivors(marker) == []
+    assert pids_with(marker) == []
 
 
 async def test_cancel_event_kills_the_group(launcher: Launcher, tmp_path: Path) -> None:
@@ -241,11 +224,11 @@ async def test_cancel_event_kills_the_group(launcher: Launcher, tmp_path: Path) 
         )
     )
     await asyncio.wait_for(started.wait(), 30)
-    assert survivors(marker) != []  # the check below can see them
+    assert await until_pids_with(marker) != []  # the check below can see them
     cancel.set()
     outcome = await run
     assert outcome.cancelled and not outcome.timed_out
-    assert survivors(marker) == []
+    assert pids_with(marker) == []
 
 
 async def test_cancelling_the_caller_kills_the_command(launcher: Launcher, tmp_path: Path) -> None:
@@ -264,11 +247,7 @@ async def test_cancelling_the_caller_kills_the_command(launcher: Launcher, tmp_p
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
-    for _ in range(200):
-        if not survivors(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert survivors(marker) == []
+    assert await until_gone(marker) == []
 
 
 async def test_concurrent_commands(launcher: Launcher, tmp_path: Path) -> None:
@@ -349,7 +328,7 @@ async def test_close_kills_running_commands(tmp_path: Path) -> None:
     await launcher.close()
     with pytest.raises(ConfinementFailed):
         await run
-    assert survivors(marker) == []
+    assert pids_with(marker) == []
 
 
 @pytest.mark.parametrize(
@@ -389,11 +368,7 @@ async def test_without_pid_namespace_setsid_children_still_die(
             timeout_s=1.0,
         )
         assert outcome.timed_out
-        for _ in range(200):
-            if not survivors(marker):
-                break
-            await asyncio.sleep(0.05)
-        assert survivors(marker) == []
+        assert await until_gone(marker) == []
     finally:
         await launcher.close()
 
@@ -451,7 +426,7 @@ async def test_without_pid_namespace_finished_commands_leave_nothing(
     finally:
         await launcher.close()
     assert outcome.stdout == "ok\n"
-    assert survivors(marker) == []
+    assert pids_with(marker) == []
 
 
 async def test_long_commands_run_and_too_long_ones_are_refused(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import stockade.executor.confine as confine_pkg
+from tests.procs import pids_with
 
 SERVICES = Path(confine_pkg.__file__).resolve().parents[3]
 CLIENTS = SERVICES.parent / "clients"
@@ -67,18 +68,6 @@ def shared_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(marker: str) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        return True
-            except OSError:
-                continue
-    return False
 
 
 def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> None:
@@ -137,4 +126,4 @@ def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> N
     assert (ws / "inside.txt").read_text() == "in\n"
     assert not (outside / "x.txt").exists()
     assert report["timed_out"] is True
-    assert not _alive(marker)
+    assert pids_with(marker) == []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +14,7 @@ from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
 from stockade.executor.tools.run_bash import RunBashTool, confinement_policy
+from tests.procs import pids_with, until_gone
 
 
 @pytest.fixture
@@ -164,7 +163,7 @@ async def test_timeout_kills_and_reports(launcher: Launcher, ws: Path) -> None:
     assert "before" in result.content
     assert "timed out after 1 s" in result.content
     assert [c.data for c in chunks] == ["before\n"]
-    assert not _alive(marker)
+    assert pids_with(marker) == []
 
 
 async def test_timeout_is_capped_by_max_timeout(launcher: Launcher, ws: Path) -> None:
@@ -200,7 +199,7 @@ async def test_cancel_kills_the_group(launcher: Launcher, ws: Path) -> None:
     assert result is not None
     assert result.status is Status.CANCELLED
     assert seen[0].data == "go\n"
-    assert not _alive(marker)
+    assert pids_with(marker) == []
 
 
 async def test_closing_the_stream_kills_the_command(launcher: Launcher, ws: Path) -> None:
@@ -209,11 +208,7 @@ async def test_closing_the_stream_kills_the_command(launcher: Launcher, ws: Path
     first = await gen.__anext__()
     assert isinstance(first, Chunk)
     await gen.aclose()
-    for _ in range(200):
-        if not _alive(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert not _alive(marker)
+    assert await until_gone(marker) == []
 
 
 async def test_large_output_is_shaped_and_persisted(launcher: Launcher, ws: Path) -> None:
@@ -280,18 +275,6 @@ def test_confinement_policy_maps_the_sandbox(ws: Path, tmp_path: Path) -> None:
     assert set(policy.readable_roots) == {str(ws), str(ro)}
     assert policy.writable_roots == (str(ws),)
     assert policy.masked_globs == ("**/.env",)
-
-
-def _alive(marker: str) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        return True
-            except OSError:
-                continue
-    return False
 
 
 async def test_approved_script_cannot_plant_a_git_hook(launcher: Launcher, ws: Path) -> None:

@@ -4,7 +4,6 @@ CANCEL kills the command on client cancel, BLOCK lets it finish, capabilities.""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from stockade.server.app import stop_server
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
+from tests.procs import until_gone, until_pids_with
 
 
 @dataclass
@@ -65,29 +65,6 @@ async def collect(stream: Any) -> tuple[str, x_pb2.ExecuteResult]:
         else:
             return "".join(out), msg.result
     raise AssertionError("no result")
-
-
-def _alive_with(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
-async def _until_alive_with(marker: str) -> list[int]:
-    """The command's process, once it shows: bash -c execs its last command, and while
-    execve swaps the memory map /proc/<pid>/cmdline reads empty for a moment."""
-    for _ in range(200):
-        if pids := _alive_with(marker):
-            return pids
-        await asyncio.sleep(0.01)
-    return []
 
 
 async def _until_gone(servicer: ExecutorServicer, call_id: str) -> None:
@@ -134,14 +111,10 @@ async def test_client_cancel_kills_cancel_command(server: Server) -> None:
     stream = server.stub.Execute(request)
     first = await stream.read()
     assert first.chunk.data == "started\n"
-    assert await _until_alive_with(marker)
+    assert await until_pids_with(marker)
     stream.cancel()
     await asyncio.wait_for(_until_gone(server.servicer, "c1"), 30)
-    for _ in range(200):
-        if not _alive_with(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert _alive_with(marker) == []
+    assert await until_gone(marker) == []
 
 
 async def test_client_cancel_lets_block_command_finish(server: Server, tmp_path: Path) -> None:
