@@ -13,6 +13,7 @@ the digest therefore writes integral floats as integers so ``{"n": 1}`` and
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import secrets
@@ -181,6 +182,8 @@ class GrantVerifier:
         self._clock = clock
         self.key_id = key_id(public_key)
         self._used: dict[str, float] = {}
+        self._expiries: list[tuple[float, str]] = []
+        """The used nonces by expiry (a heap), so forgetting expired ones costs O(log n)."""
         self._lock = threading.Lock()
 
     def verify(
@@ -227,12 +230,17 @@ class GrantVerifier:
             if nonce in self._used:
                 raise GrantReplayed("grant was already used", call_id=call_id)
             self._used[nonce] = expires
+            heapq.heappush(self._expiries, (expires, nonce))
 
     def _purge(self, now: float) -> None:
         # An expired grant is refused for its expiry, so its nonce need not be kept.
-        if len(self._used) > 1024:
-            for n in [n for n, exp in self._used.items() if exp <= now]:
-                del self._used[n]
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            del self._used[heapq.heappop(expiries)[1]]
+
+    def remembered(self) -> int:
+        """How many used grants the replay cache holds (those not yet expired)."""
+        return len(self._used)
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:

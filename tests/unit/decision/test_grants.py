@@ -86,6 +86,35 @@ def test_expired(pair: tuple[GrantSigner, GrantVerifier, Clock]) -> None:
         _verify(verifier, g.payload, g.signature)
 
 
+def test_replay_cache_forgets_only_expired_grants(
+    pair: tuple[GrantSigner, GrantVerifier, Clock],
+) -> None:
+    signer, verifier, clock = pair
+    first = signer.sign(session_id="s1", call_id="c1", tool_name="run_bash", arguments=ARGS)
+    _verify(verifier, first.payload, first.signature)
+    # Many later grants with later expiries: the first one is still remembered...
+    clock.now += 10.0
+    for i in range(2000):
+        g = signer.sign(session_id="s1", call_id=f"x{i}", tool_name="run_bash", arguments=ARGS)
+        _verify(verifier, g.payload, g.signature, call_id=f"x{i}")
+    assert verifier.remembered() == 2001
+    with pytest.raises(GrantReplayed):
+        _verify(verifier, first.payload, first.signature)
+    # ... until it expires: then it is refused for its age and forgotten; the rest stay.
+    clock.now = first.expires_at
+    with pytest.raises(GrantExpired):
+        _verify(verifier, first.payload, first.signature)
+    late = signer.sign(session_id="s1", call_id="c2", tool_name="run_bash", arguments=ARGS)
+    _verify(verifier, late.payload, late.signature, call_id="c2")
+    assert verifier.remembered() == 2001  # the first forgotten, the late one added
+    clock.now += 10.0  # past every expiry but the late grant's
+    again = signer.sign(session_id="s1", call_id="c3", tool_name="run_bash", arguments=ARGS)
+    _verify(verifier, again.payload, again.signature, call_id="c3")
+    assert verifier.remembered() == 2
+    with pytest.raises(GrantReplayed):
+        _verify(verifier, late.payload, late.signature, call_id="c2")
+
+
 @pytest.mark.parametrize(
     "over",
     [
