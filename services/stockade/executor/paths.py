@@ -79,6 +79,8 @@ _MAX_SYMLINK_HOPS = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
 # Kernel "magic links" live here: their readlink text is not what the kernel follows
 # (/proc/self/root, /proc/<pid>/cwd, /proc/<pid>/fd/N, /dev/fd/N -> /proc/self/fd/N).
 _MAGIC_PREFIXES: tuple[str, ...] = ("/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+_MAGIC_EXACT = frozenset(_MAGIC_PREFIXES)
+_MAGIC_BELOW = tuple(prefix + "/" for prefix in _MAGIC_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class PathDecision:
     """Why it was refused, or ``inside <root>`` when allowed."""
     root: Root | None
     """The root that contains ``resolved`` (None when outside every root)."""
+    write: bool = False
+    """Whether this answers a write (else a read)."""
 
 
 class _Refusal(Exception):
@@ -122,7 +126,9 @@ def _is_within(path: str, base: str) -> bool:
 
 
 def _is_magic(path: str) -> bool:
-    return any(_is_within(path, prefix) for prefix in _MAGIC_PREFIXES)
+    """Whether ``path`` is one of the magic-link prefixes or below one (``_is_within`` for
+    each prefix, in one ``startswith`` of a tuple: this runs for every path component)."""
+    return path in _MAGIC_EXACT or path.startswith(_MAGIC_BELOW)
 
 
 def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
@@ -347,7 +353,7 @@ class PathSandbox:
                     f"{glob!r} (files that make other programs run code)",
                     root,
                 )
-        return PathDecision(True, resolved, f"inside {root.path}", root)
+        return PathDecision(True, resolved, f"inside {root.path}", root, write)
 
     def require(self, path: str, *, write: bool = False) -> str:
         """The canonical path of ``path``, or raise :class:`PathRefused`."""
@@ -371,9 +377,24 @@ class PathSandbox:
         """
         if write is None:
             write = bool(flags & _WRITE_FLAGS)
-        decision = self.check(path, write=write)
+        return self.open_checked(self.check(path, write=write), flags, mode, path=path)
+
+    def open_checked(
+        self, decision: PathDecision, flags: int, mode: int = 0o644, *, path: str = ""
+    ) -> int:
+        """:meth:`open` for a path the caller has just checked (one check, not two).
+
+        Safe to reuse the answer: the open below walks the canonical path from the root's
+        fd refusing every symlink, so nothing changed since the check can redirect it. A
+        refused decision, or a read decision used to write, raises PathRefused.
+        """
+        path = path or decision.resolved
         if not decision.allowed or decision.root is None:
             raise PathRefused(decision.reason, path=path, resolved=decision.resolved)
+        if flags & _WRITE_FLAGS and not decision.write:
+            raise PathRefused(
+                f"{decision.resolved} was checked for reading, not writing", path=path
+            )
         rel = os.path.relpath(decision.resolved, decision.root.path)
         # O_NONBLOCK so that opening a FIFO planted in the workspace cannot hang us.
         open_flags = flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK

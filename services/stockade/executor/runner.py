@@ -187,6 +187,17 @@ class ExecutorCore:
             },
             timeout_s=limit,
         )
+        run_now = getattr(tool, "run_now", None)
+        if run_now is not None:
+            # A call cheap enough to finish here and now (a small file read): no task, no
+            # queue, nothing to cancel or time out, since nothing else runs meanwhile.
+            try:
+                now: ToolResult | None = run_now(call.arguments, ctx)
+            except Exception as exc:
+                now = _failure(call, exc)
+            if now is not None:
+                yield now
+                return
         state = _Running(ctx=ctx, interrupt=interrupt)
         self._running[call.call_id] = state
         state.task = asyncio.create_task(self._pump(tool, call, state))
@@ -265,14 +276,8 @@ class ExecutorCore:
             result = ToolResult(status=Status.CANCELLED, content="Cancelled", error="cancelled")
             state.queue.put_nowait(result)
             raise
-        except StockadeError as exc:
-            # A domain error is the caller's to see (a refusal, a stale write ...).
-            status = Status.REFUSED if isinstance(exc, PermissionDenied) else Status.ERROR
-            result = ToolResult(status=status, content=f"Error: {exc.message}", error=exc.message)
-            state.queue.put_nowait(result)
-        except Exception:
-            logger.exception("tool %s failed on call %s", call.tool_name, call.call_id)
-            result = ToolResult(status=Status.ERROR, content="", error="internal error in the tool")
+        except Exception as exc:
+            result = _failure(call, exc)
             state.queue.put_nowait(result)
         finally:
             state.queue.put_nowait(_DONE)
@@ -310,3 +315,13 @@ class ExecutorCore:
             exc = state.task.exception() if state.task and not state.task.cancelled() else None
             if exc is not None:
                 logger.error("call %s ended with %r", call_id, exc)
+
+
+def _failure(call: CallSpec, exc: Exception) -> ToolResult:
+    """The result of a tool run that raised: a domain error is the caller's to see (a
+    refusal, a stale write ...); anything else is logged and reported as internal."""
+    if isinstance(exc, StockadeError):
+        status = Status.REFUSED if isinstance(exc, PermissionDenied) else Status.ERROR
+        return ToolResult(status=status, content=f"Error: {exc.message}", error=exc.message)
+    logger.error("tool %s failed on call %s", call.tool_name, call.call_id, exc_info=exc)
+    return ToolResult(status=Status.ERROR, content="", error="internal error in the tool")

@@ -77,6 +77,26 @@ class RaisingTool:
 
 
 @dataclass
+class ImmediateTool:
+    """A tool that can answer on the event loop (``run_now``): with a result, by raising,
+    or by declining (None) so that ``run`` runs."""
+
+    name: str
+    now: ToolResult | Exception | None
+
+    def run_now(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult | None:
+        if isinstance(self.now, Exception):
+            raise self.now
+        return self.now
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ExecContext
+    ) -> AsyncIterator[Chunk | ToolResult]:
+        yield Chunk("through run\n")
+        yield ToolResult(status=Status.OK, content="from run")
+
+
+@dataclass
 class Server:
     stub: x_grpc.ExecutorServiceStub
     servicer: ExecutorServicer
@@ -90,7 +110,7 @@ async def _serve(settings: ExecutorSettings, tools: dict[str, Tool]) -> AsyncIte
 
     def inspector(tool: str, args: Mapping[str, Any]) -> Inspection:
         # The test-only tool has no executor rules; every real tool goes to inspect_call.
-        if tool in ("slow", "refusing", "buggy"):
+        if tool in ("slow", "refusing", "buggy") or tool.startswith("now_"):
             return Inspection(tool, (), True, True, "low", "A test tool.")
         return real_inspector(tool, args)
 
@@ -134,6 +154,10 @@ async def server(ws: Path, slow: SlowTool) -> AsyncIterator[Server]:
         "slow": slow,
         "refusing": RaisingTool("refusing", PathRefused("not here", path="/x")),
         "buggy": RaisingTool("buggy", RuntimeError("secret internals")),
+        "now_ok": ImmediateTool("now_ok", ToolResult(status=Status.OK, content="right away")),
+        "now_refusing": ImmediateTool("now_refusing", PathRefused("not here", path="/x")),
+        "now_buggy": ImmediateTool("now_buggy", RuntimeError("secret internals")),
+        "now_declines": ImmediateTool("now_declines", None),
     }
     async for s in _serve(settings, tools):
         yield s
@@ -412,6 +436,22 @@ async def test_tool_failures_are_reported_not_leaked(server: Server) -> None:
     _, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("buggy", {}, "c2")))
     assert result.status == x_pb2.EXECUTION_STATUS_ERROR
     assert "secret internals" not in result.error and "internal error" in result.error
+
+
+async def test_calls_answered_on_the_loop_map_failures_alike(server: Server) -> None:
+    chunks, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("now_ok", {})))
+    assert chunks == [] and result.status == x_pb2.EXECUTION_STATUS_OK
+    assert result.content == "right away"
+    req = x_pb2.ExecuteRequest(call=call("now_refusing", {}, "c2"))
+    _, result = await execute(server.stub, req)
+    assert result.status == x_pb2.EXECUTION_STATUS_REFUSED and result.error == "not here"
+    _, result = await execute(server.stub, x_pb2.ExecuteRequest(call=call("now_buggy", {}, "c3")))
+    assert result.status == x_pb2.EXECUTION_STATUS_ERROR
+    assert "secret internals" not in result.error and "internal error" in result.error
+    req = x_pb2.ExecuteRequest(call=call("now_declines", {}, "c4"))
+    chunks, result = await execute(server.stub, req)
+    assert [c.data for c in chunks] == ["through run\n"] and result.content == "from run"
+    assert server.servicer.core.running() == []
 
 
 async def test_settings_globs_bind_the_file_tools(ws: Path) -> None:

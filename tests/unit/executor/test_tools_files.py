@@ -360,25 +360,42 @@ async def test_edit_crlf_file_with_lf_strings(ws: Path) -> None:
     assert (ws / "w.txt").read_bytes() == b"1\r\n2\r\n2b\r\nthree\r\n"
 
 
-def test_read_runs_inline_only_for_small_regular_files_inside_the_roots(ws: Path) -> None:
-    """The event loop only ever reads small regular files itself; everything else (large,
-    special, refused, or bad arguments) goes to a worker thread, where the full checks run."""
+def test_read_runs_on_the_loop_only_for_small_regular_files(ws: Path) -> None:
+    """The event loop reads small regular files itself and answers refusals and errors
+    there (no read happens for them); only a larger file goes to a worker thread. A FIFO
+    cannot hang the loop (opened non-blocking, then refused as not a regular file)."""
     from stockade.executor.tools.read_file import INLINE_READ_BYTES
 
     tool = file_tools()["read_file"]
     ctx = make_ctx(ws)
     (ws / "small.txt").write_text("x" * 100)
+    (ws / "edge.txt").write_text("x" * INLINE_READ_BYTES)
     (ws / "big.txt").write_text("x" * (INLINE_READ_BYTES + 1))
     os.mkfifo(ws / "pipe")
     (ws / "outside-link").symlink_to("/etc/passwd")
-    assert tool.inline({"file_path": "small.txt"}, ctx) is True  # type: ignore[attr-defined]
-    for args in (
-        {"file_path": "big.txt"},
-        {"file_path": "pipe"},
-        {"file_path": "outside-link"},
-        {"file_path": "/etc/hostname"},
-        {"file_path": "missing.txt"},
-        {"file_path": 3},
-        {},
-    ):
-        assert tool.inline(args, ctx) is False, args  # type: ignore[attr-defined]
+    now = tool.run_now  # type: ignore[attr-defined]
+    small = now({"file_path": "small.txt"}, ctx)
+    assert small.status is Status.OK and "x" * 100 in small.content
+    assert now({"file_path": "edge.txt"}, ctx).status is Status.OK
+    assert now({"file_path": "big.txt"}, ctx) is None
+    expected = {
+        "pipe": Status.REFUSED,
+        "outside-link": Status.REFUSED,
+        "/etc/hostname": Status.REFUSED,
+        "missing.txt": Status.ERROR,
+        3: Status.ERROR,
+    }
+    for path, status in expected.items():
+        res = now({"file_path": path}, ctx)
+        assert res is not None and res.status is status, (path, res)
+    assert now({}, ctx).status is Status.ERROR
+
+
+async def test_big_read_through_a_thread_matches_the_inline_read(ws: Path) -> None:
+    from stockade.executor.tools.read_file import INLINE_READ_BYTES
+
+    lines = [f"line {i}" for i in range(INLINE_READ_BYTES // 8)]
+    (ws / "big.txt").write_text("\n".join(lines) + "\n")
+    res = await run("read_file", {"file_path": "big.txt", "offset": 5, "limit": 3}, make_ctx(ws))
+    assert res.status is Status.OK
+    assert res.content.splitlines()[:3] == ["     5\tline 4", "     6\tline 5", "     7\tline 6"]

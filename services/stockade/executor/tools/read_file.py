@@ -11,6 +11,7 @@ from stockade.errors import PathRefused
 from stockade.executor.readstate import stamp_fd
 from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.support import (
+    ArgError,
     BlockingTool,
     error_result,
     get_read_state,
@@ -37,14 +38,19 @@ def is_binary(data: bytes) -> bool:
     return b"\0" in data[:_SNIFF_BYTES]
 
 
+_CUT_NOTE = f" [... line cut at {MAX_LINE_CHARS} characters]"
+
+
 def format_lines(lines: list[str], first_number: int) -> str:
     """``cat -n`` style: right-aligned line number, a tab, the line (long lines cut)."""
-    out = []
-    for number, line in enumerate(lines, start=first_number):
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} characters]"
-        out.append(f"{number:>6}\t{line}")
-    return "\n".join(out)
+    return "\n".join(
+        [
+            f"{number:>6}\t{line}"
+            if len(line) <= MAX_LINE_CHARS
+            else f"{number:>6}\t{line[:MAX_LINE_CHARS]}{_CUT_NOTE}"
+            for number, line in enumerate(lines, start=first_number)
+        ]
+    )
 
 
 def split_lines(text: str) -> list[str]:
@@ -60,22 +66,24 @@ class ReadFileTool(BlockingTool):
 
     name = "read_file"
 
-    def inline(self, args: Mapping[str, Any], ctx: ExecContext) -> bool:
-        """Small regular files are read on the event loop (the path checks already run
-        there for Inspect); anything else, or anything odd, goes to a worker thread."""
-        path = args.get("file_path")
-        if not isinstance(path, str):
-            return False
+    def run_now(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult | None:
+        """Small regular files are read on the event loop, with one path check (the
+        checks run there for Inspect anyway); a larger file goes to a worker thread."""
         try:
-            decision = get_sandbox(ctx).check(path)
-            if not decision.allowed:
-                return False
-            st = os.stat(decision.resolved, follow_symlinks=False)
-        except (OSError, ValueError, TypeError):
-            return False
-        return stat.S_ISREG(st.st_mode) and st.st_size <= INLINE_READ_BYTES
+            return self._read(args, ctx, max_bytes=INLINE_READ_BYTES)
+        except ArgError as exc:
+            return error_result(str(exc))
 
     def _run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
+        result = self._read(args, ctx, max_bytes=MAX_READ_BYTES)
+        assert result is not None  # the limit below is an error result, not a hand-off
+        return result
+
+    def _read(
+        self, args: Mapping[str, Any], ctx: ExecContext, *, max_bytes: int
+    ) -> ToolResult | None:
+        """The call's result, or None when the file is over ``max_bytes`` but within
+        ``MAX_READ_BYTES`` (too big to read here, not too big to read)."""
         file_path = str_arg(args, "file_path")
         offset = int_arg(args, "offset", default=1, minimum=0)
         limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1)
@@ -86,7 +94,7 @@ class ReadFileTool(BlockingTool):
         if not os.path.lexists(decision.resolved):
             return error_result(f"{decision.resolved} does not exist")
         try:
-            fd = sandbox.open(file_path, os.O_RDONLY)
+            fd = sandbox.open_checked(decision, os.O_RDONLY, path=file_path)
         except PathRefused as exc:
             return refused_result(exc.message)
         try:
@@ -98,6 +106,8 @@ class ReadFileTool(BlockingTool):
                     f"{decision.resolved} is {st.st_size} bytes, over the "
                     f"{MAX_READ_BYTES} byte limit of read_file"
                 )
+            if st.st_size > max_bytes:
+                return None
             stamp, data = stamp_fd(fd)
         finally:
             os.close(fd)
