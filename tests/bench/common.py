@@ -9,10 +9,13 @@ transport and the same interceptors as the real services.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -78,6 +81,31 @@ async def echo_server(listen: str = "127.0.0.1:0") -> AsyncIterator[str]:
         yield srv.address
     finally:
         await stop_server(srv)
+
+
+@asynccontextmanager
+async def echo_process(listen: str) -> AsyncIterator[str]:
+    """The same echo server in a process of its own (``tests.bench.echo``); yields its
+    address. The baseline for RPCs that go from one process to another."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.bench.echo",
+        listen,
+        stdout=asyncio.subprocess.PIPE,
+        env={"OTEL_SDK_DISABLED": "true", **os.environ},  # as LocalStack starts the services
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        if not line:
+            raise RuntimeError(f"the echo server exited with {await proc.wait()}")
+        yield line.decode().strip()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
 
 
 async def latencies(
