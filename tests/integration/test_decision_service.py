@@ -228,6 +228,40 @@ async def test_always_allow_is_scoped_listed_and_revocable(tmp_path: Path) -> No
         assert after.verdict == c_pb2.VERDICT_ASK
 
 
+async def test_always_allow_on_an_explicit_ask_allows_once_and_says_why(tmp_path: Path) -> None:
+    """An explicit ask rule outranks allow rules (DEC-3), so an "always allow" for the call
+    it asks about could never take effect: the answer allows this call once, creates no
+    grant, and says so; resolvers are told beforehand (always_allow_applies)."""
+    async with decision_server(tmp_path) as stub:
+        asked = await stub.Decide(d_pb2.DecideRequest(call=call("file_write", file_path="a")))
+        assert asked.verdict == c_pb2.VERDICT_ASK and not asked.always_allow_applies
+        tool_ask = await stub.Decide(bash_request("make test", ["make test"], "c2"))
+        assert tool_ask.always_allow_applies  # a tool's own ask gives way to an allow rule
+        watched = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id="s1"))
+        pending = {}
+        for _ in range(2):
+            ap = (await watched.read()).approval
+            pending[ap.approval_id] = ap.always_allow_applies
+        watched.cancel()
+        assert pending == {asked.approval_id: False, tool_ask.approval_id: True}
+        resolved = await stub.ResolveApproval(
+            d_pb2.ResolveApprovalRequest(
+                approval_id=asked.approval_id,
+                resolution=d_pb2.RESOLUTION_ALWAYS_ALLOW,
+                resolver="alice",
+            ),
+            metadata=ADMIN,
+        )
+        assert not resolved.HasField("session_grant")
+        assert "allowed once" in resolved.note and "file_write" in resolved.note
+        assert resolved.approval.state == d_pb2.APPROVAL_STATE_ALLOWED
+        waited = await stub.AwaitApproval(d_pb2.AwaitApprovalRequest(approval_id=asked.approval_id))
+        assert waited.verdict == c_pb2.VERDICT_ALLOW and waited.grant.signature
+        assert not (await stub.ListGrants(d_pb2.ListGrantsRequest(session_id="s1"))).grants
+        again = await stub.Decide(d_pb2.DecideRequest(call=call("file_write", "c3", file_path="a")))
+        assert again.verdict == c_pb2.VERDICT_ASK  # the policy still asks, as it says
+
+
 async def test_admin_rpcs_need_a_token_and_decide_does_not(tmp_path: Path) -> None:
     async with decision_server(tmp_path) as stub:
         await stub.CreateSession(d_pb2.CreateSessionRequest(session_id="s1"))

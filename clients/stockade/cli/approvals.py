@@ -59,10 +59,15 @@ def _watch(a: argparse.Namespace) -> int:
                 else:
                     state = d_pb2.ApprovalState.Name(ap.state).removeprefix("APPROVAL_STATE_")
                     args = json.dumps(json_format.MessageToDict(ap.call.arguments))
+                    once = (
+                        "\n  (asks every time: 'always' would allow this call once)"
+                        if ap.state == d_pb2.APPROVAL_STATE_PENDING and not ap.always_allow_applies
+                        else ""
+                    )
                     print(
                         f"[{state}] {ap.approval_id} session={ap.session_id} "
                         f"{ap.call.tool_name} {args}\n  {ap.reason}; "
-                        f"risk {ap.explanation.risk}: {ap.explanation.summary}",
+                        f"risk {ap.explanation.risk}: {ap.explanation.summary}{once}",
                         flush=True,
                     )
                 seen += 1

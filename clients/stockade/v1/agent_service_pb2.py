@@ -29,15 +29,15 @@ from stockade.v1 import decision_service_pb2 as stockade_dot_v1_dot_decision__se
 from stockade.v1 import executor_service_pb2 as stockade_dot_v1_dot_executor__service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/agent_service.proto\x12\x0bstockade.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockade/v1/common.proto\x1a\"stockade/v1/decision_service.proto\x1a\"stockade/v1/executor_service.proto\"p\n\x0eRunTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06script\x18\x03 \x01(\t\x12)\n\x04mode\x18\x04 \x01(\x0e\x32\x1b.stockade.v1.PermissionMode\"\x19\n\tTextEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\";\n\x14ToolCallStartedEvent\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"\xee\x01\n\x15ToolCallFinishedEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12,\n\x06status\x18\x03 \x01(\x0e\x32\x1c.stockade.v1.ExecutionStatus\x12%\n\x07verdict\x18\x04 \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\'\n\x0cwinning_rule\x18\x06 \x01(\x0b\x32\x11.stockade.v1.Rule\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x12\n\nelapsed_ms\x18\x08 \x01(\x03\"\x93\x01\n\x18PermissionRequestedEvent\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12#\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x15.stockade.v1.ToolCall\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12-\n\x0b\x65xplanation\x18\x04 \x01(\x0b\x32\x18.stockade.v1.Explanation\"e\n\x17PermissionResolvedEvent\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12%\n\x07verdict\x18\x02 \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\"I\n\x14SubagentStartedEvent\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\"j\n\x14SubagentStoppedEvent\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12.\n\x06reason\x18\x02 \x01(\x0e\x32\x1e.stockade.v1.TerminationReason\x12\x0e\n\x06\x61nswer\x18\x03 \x01(\t\"6\n\x11StepCompleteEvent\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\x13\n\x0btokens_used\x18\x02 \x01(\x03\"L\n\x0f\x43ompactionEvent\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x15\n\rtokens_before\x18\x02 \x01(\x03\x12\x14\n\x0ctokens_after\x18\x03 \x01(\x03\" \n\x10\x46inalAnswerEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"Q\n\x0fTerminatedEvent\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.stockade.v1.TerminationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x1d\n\nErrorEvent\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xde\x06\n\x0fRunTurnResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nagent_name\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x04text\x18\n \x01(\x0b\x32\x16.stockade.v1.TextEventH\x00\x12>\n\x11tool_call_started\x18\x0b \x01(\x0b\x32!.stockade.v1.ToolCallStartedEventH\x00\x12@\n\x12tool_call_finished\x18\x0c \x01(\x0b\x32\".stockade.v1.ToolCallFinishedEventH\x00\x12\x45\n\x14permission_requested\x18\r \x01(\x0b\x32%.stockade.v1.PermissionRequestedEventH\x00\x12\x43\n\x13permission_resolved\x18\x0e \x01(\x0b\x32$.stockade.v1.PermissionResolvedEventH\x00\x12=\n\x10subagent_started\x18\x0f \x01(\x0b\x32!.stockade.v1.SubagentStartedEventH\x00\x12=\n\x10subagent_stopped\x18\x10 \x01(\x0b\x32!.stockade.v1.SubagentStoppedEventH\x00\x12\x37\n\rstep_complete\x18\x11 \x01(\x0b\x32\x1e.stockade.v1.StepCompleteEventH\x00\x12\x32\n\ncompaction\x18\x12 \x01(\x0b\x32\x1c.stockade.v1.CompactionEventH\x00\x12\x35\n\x0c\x66inal_answer\x18\x13 \x01(\x0b\x32\x1d.stockade.v1.FinalAnswerEventH\x00\x12\x32\n\nterminated\x18\x14 \x01(\x0b\x32\x1c.stockade.v1.TerminatedEventH\x00\x12(\n\x05\x65rror\x18\x15 \x01(\x0b\x32\x17.stockade.v1.ErrorEventH\x00\x12(\n\x07\x64\x65tails\x18\x1e \x01(\x0b\x32\x17.google.protobuf.StructB\x07\n\x05\x65vent\"\'\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\x99\x01\n\x1bResolveAgentApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12+\n\nresolution\x18\x02 \x01(\x0e\x32\x17.stockade.v1.Resolution\x12&\n\x05scope\x18\x03 \x01(\x0b\x32\x17.stockade.v1.GrantScope\x12\x10\n\x08resolver\x18\x04 \x01(\t\"G\n\x1cResolveAgentApprovalResponse\x12\'\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x15.stockade.v1.Approval*\xda\x02\n\x11TerminationReason\x12\"\n\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12 \n\x1cTERMINATION_REASON_COMPLETED\x10\x01\x12 \n\x1cTERMINATION_REASON_MAX_STEPS\x10\x02\x12#\n\x1fTERMINATION_REASON_TOKEN_BUDGET\x10\x03\x12*\n&TERMINATION_REASON_DIMINISHING_RETURNS\x10\x04\x12 \n\x1cTERMINATION_REASON_CANCELLED\x10\x05\x12\"\n\x1eTERMINATION_REASON_DENIAL_HALT\x10\x06\x12(\n$TERMINATION_REASON_COMPACTION_FAILED\x10\x07\x12\x1c\n\x18TERMINATION_REASON_ERROR\x10\x08\x32\x89\x02\n\x0c\x41gentService\x12\x46\n\x07RunTurn\x12\x1b.stockade.v1.RunTurnRequest\x1a\x1c.stockade.v1.RunTurnResponse0\x01\x12I\n\x06\x43\x61ncel\x12\x1e.stockade.v1.CancelTurnRequest\x1a\x1f.stockade.v1.CancelTurnResponse\x12\x66\n\x0fResolveApproval\x12(.stockade.v1.ResolveAgentApprovalRequest\x1a).stockade.v1.ResolveAgentApprovalResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/agent_service.proto\x12\x0bstockade.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockade/v1/common.proto\x1a\"stockade/v1/decision_service.proto\x1a\"stockade/v1/executor_service.proto\"p\n\x0eRunTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06script\x18\x03 \x01(\t\x12)\n\x04mode\x18\x04 \x01(\x0e\x32\x1b.stockade.v1.PermissionMode\"\x19\n\tTextEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\";\n\x14ToolCallStartedEvent\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"\xee\x01\n\x15ToolCallFinishedEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12,\n\x06status\x18\x03 \x01(\x0e\x32\x1c.stockade.v1.ExecutionStatus\x12%\n\x07verdict\x18\x04 \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\'\n\x0cwinning_rule\x18\x06 \x01(\x0b\x32\x11.stockade.v1.Rule\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x12\n\nelapsed_ms\x18\x08 \x01(\x03\"\xb1\x01\n\x18PermissionRequestedEvent\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12#\n\x04\x63\x61ll\x18\x02 \x01(\x0b\x32\x15.stockade.v1.ToolCall\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12-\n\x0b\x65xplanation\x18\x04 \x01(\x0b\x32\x18.stockade.v1.Explanation\x12\x1c\n\x14\x61lways_allow_applies\x18\x05 \x01(\x08\"e\n\x17PermissionResolvedEvent\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12%\n\x07verdict\x18\x02 \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\"I\n\x14SubagentStartedEvent\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\"j\n\x14SubagentStoppedEvent\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12.\n\x06reason\x18\x02 \x01(\x0e\x32\x1e.stockade.v1.TerminationReason\x12\x0e\n\x06\x61nswer\x18\x03 \x01(\t\"6\n\x11StepCompleteEvent\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\x13\n\x0btokens_used\x18\x02 \x01(\x03\"L\n\x0f\x43ompactionEvent\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x15\n\rtokens_before\x18\x02 \x01(\x03\x12\x14\n\x0ctokens_after\x18\x03 \x01(\x03\" \n\x10\x46inalAnswerEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\"Q\n\x0fTerminatedEvent\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.stockade.v1.TerminationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x1d\n\nErrorEvent\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xde\x06\n\x0fRunTurnResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nagent_name\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x04text\x18\n \x01(\x0b\x32\x16.stockade.v1.TextEventH\x00\x12>\n\x11tool_call_started\x18\x0b \x01(\x0b\x32!.stockade.v1.ToolCallStartedEventH\x00\x12@\n\x12tool_call_finished\x18\x0c \x01(\x0b\x32\".stockade.v1.ToolCallFinishedEventH\x00\x12\x45\n\x14permission_requested\x18\r \x01(\x0b\x32%.stockade.v1.PermissionRequestedEventH\x00\x12\x43\n\x13permission_resolved\x18\x0e \x01(\x0b\x32$.stockade.v1.PermissionResolvedEventH\x00\x12=\n\x10subagent_started\x18\x0f \x01(\x0b\x32!.stockade.v1.SubagentStartedEventH\x00\x12=\n\x10subagent_stopped\x18\x10 \x01(\x0b\x32!.stockade.v1.SubagentStoppedEventH\x00\x12\x37\n\rstep_complete\x18\x11 \x01(\x0b\x32\x1e.stockade.v1.StepCompleteEventH\x00\x12\x32\n\ncompaction\x18\x12 \x01(\x0b\x32\x1c.stockade.v1.CompactionEventH\x00\x12\x35\n\x0c\x66inal_answer\x18\x13 \x01(\x0b\x32\x1d.stockade.v1.FinalAnswerEventH\x00\x12\x32\n\nterminated\x18\x14 \x01(\x0b\x32\x1c.stockade.v1.TerminatedEventH\x00\x12(\n\x05\x65rror\x18\x15 \x01(\x0b\x32\x17.stockade.v1.ErrorEventH\x00\x12(\n\x07\x64\x65tails\x18\x1e \x01(\x0b\x32\x17.google.protobuf.StructB\x07\n\x05\x65vent\"\'\n\x11\x43\x61ncelTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\'\n\x12\x43\x61ncelTurnResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"\x99\x01\n\x1bResolveAgentApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12+\n\nresolution\x18\x02 \x01(\x0e\x32\x17.stockade.v1.Resolution\x12&\n\x05scope\x18\x03 \x01(\x0b\x32\x17.stockade.v1.GrantScope\x12\x10\n\x08resolver\x18\x04 \x01(\t\"U\n\x1cResolveAgentApprovalResponse\x12\'\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x15.stockade.v1.Approval\x12\x0c\n\x04note\x18\x02 \x01(\t*\xda\x02\n\x11TerminationReason\x12\"\n\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12 \n\x1cTERMINATION_REASON_COMPLETED\x10\x01\x12 \n\x1cTERMINATION_REASON_MAX_STEPS\x10\x02\x12#\n\x1fTERMINATION_REASON_TOKEN_BUDGET\x10\x03\x12*\n&TERMINATION_REASON_DIMINISHING_RETURNS\x10\x04\x12 \n\x1cTERMINATION_REASON_CANCELLED\x10\x05\x12\"\n\x1eTERMINATION_REASON_DENIAL_HALT\x10\x06\x12(\n$TERMINATION_REASON_COMPACTION_FAILED\x10\x07\x12\x1c\n\x18TERMINATION_REASON_ERROR\x10\x08\x32\x89\x02\n\x0c\x41gentService\x12\x46\n\x07RunTurn\x12\x1b.stockade.v1.RunTurnRequest\x1a\x1c.stockade.v1.RunTurnResponse0\x01\x12I\n\x06\x43\x61ncel\x12\x1e.stockade.v1.CancelTurnRequest\x1a\x1f.stockade.v1.CancelTurnResponse\x12\x66\n\x0fResolveApproval\x12(.stockade.v1.ResolveAgentApprovalRequest\x1a).stockade.v1.ResolveAgentApprovalResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockade.v1.agent_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TERMINATIONREASON']._serialized_start=2547
-  _globals['_TERMINATIONREASON']._serialized_end=2893
+  _globals['_TERMINATIONREASON']._serialized_start=2591
+  _globals['_TERMINATIONREASON']._serialized_end=2937
   _globals['_RUNTURNREQUEST']._serialized_start=209
   _globals['_RUNTURNREQUEST']._serialized_end=321
   _globals['_TEXTEVENT']._serialized_start=323
@@ -47,33 +47,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLCALLFINISHEDEVENT']._serialized_start=412
   _globals['_TOOLCALLFINISHEDEVENT']._serialized_end=650
   _globals['_PERMISSIONREQUESTEDEVENT']._serialized_start=653
-  _globals['_PERMISSIONREQUESTEDEVENT']._serialized_end=800
-  _globals['_PERMISSIONRESOLVEDEVENT']._serialized_start=802
-  _globals['_PERMISSIONRESOLVEDEVENT']._serialized_end=903
-  _globals['_SUBAGENTSTARTEDEVENT']._serialized_start=905
-  _globals['_SUBAGENTSTARTEDEVENT']._serialized_end=978
-  _globals['_SUBAGENTSTOPPEDEVENT']._serialized_start=980
-  _globals['_SUBAGENTSTOPPEDEVENT']._serialized_end=1086
-  _globals['_STEPCOMPLETEEVENT']._serialized_start=1088
-  _globals['_STEPCOMPLETEEVENT']._serialized_end=1142
-  _globals['_COMPACTIONEVENT']._serialized_start=1144
-  _globals['_COMPACTIONEVENT']._serialized_end=1220
-  _globals['_FINALANSWEREVENT']._serialized_start=1222
-  _globals['_FINALANSWEREVENT']._serialized_end=1254
-  _globals['_TERMINATEDEVENT']._serialized_start=1256
-  _globals['_TERMINATEDEVENT']._serialized_end=1337
-  _globals['_ERROREVENT']._serialized_start=1339
-  _globals['_ERROREVENT']._serialized_end=1368
-  _globals['_RUNTURNRESPONSE']._serialized_start=1371
-  _globals['_RUNTURNRESPONSE']._serialized_end=2233
-  _globals['_CANCELTURNREQUEST']._serialized_start=2235
-  _globals['_CANCELTURNREQUEST']._serialized_end=2274
-  _globals['_CANCELTURNRESPONSE']._serialized_start=2276
-  _globals['_CANCELTURNRESPONSE']._serialized_end=2315
-  _globals['_RESOLVEAGENTAPPROVALREQUEST']._serialized_start=2318
-  _globals['_RESOLVEAGENTAPPROVALREQUEST']._serialized_end=2471
-  _globals['_RESOLVEAGENTAPPROVALRESPONSE']._serialized_start=2473
-  _globals['_RESOLVEAGENTAPPROVALRESPONSE']._serialized_end=2544
-  _globals['_AGENTSERVICE']._serialized_start=2896
-  _globals['_AGENTSERVICE']._serialized_end=3161
+  _globals['_PERMISSIONREQUESTEDEVENT']._serialized_end=830
+  _globals['_PERMISSIONRESOLVEDEVENT']._serialized_start=832
+  _globals['_PERMISSIONRESOLVEDEVENT']._serialized_end=933
+  _globals['_SUBAGENTSTARTEDEVENT']._serialized_start=935
+  _globals['_SUBAGENTSTARTEDEVENT']._serialized_end=1008
+  _globals['_SUBAGENTSTOPPEDEVENT']._serialized_start=1010
+  _globals['_SUBAGENTSTOPPEDEVENT']._serialized_end=1116
+  _globals['_STEPCOMPLETEEVENT']._serialized_start=1118
+  _globals['_STEPCOMPLETEEVENT']._serialized_end=1172
+  _globals['_COMPACTIONEVENT']._serialized_start=1174
+  _globals['_COMPACTIONEVENT']._serialized_end=1250
+  _globals['_FINALANSWEREVENT']._serialized_start=1252
+  _globals['_FINALANSWEREVENT']._serialized_end=1284
+  _globals['_TERMINATEDEVENT']._serialized_start=1286
+  _globals['_TERMINATEDEVENT']._serialized_end=1367
+  _globals['_ERROREVENT']._serialized_start=1369
+  _globals['_ERROREVENT']._serialized_end=1398
+  _globals['_RUNTURNRESPONSE']._serialized_start=1401
+  _globals['_RUNTURNRESPONSE']._serialized_end=2263
+  _globals['_CANCELTURNREQUEST']._serialized_start=2265
+  _globals['_CANCELTURNREQUEST']._serialized_end=2304
+  _globals['_CANCELTURNRESPONSE']._serialized_start=2306
+  _globals['_CANCELTURNRESPONSE']._serialized_end=2345
+  _globals['_RESOLVEAGENTAPPROVALREQUEST']._serialized_start=2348
+  _globals['_RESOLVEAGENTAPPROVALREQUEST']._serialized_end=2501
+  _globals['_RESOLVEAGENTAPPROVALRESPONSE']._serialized_start=2503
+  _globals['_RESOLVEAGENTAPPROVALRESPONSE']._serialized_end=2588
+  _globals['_AGENTSERVICE']._serialized_start=2940
+  _globals['_AGENTSERVICE']._serialized_end=3205
 # @@protoc_insertion_point(module_scope)

@@ -212,10 +212,15 @@ class PermissionRequestedEvent(_message.Message):
     CALL_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     EXPLANATION_FIELD_NUMBER: _builtins.int
+    ALWAYS_ALLOW_APPLIES_FIELD_NUMBER: _builtins.int
     approval_id: _builtins.str
     """The approval id."""
     reason: _builtins.str
     """Why it needs an approval."""
+    always_allow_applies: _builtins.bool
+    """Whether answering ALWAYS_ALLOW can take effect: false when an explicit ask rule or
+    a hook asked (they ask every time; such an answer allows this call once).
+    """
     @_builtins.property
     def call(self) -> _common_pb2.ToolCall:
         """The call."""
@@ -231,10 +236,11 @@ class PermissionRequestedEvent(_message.Message):
         call: _common_pb2.ToolCall | None = ...,
         reason: _builtins.str = ...,
         explanation: _common_pb2.Explanation | None = ...,
+        always_allow_applies: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "explanation", b"explanation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "call", b"call", "explanation", b"explanation", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always_allow_applies", b"always_allow_applies", "approval_id", b"approval_id", "call", b"call", "explanation", b"explanation", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -659,6 +665,11 @@ class ResolveAgentApprovalResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     APPROVAL_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    note: _builtins.str
+    """Set when the answer took effect more narrowly than asked, with why (see
+    ResolveApprovalResponse.note).
+    """
     @_builtins.property
     def approval(self) -> _decision_service_pb2.Approval:
         """The approval after the answer."""
@@ -667,10 +678,11 @@ class ResolveAgentApprovalResponse(_message.Message):
         self,
         *,
         approval: _decision_service_pb2.Approval | None = ...,
+        note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "note", b"note"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -295,6 +295,7 @@ class DecideResponse(_message.Message):
     HALT_FIELD_NUMBER: _builtins.int
     HALT_REASON_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    ALWAYS_ALLOW_APPLIES_FIELD_NUMBER: _builtins.int
     verdict: _common_pb2.Verdict.ValueType
     """ALLOW, ASK or DENY; never UNSPECIFIED."""
     reason: _builtins.str
@@ -309,6 +310,10 @@ class DecideResponse(_message.Message):
     """Why the agent must halt."""
     mode: _common_pb2.PermissionMode.ValueType
     """The mode the decision was made in."""
+    always_allow_applies: _builtins.bool
+    """Set on ASK: whether an ALWAYS_ALLOW answer can take effect (see
+    Approval.always_allow_applies).
+    """
     @_builtins.property
     def winning_rule(self) -> _common_pb2.Rule:
         """The rule that decided (source DEFAULT when nothing matched)."""
@@ -339,10 +344,11 @@ class DecideResponse(_message.Message):
         halt: _builtins.bool = ...,
         halt_reason: _builtins.str = ...,
         mode: _common_pb2.PermissionMode.ValueType = ...,
+        always_allow_applies: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["explanation", b"explanation", "grant", b"grant", "winning_rule", b"winning_rule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "conflicts", b"conflicts", "explanation", b"explanation", "grant", b"grant", "halt", b"halt", "halt_reason", b"halt_reason", "mode", b"mode", "policy_version", b"policy_version", "reason", b"reason", "verdict", b"verdict", "winning_rule", b"winning_rule"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always_allow_applies", b"always_allow_applies", "approval_id", b"approval_id", "conflicts", b"conflicts", "explanation", b"explanation", "grant", b"grant", "halt", b"halt", "halt_reason", b"halt_reason", "mode", b"mode", "policy_version", b"policy_version", "reason", b"reason", "verdict", b"verdict", "winning_rule", b"winning_rule"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -751,6 +757,7 @@ class Approval(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     RESOLVER_FIELD_NUMBER: _builtins.int
+    ALWAYS_ALLOW_APPLIES_FIELD_NUMBER: _builtins.int
     approval_id: _builtins.str
     """The approval id."""
     session_id: _builtins.str
@@ -761,6 +768,11 @@ class Approval(_message.Message):
     """Current state."""
     resolver: _builtins.str
     """Who answered, when answered."""
+    always_allow_applies: _builtins.bool
+    """Whether an ALWAYS_ALLOW answer can take effect. False when an explicit ask rule
+    (policy or session) or a hook asked: those outrank allow rules (DEC-3) and ask
+    every time, so ALWAYS_ALLOW is then recorded as ALLOW_ONCE, without a session grant.
+    """
     @_builtins.property
     def call(self) -> _common_pb2.ToolCall:
         """The call waiting for an answer."""
@@ -789,10 +801,11 @@ class Approval(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
         resolver: _builtins.str = ...,
+        always_allow_applies: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation", "reason", b"reason", "resolver", b"resolver", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always_allow_applies", b"always_allow_applies", "approval_id", b"approval_id", "call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation", "reason", b"reason", "resolver", b"resolver", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -920,6 +933,12 @@ class ResolveApprovalResponse(_message.Message):
 
     APPROVAL_FIELD_NUMBER: _builtins.int
     SESSION_GRANT_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    note: _builtins.str
+    """Set when the answer took effect more narrowly than asked, with why: ALWAYS_ALLOW on
+    an approval whose always_allow_applies is false allows this call once and creates
+    no session grant.
+    """
     @_builtins.property
     def approval(self) -> Global___Approval:
         """The approval after the answer."""
@@ -933,10 +952,11 @@ class ResolveApprovalResponse(_message.Message):
         *,
         approval: Global___Approval | None = ...,
         session_grant: Global___SessionGrant | None = ...,
+        note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "session_grant", b"session_grant"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "session_grant", b"session_grant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval", "note", b"note", "session_grant", b"session_grant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

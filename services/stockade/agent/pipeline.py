@@ -374,6 +374,7 @@ class ExecutionPipeline:
                 "call": pb_call,
                 "reason": decision.reason,
                 "explanation": decision.explanation,
+                "always_allow_applies": decision.always_allow_applies,
             },
         )
         waiter = asyncio.ensure_future(

@@ -79,4 +79,4 @@ class AgentServicer(a_grpc.AgentServiceServicer):
         except grpc.aio.AioRpcError as err:
             # Pass the decision service's refusal through unchanged (code and message).
             await context.abort(err.code(), err.details() or "")
-        return a_pb2.ResolveAgentApprovalResponse(approval=answer.approval)
+        return a_pb2.ResolveAgentApprovalResponse(approval=answer.approval, note=answer.note)

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from stockade.decision.rules import BASH_TOOL, PRIMARY_FIELDS, escape_content
 from stockade.decision.sessions import (
@@ -31,6 +32,16 @@ class Resolution(Enum):
     ALLOW_ONCE = "allow_once"
     DENY = "deny"
     ALWAYS_ALLOW = "always_allow"
+
+
+class Resolved(NamedTuple):
+    """What an answer did."""
+
+    approval: ApprovalRecord
+    grant: GrantRecord | None
+    """The session grant an ALWAYS_ALLOW created."""
+    note: str = ""
+    """Why the answer took effect more narrowly than asked (empty when it did not)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class ApprovalBroker:
         risk: str,
         summary: str,
         timeout_s: float,
+        always_allow_applies: bool = True,
     ) -> ApprovalRecord:
         """Store a pending approval and tell the watchers."""
         now = self._clock()
@@ -88,6 +100,7 @@ class ApprovalBroker:
             state=ApprovalState.PENDING,
             create_time=now,
             expire_time=now + timeout_s,
+            always_allow_applies=always_allow_applies,
         )
         await self._store.insert_approval(rec)
         self._publish(rec)
@@ -134,8 +147,13 @@ class ApprovalBroker:
         resolver: str,
         reason: str = "",
         scope: GrantScope | None = None,
-    ) -> tuple[ApprovalRecord, GrantRecord | None]:
-        """Answer an approval; the first answer wins, later ones get ``ApprovalAlreadyResolved``."""
+    ) -> Resolved:
+        """Answer an approval; the first answer wins, later ones get ``ApprovalAlreadyResolved``.
+
+        ALWAYS_ALLOW on an approval that an explicit ask rule or a hook raised is recorded
+        as ALLOW_ONCE with a note: such an ask outranks every allow rule (DEC-3), so a
+        session grant would be listed and never take effect.
+        """
         rec = await self._store.get_approval(approval_id)
         if rec.state is ApprovalState.PENDING and self._clock() >= rec.expire_time:
             await self._expire(rec)
@@ -149,6 +167,13 @@ class ApprovalBroker:
             )
         if scope is not None and scope.remaining_uses < 0:
             raise InvalidArgument("scope.remaining_uses must not be negative")
+        note = ""
+        if resolution is Resolution.ALWAYS_ALLOW and not rec.always_allow_applies:
+            resolution = Resolution.ALLOW_ONCE
+            note = (
+                f"allowed once, no session grant made: {rec.reason}; explicit ask rules and "
+                "hooks ask every time (they outrank allow rules)"
+            )
         state = ApprovalState.DENIED if resolution is Resolution.DENY else ApprovalState.ALLOWED
         won = await self._store.finish_approval(
             approval_id, state, resolver=resolver, resolution=resolution.value, reason=reason
@@ -173,7 +198,7 @@ class ApprovalBroker:
         await self._store.record_outcome(rec.session_id, denied=state is ApprovalState.DENIED)
         final = await self._store.get_approval(approval_id)
         self._publish(final)
-        return final, grant
+        return Resolved(final, grant, note)
 
     async def _expire(self, rec: ApprovalRecord) -> bool:
         if await self._store.finish_approval(

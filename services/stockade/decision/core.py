@@ -49,6 +49,8 @@ class Outcome:
     halt_reason: str = ""
     grant: SignedGrant | None = None
     approval_id: str = ""
+    always_allow_applies: bool = False
+    """On ASK: whether an ALWAYS_ALLOW answer to the approval can take effect."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class DecisionCore:
         )
         grant = None
         approval_id = ""
+        always_allow_applies = False
         if decision.verdict is Effect.ALLOW:
             used = decision.allow_rules_used
             # Only session rules can be counted grants; policy ALLOWs spend nothing.
@@ -147,8 +150,12 @@ class DecisionCore:
                 risk=decision.explanation.risk.value,
                 summary=decision.explanation.summary,
                 timeout_s=policy.approval_timeout_seconds,
+                # Only the tool's own ask (P6) gives way to an allow rule, unless immune.
+                always_allow_applies=decision.step == "P6"
+                and not decision.winning_rule.bypass_immune,
             )
             approval_id = approval.approval_id
+            always_allow_applies = approval.always_allow_applies
         if decision.verdict is not Effect.ASK:
             session = await self.store.record_outcome(
                 session.session_id, denied=decision.verdict is Effect.DENY
@@ -156,7 +163,7 @@ class DecisionCore:
         halt, halt_reason = self.halt_state(
             session.consecutive_denials, session.total_denials, policy
         )
-        return Outcome(decision, halt, halt_reason, grant, approval_id)
+        return Outcome(decision, halt, halt_reason, grant, approval_id, always_allow_applies)
 
     @staticmethod
     def halt_state(consecutive: int, total: int, policy: CompiledPolicy) -> tuple[bool, str]:

@@ -251,6 +251,7 @@ def _decide_response(outcome: Outcome) -> d_pb2.DecideResponse:
         approval_id=outcome.approval_id,
         halt=outcome.halt,
         halt_reason=outcome.halt_reason,
+        always_allow_applies=outcome.always_allow_applies,
     )
 
 
@@ -288,6 +289,7 @@ def approval_to_pb(a: ApprovalRecord) -> d_pb2.Approval:
         create_time=_ts(a.create_time),
         expire_time=_ts(a.expire_time),
         resolver=a.resolver,
+        always_allow_applies=a.always_allow_applies,
     )
 
 
@@ -465,14 +467,14 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             if request.scope.HasField("expire_time"):
                 expire = request.scope.expire_time.ToNanoseconds() / 1e9
             scope = GrantScope(request.scope.remaining_uses, expire)
-        rec, grant = await self.core.broker.resolve(
+        rec, grant, note = await self.core.broker.resolve(
             request.approval_id,
             resolution,
             resolver=request.resolver or caller,
             reason=request.reason,
             scope=scope,
         )
-        resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec))
+        resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec), note=note)
         if grant is not None:
             resp.session_grant.CopyFrom(grant_record_to_pb(grant))
         return resp

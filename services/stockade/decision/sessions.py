@@ -67,9 +67,15 @@ CREATE TABLE IF NOT EXISTS approvals (
   expire_time REAL NOT NULL,
   resolver TEXT NOT NULL DEFAULT '',
   resolution TEXT NOT NULL DEFAULT '',
-  resolve_reason TEXT NOT NULL DEFAULT ''
+  resolve_reason TEXT NOT NULL DEFAULT '',
+  always_allow_applies INTEGER NOT NULL DEFAULT 1
 );
 """
+
+_MIGRATIONS = (
+    # (table, column, definition): columns added after the first release of the schema.
+    ("approvals", "always_allow_applies", "INTEGER NOT NULL DEFAULT 1"),
+)
 
 
 class ApprovalState(Enum):
@@ -137,6 +143,9 @@ class ApprovalRecord:
     resolver: str = ""
     resolution: str = ""
     resolve_reason: str = ""
+    always_allow_applies: bool = True
+    """Whether an ALWAYS_ALLOW answer can take effect (False when an explicit ask rule or
+    a hook asked: they outrank allow rules and ask every time)."""
 
 
 @dataclass
@@ -168,6 +177,11 @@ class SessionStore:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         db = await aiosqlite.connect(str(path))
         await db.executescript(_SCHEMA)
+        for table, column, definition in _MIGRATIONS:
+            async with db.execute(f"PRAGMA table_info({table})") as cur:
+                columns = {row[1] for row in await cur.fetchall()}
+            if column not in columns:
+                await db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         await db.execute("PRAGMA foreign_keys=ON")
         await db.commit()
         return cls(db, clock=clock)
@@ -428,9 +442,11 @@ class SessionStore:
         }
         await self._db.execute(
             "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
-            "summary, state, create_time, expire_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "summary, state, create_time, expire_time, always_allow_applies) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rec.approval_id, rec.session_id, rec.call.call_id, json.dumps(call), rec.reason,
-             rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time),
+             rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
+             int(rec.always_allow_applies)),
         )  # fmt: skip
         await self._db.commit()
 
@@ -497,7 +513,7 @@ class SessionStore:
 
 _APPROVAL_SELECT = (
     "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
-    "expire_time, resolver, resolution, resolve_reason FROM approvals"
+    "expire_time, resolver, resolution, resolve_reason, always_allow_applies FROM approvals"
 )
 
 
@@ -522,4 +538,5 @@ def _approval(row: Any) -> ApprovalRecord:
         resolver=row[9],
         resolution=row[10],
         resolve_reason=row[11],
+        always_allow_applies=bool(row[12]),
     )

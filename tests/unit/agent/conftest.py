@@ -52,6 +52,8 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
         self.approvals: dict[str, asyncio.Future[int]] = {}
         self.approval_created = asyncio.Event()
         self.sessions: list[d_pb2.CreateSessionRequest] = []
+        self.always_allow_applies: set[str] = set()
+        """Tools whose ASK an ALWAYS_ALLOW answer can settle (the rest ask every time)."""
 
     async def Decide(self, request: d_pb2.DecideRequest, context: Ctx) -> d_pb2.DecideResponse:  # noqa: N802
         self.requests.append(request)
@@ -85,6 +87,7 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
         if verdict == c_pb2.VERDICT_ASK:
             approval_id = f"ap-{request.call.call_id}"
             response.approval_id = approval_id
+            response.always_allow_applies = request.call.tool_name in self.always_allow_applies
             self.approvals[approval_id] = asyncio.get_running_loop().create_future()
             self.approval_created.set()
         denials = sum(
@@ -120,11 +123,14 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
         allowed = request.resolution != d_pb2.RESOLUTION_DENY
         future.set_result(c_pb2.VERDICT_ALLOW if allowed else c_pb2.VERDICT_DENY)
         return d_pb2.ResolveApprovalResponse(
+            note="allowed once, no session grant made"
+            if request.resolution == d_pb2.RESOLUTION_ALWAYS_ALLOW
+            else "",
             approval=d_pb2.Approval(
                 approval_id=request.approval_id,
                 state=d_pb2.APPROVAL_STATE_ALLOWED if allowed else d_pb2.APPROVAL_STATE_DENIED,
                 resolver=request.resolver,
-            )
+            ),
         )
 
     async def CreateSession(  # noqa: N802

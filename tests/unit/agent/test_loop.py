@@ -128,6 +128,7 @@ async def test_policy_denial_never_reaches_the_executor(harness: Harness) -> Non
 
 async def test_ask_is_surfaced_and_resolved_through_the_agent(harness: Harness) -> None:
     harness.decision.verdicts["file_write"] = c_pb2.VERDICT_ASK
+    harness.decision.always_allow_applies.add("file_write")
     provider = ListProvider([turn(call("c1", "file_write", file_path="n.md", content="hi"))])
     core = harness.core(provider)
     stream = core.run_turn("s1", "write")
@@ -138,6 +139,7 @@ async def test_ask_is_surfaced_and_resolved_through_the_agent(harness: Harness) 
             requested = event.permission_requested
             assert requested.approval_id == "ap-c1" and requested.call.tool_name == "file_write"
             assert requested.explanation.summary == "does things"
+            assert requested.always_allow_applies  # the decision's word, passed on
             answer = await core.resolve_approval(
                 d_pb2.ResolveApprovalRequest(
                     approval_id="ap-c1", resolution=d_pb2.RESOLUTION_ALLOW_ONCE, resolver="bot"

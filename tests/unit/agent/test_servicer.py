@@ -62,9 +62,11 @@ async def test_approval_answered_through_the_agent_with_the_callers_credentials(
             events.append(event)
             if event.WhichOneof("event") != "permission_requested":
                 continue
+            # An explicit ask: the event tells the caller "always" would only allow once.
+            assert not event.permission_requested.always_allow_applies
             request = a_pb2.ResolveAgentApprovalRequest(
                 approval_id=event.permission_requested.approval_id,
-                resolution=d_pb2.RESOLUTION_ALLOW_ONCE,
+                resolution=d_pb2.RESOLUTION_ALWAYS_ALLOW,
                 resolver="ops-bot",
             )
             with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -75,6 +77,7 @@ async def test_approval_answered_through_the_agent_with_the_callers_credentials(
             )
             assert answer.approval.state == d_pb2.APPROVAL_STATE_ALLOWED
             assert answer.approval.resolver == "ops-bot"
+            assert answer.note == "allowed once, no session grant made"  # passed through
         with pytest.raises(grpc.aio.AioRpcError) as bad:
             await stub.ResolveApproval(a_pb2.ResolveAgentApprovalRequest(approval_id="x"))
         assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -55,7 +55,7 @@ async def test_many_resolvers_at_once_exactly_one_wins(store: SessionStore) -> N
 
     async def resolve(i: int, r: Resolution) -> str | None:
         try:
-            rec, _ = await broker.resolve(approval, r, resolver=f"r{i}")
+            rec, _, _ = await broker.resolve(approval, r, resolver=f"r{i}")
         except ApprovalAlreadyResolved:
             return None
         return rec.resolver
@@ -110,7 +110,7 @@ async def test_always_allow_grant_scopes(store: SessionStore) -> None:
     store._clock = clock  # the store's deadline checks use the same clock
     broker = ApprovalBroker(store, clock=clock)
     approval = await ask(broker, "ls *.py")
-    _, grant = await broker.resolve(
+    _, grant, _ = await broker.resolve(
         approval,
         Resolution.ALWAYS_ALLOW,
         resolver="alice",
@@ -166,3 +166,52 @@ async def test_a_retried_decide_reuses_its_pending_approval(tmp_path: Path) -> N
         assert len(await store.pending_approvals("s1")) == 2
     finally:
         await store.close()
+
+
+async def test_a_database_from_before_always_allow_applies_is_upgraded(tmp_path: Path) -> None:
+    """A state folder written by the first release opens: the missing column is added and
+    its pending approvals keep the behaviour they were made under (always-allow applies)."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            """
+            CREATE TABLE sessions (session_id TEXT PRIMARY KEY, mode TEXT NOT NULL,
+              create_time REAL NOT NULL, consecutive_denials INTEGER NOT NULL DEFAULT 0,
+              total_denials INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE approvals (approval_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
+              call_id TEXT NOT NULL DEFAULT '', call_json TEXT NOT NULL, reason TEXT NOT NULL,
+              risk TEXT NOT NULL, summary TEXT NOT NULL, state TEXT NOT NULL,
+              create_time REAL NOT NULL, expire_time REAL NOT NULL,
+              resolver TEXT NOT NULL DEFAULT '', resolution TEXT NOT NULL DEFAULT '',
+              resolve_reason TEXT NOT NULL DEFAULT '');
+            INSERT INTO sessions VALUES ('s1', 'default', 1.0, 0, 0);
+            INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk,
+              summary, state, create_time, expire_time) VALUES ('appr-old', 's1', 'c1',
+              '{"call_id": "c1", "tool_name": "run_bash", "arguments": {"command": "make"}}',
+              'needs approval', 'medium', 'Runs make', 'pending', 1.0, 9e12);
+            """
+        )
+    store = await SessionStore.open(path)
+    try:
+        old = await store.get_approval("appr-old")
+        assert old.state is ApprovalState.PENDING and old.always_allow_applies
+        broker = ApprovalBroker(store)
+        made = await broker.create(
+            "s1",
+            PendingCall("c2", "file_write", {"file_path": "a"}),
+            reason="rule file_write requires approval",
+            risk="medium",
+            summary="Writes a",
+            timeout_s=60,
+            always_allow_applies=False,
+        )
+        assert not (await store.get_approval(made.approval_id)).always_allow_applies
+    finally:
+        await store.close()
+    reopened = await SessionStore.open(path)  # the upgrade runs once; reopening is a no-op
+    try:
+        assert len(await reopened.pending_approvals("s1")) == 2
+    finally:
+        await reopened.close()
