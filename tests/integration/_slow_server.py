@@ -4,6 +4,7 @@ test_lifecycle.py to check SIGTERM drains in-flight calls."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,10 @@ from stockade.server import Registration, ServerSettings, load_settings, serve
 
 
 async def _sleep(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    started = os.environ.get("STOCKADE_TEST_STARTED")
+    if started:  # tell the test the call is in flight (no guessing with a sleep)
+        with open(started, "a") as fh:
+            fh.write("started\n")
     await asyncio.sleep(float(request.decode()))
     return b"finished"
 

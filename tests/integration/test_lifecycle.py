@@ -14,9 +14,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 HERE = Path(__file__).parent
 
 
-async def _start(sock: Path, grace: float) -> asyncio.subprocess.Process:
+async def _start(sock: Path, grace: float, started: Path) -> asyncio.subprocess.Process:
     env = dict(os.environ)
-    env.update(STOCKADE_LISTEN=f"unix://{sock}", STOCKADE_GRACE_SECONDS=str(grace))
+    env.update(
+        STOCKADE_LISTEN=f"unix://{sock}",
+        STOCKADE_GRACE_SECONDS=str(grace),
+        STOCKADE_TEST_STARTED=str(started),
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(HERE / "_slow_server.py"),
@@ -32,9 +36,19 @@ async def _start(sock: Path, grace: float) -> asyncio.subprocess.Process:
     raise AssertionError("server did not start")
 
 
+async def _in_flight(started: Path) -> None:
+    """Until the server has entered the slow call."""
+    for _ in range(400):
+        if started.exists():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the call never reached the server")
+
+
 async def test_sigterm_drains_in_flight_call_and_reports_not_serving(tmp_path: Path) -> None:
     sock = Path(f"/tmp/stk-life-{os.getpid()}.sock")
-    proc = await _start(sock, grace=10)
+    started = tmp_path / "started"
+    proc = await _start(sock, grace=10, started=started)
     try:
         async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
             health = health_pb2_grpc.HealthStub(ch)
@@ -51,7 +65,7 @@ async def test_sigterm_drains_in_flight_call_and_reports_not_serving(tmp_path: P
             slow = asyncio.ensure_future(
                 ch.unary_unary("/stockade.test.Slow/Sleep")(b"1.5", timeout=20)
             )
-            await asyncio.sleep(0.4)  # the call is now in flight
+            await _in_flight(started)
             proc.send_signal(signal.SIGTERM)
             update = await asyncio.wait_for(watch.read(), 10)
             assert update.status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -65,13 +79,14 @@ async def test_sigterm_drains_in_flight_call_and_reports_not_serving(tmp_path: P
 
 async def test_calls_after_the_grace_are_cancelled(tmp_path: Path) -> None:
     sock = Path(f"/tmp/stk-life2-{os.getpid()}.sock")
-    proc = await _start(sock, grace=0.3)
+    started = tmp_path / "started"
+    proc = await _start(sock, grace=0.3, started=started)
     try:
         async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
             slow = asyncio.ensure_future(
                 ch.unary_unary("/stockade.test.Slow/Sleep")(b"30", timeout=60)
             )
-            await asyncio.sleep(0.4)
+            await _in_flight(started)
             proc.send_signal(signal.SIGTERM)
             try:
                 await slow
