@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from stockade.executor.confine import ConfinementPolicy, Launcher, Rlimits, RunOutcome
+from tests.procs import pids_with, until_gone
 
 
 @pytest.fixture
@@ -406,13 +407,12 @@ async def test_fork_bomb_is_contained(launcher: Launcher, ws: Path) -> None:
         )
     )
     while not task.done():
-        peak = max(peak, len(_pids_with(marker)))
+        peak = max(peak, len(pids_with(marker)))
         await asyncio.sleep(0.05)
     outcome = await task
     assert 1 < peak <= 64
     assert "Resource temporarily unavailable" in outcome.stderr
-    await asyncio.sleep(0.1)
-    assert _pids_with(marker) == []
+    assert await until_gone(marker) == []
 
 
 async def test_fork_limit_errors_are_reported(launcher: Launcher, ws: Path) -> None:
@@ -522,19 +522,6 @@ async def test_planted_git_config_runs_nothing(launcher: Launcher, planted_repo:
     )
     assert "?? evil.sh" in outcome.stdout or "file.txt" in outcome.stdout
     assert sorted(p.name for p in planted_repo.iterdir() if p.name.startswith("pwned")) == []
-
-
-def _pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 # --- persistence: protected files stay read-only --------------------------------------
