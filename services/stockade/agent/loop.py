@@ -8,12 +8,14 @@ SESSION_STOP audit row (through the AuditLog hook) names the same reason.
 Each step is planned by the limits (max steps with one forced final answer, the shared
 tree budget, diminishing returns, token soft/hard limits with compaction and its circuit
 breaker, cancellation, denial halt); the calls of a step go through ``ExecutionPipeline``.
-Built-in tools (subagent, ask_user, todo_write, compress_context, save_memory) run here.
+Built-in tools (subagent, ask_user, todo_write, compress_context, load_skill, save_memory)
+run here; ``load_skill`` is offered only with a skills folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ from stockade.agent.pipeline import (
 from stockade.agent.providers.base import Message, ModelTurn, Provider, ProviderError
 from stockade.agent.registry import BUILTIN_TOOLS, Location, ToolRegistry, default_registry
 from stockade.agent.remote_tools import ToolProviderClient, discover
+from stockade.agent.skills import SkillError, SkillLibrary
 from stockade.agent.subagent import (
     AgentScope,
     initial_messages,
@@ -70,16 +73,18 @@ log = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = "You are a careful assistant. Use tools only when needed."
 UNAVAILABLE_BUILTINS = frozenset({"load_skill"})
-"""Built-ins this agent does not implement; they are never offered to the model."""
+"""Built-ins that need configuration (load_skill: a skills folder); without it they are
+never offered to the model."""
 
 
-def offered_registry(registry: ToolRegistry) -> ToolRegistry:
+def offered_registry(
+    registry: ToolRegistry, unavailable: frozenset[str] = UNAVAILABLE_BUILTINS
+) -> ToolRegistry:
     """The tools worth offering: remote tools need a provider, built-ins an implementation."""
     drop = [
         spec.name
         for spec in registry
-        if (spec.location is Location.REMOTE and not spec.provider)
-        or spec.name in UNAVAILABLE_BUILTINS
+        if (spec.location is Location.REMOTE and not spec.provider) or spec.name in unavailable
     ]
     return registry.without(drop)
 
@@ -133,6 +138,7 @@ class AgentCore:
         max_output_chars: int = 16_000,
         persist_dir: Path | None = None,
         tracer: trace.Tracer | None = None,
+        skills: SkillLibrary | None = None,
     ) -> None:
         self.decision = decision
         self.executor = executor
@@ -141,6 +147,15 @@ class AgentCore:
         self.limits = limits or LimitSettings(max_steps=max_steps)
         self.max_steps = self.limits.max_steps
         self.registry = registry or default_registry()
+        self.skills = skills
+        self._unavailable = UNAVAILABLE_BUILTINS
+        if skills is not None:
+            self._unavailable = frozenset()
+            if "load_skill" in self.registry:
+                spec = self.registry.get("load_skill")
+                if spec.location is Location.BUILTIN:
+                    described = dataclasses.replace(spec, description=skills.description())
+                    self.registry.register(described, replace=True)
         self.tool_providers = dict(tool_providers or {})
         self._discovered: set[str] = set()
         self.cancels = CancelRegistry()
@@ -225,7 +240,7 @@ class AgentCore:
             scope = AgentScope(
                 name="lead",
                 session_id=turn.session_id,
-                registry=offered_registry(self.registry),
+                registry=offered_registry(self.registry, self._unavailable),
                 hooks=self.hooks,
                 budget=Budget(
                     max_steps=self.limits.tree_max_steps, max_tokens=self.limits.tree_max_tokens
@@ -513,6 +528,12 @@ class AgentCore:
             entries = self._memory.setdefault(scope.session_id, [])
             entries.append(str(args.get("content", "")))
             return Outcome(ok, allow, f"Saved to this agent's memory ({len(entries)} entries).")
+        if name == "load_skill" and self.skills is not None:
+            try:
+                text = await asyncio.to_thread(self.skills.load, str(args.get("name", "")))
+            except SkillError as exc:
+                return error_outcome(exc.message, "skill not loaded")
+            return Outcome(ok, allow, text)
         if name == "compress_context":
             await self.hooks.emit(
                 LifecycleEvent(LifecycleKind.PRE_COMPACT, scope.session_id, scope.name)

@@ -15,6 +15,7 @@ from stockade.agent.remote_hooks import RemoteHook
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
+from stockade.agent.skills import SkillLibrary
 from stockade.client.audit import AuditRecorder
 from stockade.client.base import TlsConfig, aio_channel
 from stockade.client.decision import DecisionClient
@@ -104,6 +105,7 @@ class AgentApp:
             tool_timeout_s=s.tool_timeout_s,
             max_output_chars=s.max_tool_output_chars,
             persist_dir=s.tool_results_dir,
+            skills=SkillLibrary(s.skills_dir) if s.skills_dir is not None else None,
         )
         try:
             yield [

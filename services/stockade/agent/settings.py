@@ -81,11 +81,21 @@ class AgentSettings(ServerSettings):
     "failure_policy": "fail_closed"}]``."""
     tools: list[ToolConfig] = []
     """Extra tools, as JSON ``ToolConfig`` objects (remote tools name their provider)."""
+    skills_dir: Path | None = None
+    """Folder of skills for ``load_skill`` (``x.md`` or ``x/SKILL.md``); unset: the tool is
+    not offered."""
 
     @field_validator("tool_providers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return split_csv(value)
+
+    @field_validator("skills_dir")
+    @classmethod
+    def _skills_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"{str(value)!r} is not a directory")
+        return value
 
     @field_validator("provider")
     @classmethod

@@ -22,6 +22,7 @@ from stockade.agent.loop import AgentCore
 from stockade.agent.providers.base import Message, ModelTurn, ToolSchema
 from stockade.agent.registry import ToolRegistry
 from stockade.agent.remote_tools import ToolProviderClient
+from stockade.agent.skills import SkillLibrary
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.v1 import agent_service_pb2 as a_pb2
@@ -193,6 +194,8 @@ class ListProvider:
 
     turns: list[ModelTurn]
     requests: list[tuple[list[Message], bool]] = field(default_factory=list)
+    tools: list[list[ToolSchema]] = field(default_factory=list)
+    """The tools offered with each request."""
     summary: str | None = None
     block: asyncio.Event | None = None
 
@@ -200,6 +203,7 @@ class ListProvider:
         self, messages: list[Message], tools: list[ToolSchema], *, allow_tools: bool = True
     ) -> ModelTurn:
         self.requests.append((list(messages), allow_tools))
+        self.tools.append(list(tools))
         if self.block is not None:
             await self.block.wait()
         if messages and messages[0].content.startswith("Summarise the conversation"):
@@ -245,6 +249,7 @@ class Harness:
         decide_deadline_s: float = 2.0,
         tool_providers: dict[str, ToolProviderClient] | None = None,
         tracer: Any = None,
+        skills: SkillLibrary | None = None,
     ) -> AgentCore:
         decision_ch = grpc.aio.insecure_channel(decision_address or self.decision_address)
         executor_ch = grpc.aio.insecure_channel(self.executor_address)
@@ -259,6 +264,7 @@ class Harness:
             limits=limits,
             tool_providers=tool_providers,
             tracer=tracer,
+            skills=skills,
         )
 
 
