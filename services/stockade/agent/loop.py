@@ -9,7 +9,8 @@ Each step is planned by the limits (max steps with one forced final answer, the 
 tree budget, diminishing returns, token soft/hard limits with compaction and its circuit
 breaker, cancellation, denial halt); the calls of a step go through ``ExecutionPipeline``.
 Built-in tools (subagent, ask_user, todo_write, compress_context, load_skill, save_memory)
-run here; ``load_skill`` is offered only with a skills folder.
+run here; ``load_skill`` is offered only with a skills folder, and ``save_memory`` persists
+only with a memory folder, whose entries then open every later turn's system prompt.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from stockade.agent.limits import (
     TokenBudget,
     TokenState,
 )
+from stockade.agent.memory import MemoryRefused, MemoryStore, check_content, prompt_section
 from stockade.agent.pipeline import (
     Emit,
     ExecutionPipeline,
@@ -139,6 +141,7 @@ class AgentCore:
         persist_dir: Path | None = None,
         tracer: trace.Tracer | None = None,
         skills: SkillLibrary | None = None,
+        memory: MemoryStore | None = None,
     ) -> None:
         self.decision = decision
         self.executor = executor
@@ -148,6 +151,7 @@ class AgentCore:
         self.max_steps = self.limits.max_steps
         self.registry = registry or default_registry()
         self.skills = skills
+        self.memory = memory
         self._unavailable = UNAVAILABLE_BUILTINS
         if skills is not None:
             self._unavailable = frozenset()
@@ -248,7 +252,7 @@ class AgentCore:
                 max_steps=self.limits.max_steps,
             )
             await self.hooks.emit(LifecycleEvent(LifecycleKind.SESSION_START, turn.session_id))
-            messages = [Message("system", SYSTEM_PROMPT), Message("user", message)]
+            messages = [Message("system", await self._system_prompt()), Message("user", message)]
             result = await self._loop(turn, scope, messages)
         except Exception as exc:  # the stream must always end with `terminated`
             log.exception("turn of %s failed", turn.session_id)
@@ -277,6 +281,18 @@ class AgentCore:
             )
             self.cancels.end(turn.session_id)
             self._running.discard(turn.session_id)
+
+    async def _system_prompt(self) -> str:
+        """The lead's system prompt, with the saved memory (newest that fits) appended."""
+        if self.memory is None:
+            return SYSTEM_PROMPT
+        try:
+            entries = await asyncio.to_thread(self.memory.load)
+        except OSError as exc:  # the turn still runs, only without memory
+            log.warning("saved memory could not be read: %s", exc.strerror)
+            return SYSTEM_PROMPT
+        section = prompt_section(entries)
+        return f"{SYSTEM_PROMPT}\n\n{section}" if section else SYSTEM_PROMPT
 
     async def _prepare_session(self, session_id: str, mode: int) -> None:
         """Create the decision session with the requested mode (best effort: Decide
@@ -525,9 +541,7 @@ class AgentCore:
             done = sum(1 for t in todos if t.get("status") == "completed")
             return Outcome(ok, allow, f"Todo list updated: {len(todos)} items, {done} completed.")
         if name == "save_memory":
-            entries = self._memory.setdefault(scope.session_id, [])
-            entries.append(str(args.get("content", "")))
-            return Outcome(ok, allow, f"Saved to this agent's memory ({len(entries)} entries).")
+            return await self._save_memory(scope, str(args.get("content", "")))
         if name == "load_skill" and self.skills is not None:
             try:
                 text = await asyncio.to_thread(self.skills.load, str(args.get("name", "")))
@@ -558,6 +572,31 @@ class AgentCore:
         if name in BUILTIN_TOOLS:
             return error_outcome(f"Error: {name} is not available in this agent", "not available")
         return error_outcome(f"Error: {name} is not a built-in tool", "not built in")
+
+    async def _save_memory(self, scope: AgentScope, content: str) -> Outcome:
+        ok, allow = x_pb2.EXECUTION_STATUS_OK, c_pb2.VERDICT_ALLOW
+        try:
+            if self.memory is None:
+                entries = self._memory.setdefault(scope.session_id, [])
+                entries.append(check_content(content))
+                return Outcome(
+                    ok,
+                    allow,
+                    f"Saved to this session's memory ({len(entries)} entries) "
+                    "(not persisted: no memory_dir configured).",
+                )
+            saved = await asyncio.to_thread(
+                self.memory.append, session_id=scope.session_id, agent=scope.name, content=content
+            )
+        except MemoryRefused as exc:
+            return error_outcome(exc.message, "memory not saved")
+        masked = " Secrets in it were masked." if saved.masked else ""
+        return Outcome(
+            ok,
+            allow,
+            f"Saved to memory ({saved.bytes_used} of {self.memory.max_file_bytes} bytes used); "
+            f"later sessions will see it.{masked}",
+        )
 
     async def _subagent(self, turn: _Turn, parent: AgentScope, item: PendingCall) -> Outcome:
         try:

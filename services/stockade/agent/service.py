@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from stockade.agent.loop import AgentCore
+from stockade.agent.memory import MemoryStore
 from stockade.agent.providers.base import Provider
 from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
 from stockade.agent.providers.scripted import ScriptedProvider, load_script
@@ -106,6 +107,7 @@ class AgentApp:
             max_output_chars=s.max_tool_output_chars,
             persist_dir=s.tool_results_dir,
             skills=SkillLibrary(s.skills_dir) if s.skills_dir is not None else None,
+            memory=MemoryStore(s.memory_dir) if s.memory_dir is not None else None,
         )
         try:
             yield [

@@ -84,6 +84,9 @@ class AgentSettings(ServerSettings):
     skills_dir: Path | None = None
     """Folder of skills for ``load_skill`` (``x.md`` or ``x/SKILL.md``); unset: the tool is
     not offered."""
+    memory_dir: Path | None = None
+    """Folder of the durable ``save_memory`` file (shared by every session of this agent);
+    unset: memory stays in the session and is lost on restart."""
 
     @field_validator("tool_providers", mode="before")
     @classmethod

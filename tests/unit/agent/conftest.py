@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from stockade.agent.hooks import Hook
 from stockade.agent.limits import LimitSettings
 from stockade.agent.loop import AgentCore
+from stockade.agent.memory import MemoryStore
 from stockade.agent.providers.base import Message, ModelTurn, ToolSchema
 from stockade.agent.registry import ToolRegistry
 from stockade.agent.remote_tools import ToolProviderClient
@@ -250,6 +251,7 @@ class Harness:
         tool_providers: dict[str, ToolProviderClient] | None = None,
         tracer: Any = None,
         skills: SkillLibrary | None = None,
+        memory: MemoryStore | None = None,
     ) -> AgentCore:
         decision_ch = grpc.aio.insecure_channel(decision_address or self.decision_address)
         executor_ch = grpc.aio.insecure_channel(self.executor_address)
@@ -265,6 +267,7 @@ class Harness:
             tool_providers=tool_providers,
             tracer=tracer,
             skills=skills,
+            memory=memory,
         )
 
 

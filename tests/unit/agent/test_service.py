@@ -28,7 +28,7 @@ def test_configured_tools_join_the_registry(monkeypatch: pytest.MonkeyPatch) -> 
     offered = offered_registry(registry).names()
     assert "lookup_orbit" in offered
     assert "search_papers" not in offered  # a default remote tool without a provider
-    assert "load_skill" not in offered  # a built-in this agent does not implement
+    assert "load_skill" not in offered  # a built-in that needs STOCKADE_AGENT_SKILLS_DIR
     assert {"read_file", "run_bash", "subagent", "ask_user"} <= set(offered)
 
 
