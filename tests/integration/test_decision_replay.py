@@ -19,16 +19,23 @@ from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import audit_service_pb2_grpc as au_grpc
 from stockade.v1 import common_pb2 as c_pb2
 
+M, S = c_pb2.RULE_SOURCE_MANAGED, c_pb2.RULE_SOURCE_SESSION
 RECORDED = [
-    # call id, tool, arguments, verdict, rule, status
-    ("c1", "run_bash", {"command": "git status"}, c_pb2.VERDICT_ALLOW, "run_bash(git *)"),
-    ("c2", "run_bash", {"command": "git push --force"}, c_pb2.VERDICT_ALLOW, "run_bash(git *)"),
-    ("c3", "read_file", {"file_path": "notes.txt"}, c_pb2.VERDICT_ALLOW, "*"),
-    ("c4", "read_file", {"file_path": ".env"}, c_pb2.VERDICT_DENY, "read_file(**/.env)"),
-]
+    # call id, tool, arguments, verdict, rule, rule source
+    ("c1", "run_bash", {"command": "git status"}, c_pb2.VERDICT_ALLOW, "run_bash(git *)", M),
+    ("c2", "run_bash", {"command": "git push --force"}, c_pb2.VERDICT_ALLOW, "run_bash(git *)", M),
+    ("c3", "read_file", {"file_path": "notes.txt"}, c_pb2.VERDICT_ALLOW, "*", M),
+    ("c4", "read_file", {"file_path": ".env"}, c_pb2.VERDICT_DENY, "read_file(**/.env)", M),
+    # Decided by state the audit trail does not keep: the plan mode, a session deny rule.
+    ("c5", "read_file", {"file_path": "notes.txt"}, c_pb2.VERDICT_DENY, "mode:plan",
+     c_pb2.RULE_SOURCE_MODE),
+    ("c6", "run_bash", {"command": "git status"}, c_pb2.VERDICT_DENY, "run_bash(git *)", S),
+]  # fmt: skip
 
 
-def event(i: int, call_id: str, tool: str, args: dict[str, str], verdict: int, rule: str) -> object:
+def event(
+    i: int, call_id: str, tool: str, args: dict[str, str], verdict: int, rule: str, source: int
+) -> object:
     return au_pb2.AuditEvent(
         event_id=f"e{i}",
         session_id="s1",
@@ -41,6 +48,7 @@ def event(i: int, call_id: str, tool: str, args: dict[str, str], verdict: int, r
         call_id=call_id,
         verdict=verdict,  # type: ignore[arg-type]
         matched_rule=rule,
+        rule_source=source,  # type: ignore[arg-type]
         arguments_json=json.dumps(args),
     )
 
@@ -85,11 +93,18 @@ async def test_replay_lists_the_calls_a_candidate_policy_changes(
             await stop_server(srv)
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["replayed"] == 4 and out["skipped"] == 0
+    assert out["replayed"] == 6 and out["skipped"] == 0
     assert [
         (c["call_id"], c["old_verdict"], c["new_verdict"], c["new_rule"]) for c in out["changes"]
-    ] == [("c2", "allow", "deny", "run_bash(git push *)")]
-    assert "session rules" in out["note"]
+    ] == [
+        ("c2", "allow", "deny", "run_bash(git push *)"),
+        ("c5", "deny", "allow", "read_file"),
+        ("c6", "deny", "allow", "run_bash(git status)"),
+    ]
+    uncertain = {c["call_id"]: c["uncertain"] for c in out["changes"]}
+    assert uncertain["c2"] is None  # the candidate policy alone makes this change
+    assert "mode" in uncertain["c5"] and "session rule" in uncertain["c6"]
+    assert "session rules" in out["note"] and "uncertain" in out["note"]
 
 
 def test_replay_without_an_audit_service_says_so(

@@ -235,6 +235,7 @@ def run_replay(args: argparse.Namespace) -> int:
             "new_verdict": c.new_verdict.value,
             "new_rule": c.new_rule,
             "new_reason": c.new_reason,
+            "uncertain": c.uncertain or None,
         }
         for c in report.changes
     ]
@@ -252,6 +253,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(
             f"{c['session_id']}/{c['call_id']} {c['tool']} {c['arguments']}: "
             f"{c['old_verdict']} ({c['old_rule']}) -> {c['new_verdict']} ({c['new_rule']})"
+            + (f"\n  uncertain: {c['uncertain']}" if c["uncertain"] else "")
         )
     print(
         f"{len(changes)} of {report.replayed} replayed calls would change under "
@@ -264,6 +266,7 @@ def _recorded_calls(addr: str, session_id: str) -> list[Any]:
     """Every decided tool call in the audit trail, oldest first."""
     from stockade.client.base import sync_channel
     from stockade.decision.replay import RecordedCall
+    from stockade.decision.servicer import SOURCE_TO_PB
     from stockade.v1 import audit_service_pb2 as au_pb2
     from stockade.v1 import audit_service_pb2_grpc as au_grpc
     from stockade.v1 import common_pb2 as c_pb2
@@ -273,6 +276,7 @@ def _recorded_calls(addr: str, session_id: str) -> list[Any]:
         c_pb2.VERDICT_ASK: Effect.ASK,
         c_pb2.VERDICT_DENY: Effect.DENY,
     }
+    sources = {pb: source for source, pb in SOURCE_TO_PB.items()}
     out: list[RecordedCall] = []
     with sync_channel(addr) as channel:
         stub = au_grpc.AuditServiceStub(channel)
@@ -296,6 +300,7 @@ def _recorded_calls(addr: str, session_id: str) -> list[Any]:
                         verdict,
                         e.matched_rule,
                         e.agent_name,
+                        sources.get(e.rule_source),
                     )  # fmt: skip
                 )
             token = resp.next_page_token

@@ -4,7 +4,9 @@ The audit trail keeps each call's tool, redacted arguments, verdict and winning 
 replay decides the same calls again with the candidate policy (and, through the
 ``facts`` callback, the executor's analysis) and reports every call whose verdict would
 change. What a record does not keep cannot be replayed: session rules, the session's
-mode at the time and hook signals; the report says so.
+mode at the time and hook signals. A record says which source decided it, so a change
+to a call that one of those decided is marked uncertain, with why, instead of being
+listed as a sure change; the report's note says what replay cannot know.
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ from typing import Any
 
 from stockade.decision.engine import CompiledPolicy, DecisionRequest, Facts, decide
 from stockade.decision.modes import Mode
-from stockade.decision.rules import Effect
+from stockade.decision.rules import Effect, Source
 
 LIMITATIONS = (
     "replayed with the candidate policy only: session rules, the session's mode at the "
-    "time and hook signals are not in the audit trail and are not replayed"
+    "time and hook signals are not in the audit trail and are not replayed; a change to a "
+    "call that one of them decided is marked uncertain"
 )
+
+_UNKNOWN_AT_REPLAY = {
+    Source.MODE: "the session's mode at the time decided it (replay does not know the mode)",
+    Source.HOOK: "a hook decided it (replay does not run hooks)",
+    Source.SESSION: "a session rule or always-allow grant decided it (replay does not know "
+    "the session's rules)",
+}
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,8 @@ class RecordedCall:
     verdict: Effect
     matched_rule: str
     agent_name: str = "lead"
+    rule_source: Source | None = None
+    """Where the recorded decision's winning rule came from (None when not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,9 @@ class Change:
     new_verdict: Effect
     new_rule: str
     new_reason: str
+    uncertain: str = ""
+    """Why the change may not happen (state at the time that replay cannot see); empty
+    for a change the candidate policy alone makes."""
 
 
 @dataclass(frozen=True)
@@ -94,5 +109,6 @@ def replay(
         )
         replayed += 1
         if d.verdict is not rec.verdict:
-            changes.append(Change(rec, d.verdict, d.winning_rule.pattern, d.reason))
+            why = _UNKNOWN_AT_REPLAY.get(rec.rule_source) if rec.rule_source else None
+            changes.append(Change(rec, d.verdict, d.winning_rule.pattern, d.reason, why or ""))
     return ReplayReport(policy.version, replayed, skipped, tuple(changes))
