@@ -84,7 +84,13 @@ async def test_session_and_approval_commands(
                 )
                 asked = await stub.Decide(d_pb2.DecideRequest(call=call))
                 assert asked.verdict == c_pb2.VERDICT_ASK
-                await asyncio.sleep(0.2)
+                # Answer only once the watcher is connected (it must see both states).
+                broker = regs[0].servicer.core.broker
+                for _ in range(600):
+                    if broker.watcher_count:
+                        break
+                    await asyncio.sleep(0.05)
+                assert broker.watcher_count == 1
                 assert await cli(["approvals", "resolve", asked.approval_id, "deny", *addr]) == 1
                 assert await cli(
                     ["approvals", "resolve", asked.approval_id, "allow", "--resolver", "bob",
