@@ -149,25 +149,15 @@ class BlockingTool:
     async def run(
         self, args: Mapping[str, Any], ctx: ExecContext
     ) -> AsyncIterator[Chunk | ToolResult]:
-        """Yield the one result (file tools are small and fast enough not to stream)."""
-        result = self.run_now(args, ctx)
-        yield (
-            result if result is not None else await asyncio.to_thread(self._checked_run, args, ctx)
-        )
+        """Yield the one result, computed in a worker thread (file tools are small and fast
+        enough not to stream). The executor tries :meth:`run_now` first."""
+        yield await asyncio.to_thread(self._checked_run, args, ctx)
 
     def run_now(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult | None:
         """The result, computed on the event loop, when the call is cheap enough (the
-        thread hand-off costs more than a tiny call); None when it must go to a thread.
-
-        The executor calls this first and runs the tool through :meth:`run` only on None.
-        The default asks :meth:`inline`.
-        """
-        return self._checked_run(args, ctx) if self.inline(args, ctx) else None
-
-    def inline(self, args: Mapping[str, Any], ctx: ExecContext) -> bool:
-        """Whether this call is cheap enough to run on the event loop. Must not raise; the
-        default is never."""
-        return False
+        thread hand-off costs more than a tiny call); None when it must go to a thread, as
+        it must by default."""
+        return None
 
     def _checked_run(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult:
         try:
