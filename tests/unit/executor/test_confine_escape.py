@@ -18,16 +18,6 @@ from tests.procs import pids_with, until_gone
 
 
 @pytest.fixture
-async def launcher() -> AsyncIterator[Launcher]:
-    launcher = Launcher()
-    await launcher.start()
-    try:
-        yield launcher
-    finally:
-        await launcher.close()
-
-
-@pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """The workspace (the writable root); tmp_path itself holds the outside world."""
     workspace = tmp_path / "ws"

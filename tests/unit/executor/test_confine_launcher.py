@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,6 @@ from stockade.executor.confine import (
     probe_layers,
 )
 from tests.procs import pids_with, until_gone, until_pids_with
-
-
-@pytest.fixture
-async def launcher() -> AsyncIterator[Launcher]:
-    launcher = Launcher()
-    await launcher.start()
-    try:
-        yield launcher
-    finally:
-        await launcher.close()
 
 
 def policy_for(root: Path, **kwargs: object) -> ConfinementPolicy:

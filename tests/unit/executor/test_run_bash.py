@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +14,6 @@ from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
 from stockade.executor.tools.run_bash import RunBashTool, confinement_policy
 from tests.procs import pids_with, until_gone
-
-
-@pytest.fixture
-async def launcher() -> AsyncIterator[Launcher]:
-    launcher = Launcher()
-    await launcher.start()
-    try:
-        yield launcher
-    finally:
-        await launcher.close()
 
 
 @pytest.fixture
