@@ -11,10 +11,15 @@ whether they contain expansions. It judges nothing itself.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
+
+if TYPE_CHECKING:
+    from stockade.executor.bash.isolated import IsolatedParser
 
 __all__ = [
     "Assignment",
@@ -899,17 +904,60 @@ def _first_error(node: Node) -> str:
 # tag characters used to smuggle text), so such input is refused before it is parsed.
 _UNPARSEABLE_CHARS = re.compile("[\ud800-\udfff\U00030000-\U0010ffff]")
 
+_ISOLATED: list[IsolatedParser] = []
+"""The IsolatedParser for commands that are not ASCII, made on first use."""
+_ISOLATED_LOCK = threading.Lock()
+
 
 def parse(source: str) -> ParsedScript:
-    """Parse ``source`` and collect its simple commands, redirects and assignments."""
-    bad = _UNPARSEABLE_CHARS.search(source)
-    if bad is not None:
+    """Parse ``source`` and collect its simple commands, redirects and assignments.
+
+    ASCII text is parsed here; anything else in a child process (see :mod:`.isolated`),
+    so that a crash of the C parser on unusual text costs a child, not the executor.
+    """
+    if source.isascii():
+        return _parse_tree(source)
+    refused = _refused_characters(source)
+    if refused is not None:
+        return refused
+    script = _isolated_parser().parse(source)
+    if script is None:
         return ParsedScript(
             (), (), (), (), (), (),
-            f"character U+{ord(bad.group()):04X} (surrogate, unassigned, private-use or tag "
-            "character) is not accepted in a command",
+            "the command crashed or hung the shell parser (in an isolated process); refused",
         )  # fmt: skip
-    tree = _PARSER.parse(source.encode("utf-8"))
+    return script
+
+
+def _isolated_parser() -> IsolatedParser:
+    with _ISOLATED_LOCK:
+        if not _ISOLATED:
+            from stockade.executor.bash.isolated import IsolatedParser
+
+            _ISOLATED.append(IsolatedParser())
+        return _ISOLATED[0]
+
+
+def parse_here(source: str) -> ParsedScript:
+    """:func:`parse` in this process (what the isolated child runs)."""
+    refused = _refused_characters(source)
+    return refused if refused is not None else _parse_tree(source)
+
+
+def _refused_characters(source: str) -> ParsedScript | None:
+    bad = _UNPARSEABLE_CHARS.search(source)
+    if bad is None:
+        return None
+    return ParsedScript(
+        (), (), (), (), (), (),
+        f"character U+{ord(bad.group()):04X} (surrogate, unassigned, private-use or tag "
+        "character) is not accepted in a command",
+    )  # fmt: skip
+
+
+def _parse_tree(source: str) -> ParsedScript:
+    data = source.encode("utf-8")
+    tree = _PARSER.parse(data)
     root = tree.root_node
     if root.has_error:
         return ParsedScript((), (), (), (), (), (), _first_error(root))
