@@ -10,6 +10,7 @@ whether they contain expansions. It judges nothing itself.
 
 from __future__ import annotations
 
+import atexit
 import re
 import threading
 from dataclasses import dataclass
@@ -934,7 +935,9 @@ def _isolated_parser() -> IsolatedParser:
         if not _ISOLATED:
             from stockade.executor.bash.isolated import IsolatedParser
 
-            _ISOLATED.append(IsolatedParser())
+            isolated = IsolatedParser()
+            atexit.register(isolated.close)  # stop and reap the child with this process
+            _ISOLATED.append(isolated)
         return _ISOLATED[0]
 
 
