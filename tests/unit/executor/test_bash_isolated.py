@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -43,10 +44,15 @@ def test_the_child_answers_exactly_what_this_process_would(child: IsolatedParser
     assert child.restarts == 0
 
 
+READY = "import sys; sys.stdout.buffer.write(b'R'); sys.stdout.flush(); "
+"""What a stand-in child says first, as the real one does once it has started."""
+
 SEGFAULTING_CHILD = """
 import ctypes, struct, sys
 from stockade.executor.bash.isolated import encode_script
 from stockade.executor.bash.parser import parse_here
+sys.stdout.buffer.write(b"R")
+sys.stdout.buffer.flush()
 while len(header := sys.stdin.buffer.read(4)) == 4:
     text = sys.stdin.buffer.read(struct.unpack(">I", header)[0]).decode()
     if "crash" in text:
@@ -81,27 +87,43 @@ def test_the_known_crasher_never_reaches_the_parser(child: IsolatedParser) -> No
 
 
 def test_a_hung_child_is_killed_after_the_time_limit() -> None:
-    hung = IsolatedParser([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=0.3)
+    hang = [sys.executable, "-c", READY + "import time; time.sleep(60)"]
+    hung = IsolatedParser(hang, timeout_s=0.3)
     try:
+        started = time.monotonic()
         assert hung.parse("echo é") is None
+        assert time.monotonic() - started < 5  # the parse limit, not the start-up one
         assert hung.restarts == 1 and hung._proc is None
     finally:
         hung.close()
 
 
+def test_a_child_that_never_gets_ready_refuses_the_command() -> None:
+    silent = IsolatedParser(
+        [sys.executable, "-c", "import time; time.sleep(60)"], startup_timeout_s=0.5
+    )
+    try:
+        assert silent.parse("echo é") is None
+        assert silent.restarts == 1 and silent._proc is None
+    finally:
+        silent.close()
+
+
 @pytest.mark.parametrize(
     "program",
     [
-        "import sys; sys.stdout.buffer.write(b'\\x00\\x00\\x00\\x05hello'); sys.stdout.flush()",
-        # A well-formed header promising more than it sends, then exit.
-        "import sys; sys.stdout.buffer.write(b'\\x00\\x00\\x01\\x00[]'); sys.stdout.flush()",
+        "sys.stdout.buffer.write(b'\\x00\\x00\\x00\\x05hello')",
+        # A well-formed header promising more than it sends.
+        "sys.stdout.buffer.write(b'\\x00\\x00\\x01\\x00[]')",
         # An answer too large to accept.
-        "import sys; sys.stdout.buffer.write(b'\\xff\\xff\\xff\\xff'); sys.stdout.flush()",
+        "sys.stdout.buffer.write(b'\\xff\\xff\\xff\\xff')",
     ],
 )
 def test_an_answer_out_of_shape_refuses_the_command(program: str) -> None:
-    liar = IsolatedParser([sys.executable, "-c", program + "; import time; time.sleep(5)"],
-                          timeout_s=1.0)  # fmt: skip
+    answer = f"sys.stdin.buffer.read(4); {program}; sys.stdout.flush(); "
+    liar = IsolatedParser(
+        [sys.executable, "-c", READY + answer + "import time; time.sleep(5)"], timeout_s=1.0
+    )
     try:
         assert liar.parse("echo é") is None
         assert liar.restarts == 1
@@ -155,7 +177,7 @@ def test_the_executor_judges_non_ascii_commands_as_before() -> None:
 
 
 def test_a_child_that_dies_refuses_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    dying = IsolatedParser([sys.executable, "-c", "raise SystemExit(139)"])
+    dying = IsolatedParser([sys.executable, "-c", READY + "raise SystemExit(139)"])
     monkeypatch.setattr(parser_mod, "_ISOLATED", [dying])
     try:
         script = parser_mod.parse("echo ünknown-crasher")

@@ -13,10 +13,13 @@ process (``python -m stockade.executor.bash.isolated``) which sends back the
 ``ParsedScript`` as JSON; the executor checks its shape field by field and never parses
 that text itself. When the child dies, hangs past ``timeout_s`` or answers out of shape,
 the command is refused, the child is reaped and a new one starts on the next such
-command. The child caps its own address space.
+command. The child caps its own address space. A parse gets ``timeout_s`` (commands are
+at most 64 K characters and parse in milliseconds); starting a child gets
+``startup_timeout_s``, since a busy machine can be slow to start Python.
 
-Protocol on the child's stdin/stdout: a 4-byte big-endian length and that many bytes of
-UTF-8 in; a 4-byte length and that many bytes of JSON out.
+Protocol on the child's stdin/stdout: one byte ``R`` once the child is ready; then, per
+command, a 4-byte big-endian length and that many bytes of UTF-8 in, a 4-byte length
+and that many bytes of JSON out.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ MAX_INPUT_BYTES = 1 << 20
 """Largest command sent to the child."""
 MAX_ANSWER_BYTES = 16 << 20
 """Largest answer accepted from the child."""
+_READY = b"R"
 
 
 def child_argv() -> list[str]:
@@ -57,9 +61,16 @@ def child_argv() -> list[str]:
 class IsolatedParser:
     """Parses commands in a child process (thread-safe; one command at a time)."""
 
-    def __init__(self, argv: Sequence[str] | None = None, *, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        timeout_s: float = 0.5,
+        startup_timeout_s: float = 10.0,
+    ) -> None:
         self._argv = list(argv or child_argv())
         self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self.restarts = 0
@@ -72,14 +83,16 @@ class IsolatedParser:
         if len(data) > MAX_INPUT_BYTES:
             return None
         with self._lock:
+            answer = None
             proc = self._child()
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                proc.stdin.write(struct.pack(">I", len(data)) + data)
-                proc.stdin.flush()
-                answer = self._read_answer(proc.stdout.fileno())
-            except OSError:  # EPIPE: the child is gone
-                answer = None
+            if proc is not None:
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    proc.stdin.write(struct.pack(">I", len(data)) + data)
+                    proc.stdin.flush()
+                    answer = self._read_answer(proc.stdout.fileno())
+                except OSError:  # EPIPE: the child is gone
+                    pass
             script = decode_script(answer) if answer is not None else None
             if script is not None:
                 return script
@@ -97,7 +110,8 @@ class IsolatedParser:
         with self._lock:
             self._discard(replace=False)
 
-    def _child(self) -> subprocess.Popen[bytes]:
+    def _child(self) -> subprocess.Popen[bytes] | None:
+        """The running child, started if needed; None when it did not get ready."""
         if self._proc is not None and self._proc.poll() is not None:
             self._discard()
         if self._proc is None:
@@ -108,6 +122,10 @@ class IsolatedParser:
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
+            assert self._proc.stdout is not None
+            deadline = time.monotonic() + self.startup_timeout_s
+            if _read_exactly(self._proc.stdout.fileno(), 1, deadline) != _READY:
+                return None  # the caller refuses the command and discards this child
         return self._proc
 
     def _read_answer(self, fd: int) -> bytes | None:
@@ -284,6 +302,8 @@ def _serve() -> None:
     # A parser bug that allocates without end hits this limit, not the executor's memory.
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(_READY)
+    stdout.flush()
     while True:
         header = stdin.read(4)
         if len(header) < 4:
