@@ -192,3 +192,18 @@ def test_a_child_that_dies_refuses_the_command(monkeypatch: pytest.MonkeyPatch) 
 @given(st.text(st.characters(codec="utf-8", max_codepoint=0x2FFFF), min_size=1, max_size=40))
 def test_the_child_agrees_with_this_process_on_any_text(text: str) -> None:
     assert parser_mod.parse(text + "é") == parse_here(text + "é")
+
+
+def test_warm_starts_the_child_before_any_command() -> None:
+    p = IsolatedParser()
+    try:
+        assert p._proc is None
+        assert p.warm() and p._proc is not None and p._proc.poll() is None
+        started = p._proc
+        assert p.parse("echo é") == parse_here("echo é")
+        assert p._proc is started and p.restarts == 0  # the warm child answered
+    finally:
+        p.close()
+    never = IsolatedParser([sys.executable, "-c", "pass"], startup_timeout_s=2)
+    assert not never.warm() and never._proc is None
+    never.close()

@@ -105,6 +105,15 @@ class IsolatedParser:
             self._discard()
             return None
 
+    def warm(self) -> bool:
+        """Start the child now (it takes Python's start-up time), not on the first
+        command that needs it; True when it is ready."""
+        with self._lock:
+            if self._child() is not None:
+                return True
+            self._discard()
+            return False
+
     def close(self) -> None:
         """Stop the child."""
         with self._lock:

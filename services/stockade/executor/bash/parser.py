@@ -930,6 +930,11 @@ def parse(source: str) -> ParsedScript:
     return script
 
 
+def warm_isolated_parser() -> bool:
+    """Start the child that parses commands which are not ASCII (see :func:`parse`)."""
+    return _isolated_parser().warm()
+
+
 def _isolated_parser() -> IsolatedParser:
     with _ISOLATED_LOCK:
         if not _ISOLATED:
