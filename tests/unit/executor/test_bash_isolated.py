@@ -207,3 +207,17 @@ def test_warm_starts_the_child_before_any_command() -> None:
     never = IsolatedParser([sys.executable, "-c", "pass"], startup_timeout_s=2)
     assert not never.warm() and never._proc is None
     never.close()
+
+
+def test_a_child_that_stops_reading_cannot_block_the_executor() -> None:
+    """A large command to a child that never reads fills the pipe: the write gives up at
+    the time limit instead of blocking forever."""
+    deaf = IsolatedParser([sys.executable, "-c", READY + "import time; time.sleep(60)"],
+                          timeout_s=0.5)  # fmt: skip
+    try:
+        started = time.monotonic()
+        assert deaf.parse("é" * 60_000) is None  # 120 KB: more than a pipe holds
+        assert time.monotonic() - started < 5
+        assert deaf.restarts == 1
+    finally:
+        deaf.close()

@@ -87,10 +87,11 @@ class IsolatedParser:
             proc = self._child()
             if proc is not None:
                 assert proc.stdin is not None and proc.stdout is not None
+                deadline = time.monotonic() + self.timeout_s
+                request = struct.pack(">I", len(data)) + data
                 try:
-                    proc.stdin.write(struct.pack(">I", len(data)) + data)
-                    proc.stdin.flush()
-                    answer = self._read_answer(proc.stdout.fileno())
+                    if _write_all(proc.stdin.fileno(), request, deadline):
+                        answer = self._read_answer(proc.stdout.fileno(), deadline)
                 except OSError:  # EPIPE: the child is gone
                     pass
             script = decode_script(answer) if answer is not None else None
@@ -131,14 +132,16 @@ class IsolatedParser:
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
-            assert self._proc.stdout is not None
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            # Writes wait for room with a deadline (a child that stops reading cannot
+            # block the executor on a full pipe).
+            os.set_blocking(self._proc.stdin.fileno(), False)
             deadline = time.monotonic() + self.startup_timeout_s
             if _read_exactly(self._proc.stdout.fileno(), 1, deadline) != _READY:
                 return None  # the caller refuses the command and discards this child
         return self._proc
 
-    def _read_answer(self, fd: int) -> bytes | None:
-        deadline = time.monotonic() + self.timeout_s
+    def _read_answer(self, fd: int, deadline: float) -> bytes | None:
         header = _read_exactly(fd, 4, deadline)
         if header is None:
             return None
@@ -159,6 +162,20 @@ class IsolatedParser:
                 stream.close()
         if replace:
             self.restarts += 1
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> bool:
+    """Write ``data`` to the non-blocking ``fd`` by ``deadline``; False when it could not."""
+    view = memoryview(data)
+    while view:
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([], [fd], [], wait)[1]:
+            return False
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            continue
+    return True
 
 
 def _read_exactly(fd: int, size: int, deadline: float) -> bytes | None:
