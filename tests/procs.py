@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
+
+
+def sleep_marker() -> str:
+    """A sleep duration no other process picks (``sleep <marker>`` runs ~5-20 minutes):
+    the command line that identifies a test's processes."""
+    return f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
 
 
 def pids_with(marker: str) -> list[int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from stockade.executor.confine import (
     Rlimits,
     probe_layers,
 )
-from tests.procs import pids_with, until_gone, until_pids_with
+from tests.procs import pids_with, sleep_marker, until_gone, until_pids_with
 
 
 def policy_for(root: Path, **kwargs: object) -> ConfinementPolicy:
@@ -170,7 +169,7 @@ async def test_only_standard_descriptors_reach_the_command(
 async def test_timeout_kills_everything_started(
     launcher: Launcher, tmp_path: Path, background: str
 ) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     command = background.format(t=marker) + f"\nsleep {marker}"
     outcome = await launcher.run(
         command, cwd=str(tmp_path), policy=policy_for(tmp_path), timeout_s=1.0
@@ -185,7 +184,7 @@ async def test_timeout_kills_everything_started(
 async def test_background_children_do_not_outlive_a_finished_command(
     launcher: Launcher, tmp_path: Path, background: str
 ) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     outcome = await launcher.run(
         background.format(t=marker) + " echo started",
         cwd=str(tmp_path),
@@ -199,7 +198,7 @@ async def test_background_children_do_not_outlive_a_finished_command(
 
 
 async def test_cancel_event_kills_the_group(launcher: Launcher, tmp_path: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     cancel = asyncio.Event()
     started = asyncio.Event()
     run = asyncio.create_task(
@@ -221,7 +220,7 @@ async def test_cancel_event_kills_the_group(launcher: Launcher, tmp_path: Path) 
 
 
 async def test_cancelling_the_caller_kills_the_command(launcher: Launcher, tmp_path: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     started = asyncio.Event()
     run = asyncio.create_task(
         launcher.run(
@@ -300,7 +299,7 @@ async def test_launcher_restarts_after_dying(launcher: Launcher, tmp_path: Path)
 
 
 async def test_close_kills_running_commands(tmp_path: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     launcher = Launcher()
     await launcher.start()
     started = asyncio.Event()
@@ -346,7 +345,7 @@ async def test_disabled_layer_is_reported_inactive(tmp_path: Path, disabled: str
 async def test_without_pid_namespace_setsid_children_still_die(
     tmp_path: Path, disable: tuple[str, ...]
 ) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     launcher = Launcher(disable=disable)
     await launcher.start()
     try:
@@ -402,7 +401,7 @@ async def test_many_more_concurrent_commands_than_pooled_workers(tmp_path: Path)
 async def test_without_pid_namespace_finished_commands_leave_nothing(
     tmp_path: Path, disable: tuple[str, ...]
 ) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     launcher = Launcher(disable=disable)
     await launcher.start()
     try:

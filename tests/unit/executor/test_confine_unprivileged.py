@@ -13,14 +13,13 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stockade.executor.confine as confine_pkg
-from tests.procs import pids_with
+from tests.procs import pids_with, sleep_marker
 
 SERVICES = Path(confine_pkg.__file__).resolve().parents[3]
 CLIENTS = SERVICES.parent / "clients"
@@ -89,7 +88,7 @@ def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> N
         os.chmod(dirpath, 0o755)
     script = shared_dir / "run.py"
     script.write_text(SCRIPT)
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     proc = subprocess.run(
         [
             setpriv,

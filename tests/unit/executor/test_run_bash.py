@@ -13,7 +13,7 @@ from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
 from stockade.executor.tools.run_bash import RunBashTool, confinement_policy
-from tests.procs import pids_with, until_gone
+from tests.procs import pids_with, sleep_marker, until_gone
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ async def test_bad_arguments(launcher: Launcher, ws: Path) -> None:
 
 
 async def test_timeout_kills_and_reports(launcher: Launcher, ws: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     chunks, result = await collect(
         RunBashTool(launcher),
         {"command": f"echo before; sleep {marker} & sleep {marker}", "timeout": 1},
@@ -173,7 +173,7 @@ async def test_default_timeout_applies(launcher: Launcher, ws: Path) -> None:
 
 
 async def test_cancel_kills_the_group(launcher: Launcher, ws: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     ctx = make_ctx(ws)
     seen: list[Chunk] = []
     result: ToolResult | None = None
@@ -192,7 +192,7 @@ async def test_cancel_kills_the_group(launcher: Launcher, ws: Path) -> None:
 
 
 async def test_closing_the_stream_kills_the_command(launcher: Launcher, ws: Path) -> None:
-    marker = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    marker = sleep_marker()
     gen = RunBashTool(launcher).run({"command": f"echo go; sleep {marker}"}, make_ctx(ws))
     first = await gen.__anext__()
     assert isinstance(first, Chunk)
