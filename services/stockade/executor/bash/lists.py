@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from stockade.contract.shell import WRAPPERS, WrapperSpec
+
 __all__ = [
     "BENIGN_GIT_CONFIG_PREFIXES",
     "CREDENTIAL_BASENAMES",
@@ -502,117 +504,6 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
 HARMLESS_BUILTINS = frozenset({"set", "shift", "wait", "jobs", "true", "false", ":"})
 """Builtins that only change this shell's own state: never a reason to ask."""
 
-
-@dataclass(frozen=True)
-class WrapperSpec:
-    """A command that runs another command given in its arguments."""
-
-    value_options: frozenset[str] = frozenset()
-    """Options whose value is the next argument."""
-    positionals: int = 0
-    """Arguments to skip before the wrapped command (``timeout 5 CMD``)."""
-    assignments: bool = False
-    """``NAME=value`` arguments set the environment (env)."""
-    deny_options: frozenset[str] = frozenset()
-    """Options that run a string through a shell or parser (``env -S``)."""
-    chdir_options: frozenset[str] = frozenset()
-    """Options that change directory before running (``env -C DIR``)."""
-    read_options: frozenset[str] = frozenset()
-    """Options whose value is a file read (``xargs -a FILE``)."""
-    stdin_args: bool = False
-    """The wrapped command gets more arguments from stdin (xargs)."""
-    no_command_options: frozenset[str] = frozenset()
-    """Options after which the words are not a command to run (``command -v ls``)."""
-
-
-WRAPPERS: dict[str, WrapperSpec] = {
-    # env [-i] [-u NAME] [-C DIR] [NAME=VALUE]... CMD; -S splits a string into a command.
-    "env": WrapperSpec(
-        value_options=_f("-u", "--unset", "-C", "--chdir"),
-        assignments=True,
-        deny_options=_f("-S", "--split-string"),
-        chdir_options=_f("-C", "--chdir"),
-    ),
-    # command [-p] CMD runs CMD bypassing functions; -v/-V only describe it.
-    "command": WrapperSpec(no_command_options=_f("-v", "-V")),
-    "builtin": WrapperSpec(),  # runs a shell builtin by name
-    # exec [-cl] [-a NAME] CMD replaces the shell with CMD.
-    "exec": WrapperSpec(value_options=_f("-a")),
-    "nice": WrapperSpec(value_options=_f("-n", "--adjustment")),  # lower priority
-    "nohup": WrapperSpec(),  # ignore hangups
-    "time": WrapperSpec(value_options=_f("-f", "--format", "-o", "--output")),  # measure
-    # timeout [-s SIG] [-k DUR] DURATION CMD: limits how long CMD runs.
-    "timeout": WrapperSpec(value_options=_f("-s", "--signal", "-k", "--kill-after"), positionals=1),
-    # stdbuf -oL CMD: changes CMD's buffering.
-    "stdbuf": WrapperSpec(value_options=_f("-i", "-o", "-e", "--input", "--output", "--error")),
-    # xargs runs CMD with arguments read from stdin (unknown when judging).
-    "xargs": WrapperSpec(
-        value_options=_f(
-            "-I",
-            "-i",
-            "-n",
-            "-P",
-            "-L",
-            "-l",
-            "-d",
-            "-E",
-            "-e",
-            "-s",
-            "--max-args",
-            "--max-procs",
-            "--max-lines",
-            "--delimiter",
-            "--eof",
-            "--replace",
-            "--max-chars",
-            "--process-slot-var",
-        ),
-        read_options=_f("-a", "--arg-file"),
-        stdin_args=True,
-    ),
-    # ionice -c3 CMD: I/O priority; -p PID only changes another process.
-    "ionice": WrapperSpec(
-        value_options=_f("-c", "-n", "--class", "--classdata"),
-        no_command_options=_f("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
-    ),
-    "setsid": WrapperSpec(),  # new session
-    # chrt PRIO CMD: scheduling policy.
-    "chrt": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
-    # taskset MASK CMD: CPU affinity.
-    "taskset": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
-    # nocache CMD: drops page cache use.
-    "nocache": WrapperSpec(),
-    # unbuffer CMD (expect): runs CMD on a pty.
-    "unbuffer": WrapperSpec(),
-    "coproc": WrapperSpec(),  # runs CMD as a coprocess
-    # flock FILE CMD: runs CMD holding a lock.
-    "flock": WrapperSpec(
-        value_options=_f("-w", "--timeout", "-E", "--conflict-exit-code"),
-        positionals=1,
-        # -c runs a string through sh.
-        deny_options=_f("-c", "--command"),
-    ),
-    # prlimit --nofile=N CMD: resource limits; --pid changes another process.
-    "prlimit": WrapperSpec(no_command_options=_f("-p", "--pid")),
-    "busybox": WrapperSpec(),  # `busybox rm x` runs the rm applet
-    "toybox": WrapperSpec(),  # same, toybox applets
-    # catchsegv CMD: prints a backtrace on a crash.
-    "catchsegv": WrapperSpec(),
-    # valgrind CMD: runs CMD under a checker.
-    # rlwrap CMD: line editing around CMD.
-    "rlwrap": WrapperSpec(value_options=_f("-f", "-H", "-l", "-s", "-S", "-z")),
-    # fakeroot CMD: pretends to be root (LD_PRELOAD), CMD still runs as us.
-    "fakeroot": WrapperSpec(value_options=_f("-l", "--lib", "--faked", "-s", "-i")),
-    # faketime TIME CMD: fakes the clock.
-    "faketime": WrapperSpec(positionals=1),
-    # chronic CMD (moreutils): hides CMD's output unless it fails.
-    "chronic": WrapperSpec(),
-    # dbus-run-session CMD / xvfb-run CMD: run CMD inside a session or X server.
-    "dbus-run-session": WrapperSpec(),
-    "xvfb-run": WrapperSpec(value_options=_f("-n", "-s", "-f", "-e", "-p")),
-    "valgrind": WrapperSpec(value_options=_f("--tool", "--log-file")),
-}
-"""Commands that run the command in their arguments: the analysis judges that command."""
 
 SHELLS = frozenset(
     {
