@@ -7,11 +7,25 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from stockade.stack import LocalStack
 
 # Tests never export telemetry anywhere; a test that needs spans installs its own exporter.
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+
+# One Hypothesis profile for the suite. No per-example deadline: on a shared 2-core machine
+# one slow example is the machine, not the code (speed is measured by `make bench`), and
+# the default 200 ms deadline once failed a property test that was correct. Tests keep their
+# own `max_examples` so the suite stays fast. HYPOTHESIS_PROFILE=thorough runs more examples.
+settings.register_profile(
+    "stockade",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("thorough", parent=settings.get_profile("stockade"), max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "stockade"))
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ class LocalStack:
             raise StackError(f"{name} is already running")
         sock = Path(self.addresses[name][len("unix://") :])
         sock.unlink(missing_ok=True)
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        log = open(self.log_dir / f"{name}.log", "ab")
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

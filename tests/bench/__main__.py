@@ -34,7 +34,7 @@ def main() -> int:
         try:
             module = importlib.import_module(f"tests.bench.{path.stem}")
             got = module.run()
-        except Exception:  # noqa: BLE001 - report and go on with the others
+        except Exception:
             traceback.print_exc()
             failed.append(path.stem)
             continue

@@ -63,7 +63,7 @@ def server() -> Iterator[FakeServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             requests.append(
                 {

@@ -141,7 +141,7 @@ def _run_path_check(args: argparse.Namespace) -> int:
 
 
 def _batch_lines(source: str) -> Iterator[str]:
-    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")
     try:
         for line in stream:
             if line.strip():

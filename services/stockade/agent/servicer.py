@@ -25,7 +25,7 @@ class AgentServicer(a_grpc.AgentServiceServicer):
     def __init__(self, core: AgentCore) -> None:
         self.core = core
 
-    async def RunTurn(  # noqa: N802 - generated name
+    async def RunTurn(
         self, request: a_pb2.RunTurnRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[a_pb2.RunTurnResponse]:
         session_id = request.session_id or f"s-{uuid.uuid4().hex[:12]}"
@@ -42,14 +42,14 @@ class AgentServicer(a_grpc.AgentServiceServicer):
         ):
             yield event
 
-    async def Cancel(  # noqa: N802
+    async def Cancel(
         self, request: a_pb2.CancelTurnRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> a_pb2.CancelTurnResponse:
         if not request.session_id:
             raise InvalidArgument("session_id is required")
         return a_pb2.CancelTurnResponse(cancelled=self.core.cancel(request.session_id))
 
-    async def ResolveApproval(  # noqa: N802
+    async def ResolveApproval(
         self,
         request: a_pb2.ResolveAgentApprovalRequest,
         context: grpc.aio.ServicerContext[Any, Any],

@@ -36,15 +36,13 @@ class AuditServicer(a_grpc.AuditServiceServicer):
         """Serve ``store``."""
         self.store = store
 
-    async def Record(  # noqa: N802 - generated name
-        self, request: a_pb2.RecordRequest, context: Context
-    ) -> a_pb2.RecordResponse:
+    async def Record(self, request: a_pb2.RecordRequest, context: Context) -> a_pb2.RecordResponse:
         """Store one event; report whether its id was already stored."""
         result = await self.store.append([row_from_proto(request.event)])
         record_receipt_spans((request.event,))
         return a_pb2.RecordResponse(duplicate=result.duplicates > 0)
 
-    async def RecordBatch(  # noqa: N802 - generated name
+    async def RecordBatch(
         self, request_iterator: AsyncIterable[a_pb2.RecordBatchRequest], context: Context
     ) -> a_pb2.RecordBatchResponse:
         """Store each streamed batch in its own transaction.
@@ -80,9 +78,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
                 writing.exception()  # retrieved, so asyncio does not warn about it
         return a_pb2.RecordBatchResponse(accepted=accepted, duplicates=duplicates)
 
-    async def Query(  # noqa: N802 - generated name
-        self, request: a_pb2.QueryRequest, context: Context
-    ) -> a_pb2.QueryResponse:
+    async def Query(self, request: a_pb2.QueryRequest, context: Context) -> a_pb2.QueryResponse:
         """One page of matching rows, newest first."""
         rows, token = await self.store.query(
             filters_from_proto(request), request.page_size, request.page_token
@@ -91,7 +87,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
             records=[record_to_proto(row) for row in rows], next_page_token=token
         )
 
-    async def Tail(  # noqa: N802 - generated name
+    async def Tail(
         self, request: a_pb2.TailRequest, context: Context
     ) -> AsyncIterator[a_pb2.TailResponse]:
         """Stream rows as they are committed, until the caller leaves, the store closes or
@@ -102,13 +98,13 @@ class AuditServicer(a_grpc.AuditServiceServicer):
         async for row in until_stopping(self.store.tail(request.session_id, after=after)):
             yield a_pb2.TailResponse(record=record_to_proto(row))
 
-    async def GetSessionMetrics(  # noqa: N802 - generated name
+    async def GetSessionMetrics(
         self, request: a_pb2.GetSessionMetricsRequest, context: Context
     ) -> a_pb2.GetSessionMetricsResponse:
         """The session's metrics snapshot."""
         return metrics_to_proto(await self.store.session_metrics(request.session_id))
 
-    async def VerifyLog(  # noqa: N802 - generated name
+    async def VerifyLog(
         self, request: a_pb2.VerifyLogRequest, context: Context
     ) -> a_pb2.VerifyLogResponse:
         """Check the hash chain; name the first broken link."""

@@ -94,7 +94,7 @@ def replay(
             continue
         try:
             call_facts = facts(rec.tool_name, args)
-        except Exception:  # noqa: BLE001 - an unjudgeable record is skipped, not fatal
+        except Exception:
             skipped += 1
             continue
         d = decide(

@@ -357,7 +357,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         self.auth = auth
         self.metrics = metrics or DecisionMetrics()
 
-    async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:  # noqa: N802
+    async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:
         started = time.perf_counter()
         call = request.call
         tool_name = call.tool_name
@@ -381,7 +381,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         )
         return resp
 
-    async def CreateSession(  # noqa: N802
+    async def CreateSession(
         self, request: d_pb2.CreateSessionRequest, context: Context
     ) -> d_pb2.CreateSessionResponse:
         mode = (
@@ -392,13 +392,13 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         rec, _ = await self.core.store.create_session(request.session_id or None, mode)
         return d_pb2.CreateSessionResponse(session=session_to_pb(rec))
 
-    async def GetSession(  # noqa: N802
+    async def GetSession(
         self, request: d_pb2.GetSessionRequest, context: Context
     ) -> d_pb2.GetSessionResponse:
         rec = await self.core.store.get_session(request.session_id)
         return d_pb2.GetSessionResponse(session=session_to_pb(rec))
 
-    async def DeleteSession(  # noqa: N802
+    async def DeleteSession(
         self, request: d_pb2.DeleteSessionRequest, context: Context
     ) -> d_pb2.DeleteSessionResponse:
         self.auth.check(context, "DeleteSession")
@@ -408,7 +408,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
 
     async def AddRule(
         self, request: d_pb2.AddRuleRequest, context: Context
-    ) -> d_pb2.AddRuleResponse:  # noqa: N802
+    ) -> d_pb2.AddRuleResponse:
         self.auth.check(context, "AddRule")
         effect = EFFECT_FROM_PB.get(request.rule.effect)
         if effect is None:
@@ -422,14 +422,14 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         )
         return d_pb2.AddRuleResponse(rule=rule_to_pb(rule))
 
-    async def RemoveRule(  # noqa: N802
+    async def RemoveRule(
         self, request: d_pb2.RemoveRuleRequest, context: Context
     ) -> d_pb2.RemoveRuleResponse:
         self.auth.check(context, "RemoveRule")
         removed = await self.core.store.remove_rule(request.session_id, request.rule_id)
         return d_pb2.RemoveRuleResponse(removed=removed)
 
-    async def ListRules(  # noqa: N802
+    async def ListRules(
         self, request: d_pb2.ListRulesRequest, context: Context
     ) -> d_pb2.ListRulesResponse:
         policy = self.core.policy
@@ -443,18 +443,18 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
 
     async def SetMode(
         self, request: d_pb2.SetModeRequest, context: Context
-    ) -> d_pb2.SetModeResponse:  # noqa: N802
+    ) -> d_pb2.SetModeResponse:
         self.auth.check(context, "SetMode")
         rec = await self.core.store.set_mode(request.session_id, _mode(request.mode))
         return d_pb2.SetModeResponse(session=session_to_pb(rec))
 
-    async def WatchApprovals(  # noqa: N802
+    async def WatchApprovals(
         self, request: d_pb2.WatchApprovalsRequest, context: Context
     ) -> AsyncIterator[d_pb2.WatchApprovalsResponse]:
         async for rec in until_stopping(self.core.broker.watch(request.session_id)):
             yield d_pb2.WatchApprovalsResponse(approval=approval_to_pb(rec))
 
-    async def ResolveApproval(  # noqa: N802
+    async def ResolveApproval(
         self, request: d_pb2.ResolveApprovalRequest, context: Context
     ) -> d_pb2.ResolveApprovalResponse:
         caller = self.auth.check(context, "ResolveApproval")
@@ -479,7 +479,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             resp.session_grant.CopyFrom(grant_record_to_pb(grant))
         return resp
 
-    async def AwaitApproval(  # noqa: N802
+    async def AwaitApproval(
         self, request: d_pb2.AwaitApprovalRequest, context: Context
     ) -> d_pb2.AwaitApprovalResponse:
         out = await self.core.await_approval(request.approval_id)
@@ -493,14 +493,14 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             resp.grant.CopyFrom(grant)
         return resp
 
-    async def ListGrants(  # noqa: N802
+    async def ListGrants(
         self, request: d_pb2.ListGrantsRequest, context: Context
     ) -> d_pb2.ListGrantsResponse:
         await self.core.store.get_session(request.session_id)
         grants = await self.core.store.list_grants(request.session_id)
         return d_pb2.ListGrantsResponse(grants=[grant_record_to_pb(g) for g in grants])
 
-    async def RevokeGrant(  # noqa: N802
+    async def RevokeGrant(
         self, request: d_pb2.RevokeGrantRequest, context: Context
     ) -> d_pb2.RevokeGrantResponse:
         self.auth.check(context, "RevokeGrant")
@@ -508,7 +508,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             revoked=await self.core.store.revoke_grant(request.grant_id)
         )
 
-    async def LintPolicy(  # noqa: N802
+    async def LintPolicy(
         self, request: d_pb2.LintPolicyRequest, context: Context
     ) -> d_pb2.LintPolicyResponse:
         if request.policy_text:

@@ -278,7 +278,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
             self._layer_cache = (host, protos)
         return self._layer_cache[1]
 
-    async def Inspect(  # noqa: N802 - generated name
+    async def Inspect(
         self, request: x_pb2.InspectRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.InspectResponse:
         """Tool-level checks of a call."""
@@ -286,7 +286,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         inspection = self.core.inspect(request.call.tool_name, call_arguments(request.call))
         return x_pb2.InspectResponse(inspection=inspection_to_proto(inspection, request.call))
 
-    async def Execute(  # noqa: N802
+    async def Execute(
         self, request: x_pb2.ExecuteRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
         """Run a call: chunks, then one result."""
@@ -334,7 +334,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
             error=result.error,
         )
 
-    async def Cancel(  # noqa: N802
+    async def Cancel(
         self, request: x_pb2.CancelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.CancelResponse:
         """Cancel a running call (CANCEL calls stop; BLOCK calls finish)."""
@@ -342,7 +342,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
             raise InvalidArgument("call_id is required")
         return x_pb2.CancelResponse(found=self.core.cancel(request.call_id))
 
-    async def GetCapabilities(  # noqa: N802
+    async def GetCapabilities(
         self, request: x_pb2.GetCapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> x_pb2.GetCapabilitiesResponse:
         """The layers, roots and tools of this executor."""

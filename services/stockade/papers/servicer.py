@@ -26,14 +26,14 @@ class PapersServicer(tp_grpc.ToolProviderServicer):
     def __init__(self, catalogue: PaperCatalogue | None = None) -> None:
         self.catalogue = catalogue or PaperCatalogue()
 
-    async def ListTools(  # noqa: N802 - generated name
+    async def ListTools(
         self, request: tp_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tp_pb2.ListToolsResponse:
         return tp_pb2.ListToolsResponse(
             tools=[spec_to_proto(spec) for spec in self.catalogue.tool_specs()]
         )
 
-    async def CallTool(  # noqa: N802
+    async def CallTool(
         self, request: tp_pb2.CallToolRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tp_pb2.CallToolResponse:
         name = request.call.tool_name

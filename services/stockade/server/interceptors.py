@@ -89,7 +89,7 @@ def _wrap_unary(
             return await behavior(request, context)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a clean status
+        except Exception as exc:
             await _abort(context, exc, method)
 
     return handler
@@ -112,7 +112,7 @@ def _wrap_stream(
                 await result
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await _abort(context, exc, method)
 
     return handler

@@ -57,7 +57,7 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
         self.always_allow_applies: set[str] = set()
         """Tools whose ASK an ALWAYS_ALLOW answer can settle (the rest ask every time)."""
 
-    async def Decide(self, request: d_pb2.DecideRequest, context: Ctx) -> d_pb2.DecideResponse:  # noqa: N802
+    async def Decide(self, request: d_pb2.DecideRequest, context: Ctx) -> d_pb2.DecideResponse:
         self.requests.append(request)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -100,7 +100,7 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
             response.halt_reason = f"{denials} consecutive denials"
         return response
 
-    async def AwaitApproval(  # noqa: N802
+    async def AwaitApproval(
         self, request: d_pb2.AwaitApprovalRequest, context: Ctx
     ) -> d_pb2.AwaitApprovalResponse:
         verdict = await self.approvals[request.approval_id]
@@ -112,7 +112,7 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
             response.grant.payload = b"grant:approved"
         return response
 
-    async def ResolveApproval(  # noqa: N802
+    async def ResolveApproval(
         self, request: d_pb2.ResolveApprovalRequest, context: Ctx
     ) -> d_pb2.ResolveApprovalResponse:
         metadata = dict(context.invocation_metadata() or ())
@@ -135,7 +135,7 @@ class FakeDecision(d_grpc.DecisionServiceServicer):
             ),
         )
 
-    async def CreateSession(  # noqa: N802
+    async def CreateSession(
         self, request: d_pb2.CreateSessionRequest, context: Ctx
     ) -> d_pb2.CreateSessionResponse:
         self.sessions.append(request)
@@ -158,13 +158,13 @@ class FakeExecutor(x_grpc.ExecutorServiceServicer):
         self.finished: list[str] = []
         self.inspect_fails = False
 
-    async def Inspect(self, request: x_pb2.InspectRequest, context: Ctx) -> x_pb2.InspectResponse:  # noqa: N802
+    async def Inspect(self, request: x_pb2.InspectRequest, context: Ctx) -> x_pb2.InspectResponse:
         if self.inspect_fails:
             await context.abort(grpc.StatusCode.INTERNAL, "inspector broke")
         self.inspected.append(request.call)
         return x_pb2.InspectResponse(inspection=d_pb2.ToolInspection(read_only=True))
 
-    async def Execute(  # noqa: N802
+    async def Execute(
         self, request: x_pb2.ExecuteRequest, context: Ctx
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
         self.executed.append(request)
@@ -184,7 +184,7 @@ class FakeExecutor(x_grpc.ExecutorServiceServicer):
             self.in_flight -= 1
         yield x_pb2.ExecuteResponse(result=result)
 
-    async def Cancel(self, request: x_pb2.CancelRequest, context: Ctx) -> x_pb2.CancelResponse:  # noqa: N802
+    async def Cancel(self, request: x_pb2.CancelRequest, context: Ctx) -> x_pb2.CancelResponse:
         self.cancelled.append(request.call_id)
         return x_pb2.CancelResponse(found=True)
 

@@ -34,7 +34,7 @@ class Service(hook_grpc.HookServiceServicer):
         self.events: list[hook_pb2.OnEventRequest] = []
         self.seen: list[hook_pb2.PreToolUseRequest] = []
 
-    async def PreToolUse(  # noqa: N802
+    async def PreToolUse(
         self, request: hook_pb2.PreToolUseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> hook_pb2.PreToolUseResponse:
         self.seen.append(request)
@@ -59,7 +59,7 @@ class Service(hook_grpc.HookServiceServicer):
         getattr(response, "continue").SetInParent()
         return response
 
-    async def PostToolUse(  # noqa: N802
+    async def PostToolUse(
         self, request: hook_pb2.PostToolUseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> hook_pb2.PostToolUseResponse:
         if self.mode == "slow":
@@ -70,7 +70,7 @@ class Service(hook_grpc.HookServiceServicer):
             mutate_output=hook_pb2.MutateOutputAction(content=request.content.upper())
         )
 
-    async def OnEvent(  # noqa: N802
+    async def OnEvent(
         self, request: hook_pb2.OnEventRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> hook_pb2.OnEventResponse:
         self.events.append(request)

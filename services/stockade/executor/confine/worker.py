@@ -249,7 +249,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         )
         for fd in (devnull, fds[0], fds[1]):
             os.close(fd)
-    except BaseException as exc:  # noqa: BLE001 - anything here must be reported, then exit
+    except BaseException as exc:
         try:
             _report(status, {"error": f"{type(exc).__name__}: {exc}"})
         finally:
