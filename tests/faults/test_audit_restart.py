@@ -5,12 +5,11 @@ with no duplicates, and the hash chain verifies."""
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
-from stockade.client.audit import AuditClient, AuditRecorder
-from stockade.stack import LocalStack
+from stockade.client.audit import AuditRecorder
 from stockade.v1 import audit_service_pb2 as a_pb2
+from tests.faults.conftest import StartStack, all_rows, verify_chain
 
 N = 6000
 SESSIONS = 3
@@ -33,10 +32,9 @@ def _event(n: int) -> a_pb2.AuditEvent:
 
 
 async def test_no_event_lost_or_duplicated_across_two_sigkills(
-    stack_factory: type[LocalStack], tmp_path: Path
+    fault_stack: StartStack, tmp_path: Path
 ) -> None:
-    stack = stack_factory(tmp_path / "stack")
-    await stack.start(["audit"])
+    stack = await fault_stack(["audit"])
     address = stack.addresses["audit"]
     recorder = AuditRecorder(
         address,
@@ -66,7 +64,7 @@ async def test_no_event_lost_or_duplicated_across_two_sigkills(
         nonlocal kills, most_spooled
         while recorder.sent < after_sent:
             await asyncio.sleep(0.002)
-        await stack.stop("audit", sig=signal.SIGKILL)
+        await stack.kill("audit")
         kills += 1
         # Keep producing while the service is down, so events go through the spool.
         for _ in range(40):
@@ -85,9 +83,8 @@ async def test_no_event_lost_or_duplicated_across_two_sigkills(
     assert kills == 2
     assert most_spooled > 0, "the outage never reached the spool; the test proved nothing"
 
-    async with AuditClient(address) as client:
-        records = [r async for r in client.query_all(a_pb2.QueryRequest(page_size=1000))]
-        verdict = await client.verify()
+    records = await all_rows(address)
+    verdict = await verify_chain(address)
     ids = [r.event.event_id for r in records]
     assert len(ids) == N
     assert len(set(ids)) == N
