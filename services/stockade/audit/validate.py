@@ -1,8 +1,12 @@
 """Input rules for audit events: refuse what would be stored wrong, cut what may be cut.
 
-Only ``output_preview`` is ever shortened (to ``PREVIEW_CHARS`` characters, as AUD-1
-specifies); every other field that is missing, malformed or longer than its limit is
-refused with ``InvalidArgument`` naming the field, so nothing is stored silently wrong.
+``output_preview`` is shortened to ``PREVIEW_CHARS`` characters (AUD-1), and a JSON field
+(``arguments_json``, ``conflict_log``) longer than ``MAX_JSON_CHARS`` or nested deeper
+than ``MAX_JSON_DEPTH`` is replaced by its cut marker (``stockade.audit.bounds``: the
+row says it was cut, with the SHA-256 and size of the full value), so a big or deeply
+nested call is recorded, never dropped and never an INTERNAL error. Every other field
+that is missing, malformed or longer than its limit is refused with ``InvalidArgument``
+naming the field, so nothing is stored silently wrong.
 """
 
 from __future__ import annotations
@@ -11,6 +15,12 @@ import json
 import re
 from collections.abc import Sequence
 
+from stockade.audit.bounds import (
+    MAX_JSON_CHARS,
+    bound_json_text,
+    cut_marker,
+    json_depth_exceeds,
+)
 from stockade.audit.model import (
     PREVIEW_CHARS,
     RULE_SOURCES,
@@ -21,7 +31,8 @@ from stockade.audit.model import (
 )
 from stockade.errors import InvalidArgument
 
-#: Largest length, in characters, of each text field (``output_preview`` is cut instead).
+#: Largest length, in characters, of each text field that is refused past it
+#: (``output_preview`` and the JSON fields are cut instead).
 MAX_CHARS: dict[str, int] = {
     "event_id": 128,
     "session_id": 256,
@@ -29,11 +40,9 @@ MAX_CHARS: dict[str, int] = {
     "agent_name": 128,
     "call_id": 256,
     "matched_rule": 4096,
-    "conflict_log": 65536,
     "trace_id": 32,
     "termination_reason": 2048,
     "policy_version": 128,
-    "arguments_json": 65536,
 }
 #: Events per ``append`` call; bigger batches are refused so one request cannot pin memory.
 MAX_BATCH_EVENTS = 10_000
@@ -73,10 +82,10 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
         and len(event.agent_name) <= 128
         and len(event.call_id) <= 256
         and len(event.matched_rule) <= 4096
-        and len(event.conflict_log) <= 65536
+        and len(event.conflict_log) <= MAX_JSON_CHARS
         and len(event.termination_reason) <= 2048
         and len(event.policy_version) <= 128
-        and len(event.arguments_json) <= 65536
+        and len(event.arguments_json) <= MAX_JSON_CHARS
         and event.status in _STATUSES
         and (event.status == "SESSION_STOP") == (event.tool_name == SESSION_TOOL)
         and event.verdict in VERDICTS
@@ -90,7 +99,7 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
     ):
         pass
     else:
-        _check_slowly(event, index)
+        event = _check_slowly(event, index)
     if event.time_ns and len(event.output_preview) <= PREVIEW_CHARS:
         return event
     return event._replace(
@@ -99,15 +108,19 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
 
 
 def _is_json(text: str) -> bool:
+    """Valid JSON no deeper than ``MAX_JSON_DEPTH`` (deeper text goes the slow way)."""
+    if json_depth_exceeds(text):
+        return False
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
 
-def _check_slowly(event: AuditEventRow, index: int) -> None:
-    """Every rule, one by one, raising for the first that fails."""
+def _check_slowly(event: AuditEventRow, index: int) -> AuditEventRow:
+    """Every rule, one by one, raising for the first that fails; returns the event with
+    its over-long or over-deep JSON fields cut."""
     for name in _REQUIRED:
         if not getattr(event, name):
             raise _refuse(index, event, name, "is required")
@@ -132,13 +145,22 @@ def _check_slowly(event: AuditEventRow, index: int) -> None:
         raise _refuse(index, event, "time", "must not be before the Unix epoch")
     if event.trace_id and not _TRACE_ID.fullmatch(event.trace_id):
         raise _refuse(index, event, "trace_id", "must be 32 lowercase hex characters")
+    cut: dict[str, str] = {}
     for name in _JSON_FIELDS:
         text = getattr(event, name)
-        if text:
-            try:
-                json.loads(text)
-            except ValueError:
-                raise _refuse(index, event, name, "is not valid JSON") from None
+        if not text:
+            continue
+        bounded = bound_json_text(text)
+        if bounded is not text:
+            cut[name] = bounded  # a marker (valid JSON), whatever the original held
+            continue
+        try:
+            json.loads(text)
+        except ValueError:
+            raise _refuse(index, event, name, "is not valid JSON") from None
+        except RecursionError:  # not expected after the depth check; never INTERNAL
+            cut[name] = cut_marker(text, "nested too deeply to parse")
+    return event._replace(**cut) if cut else event
 
 
 def normalise_batch(events: Sequence[AuditEventRow], now_ns: int) -> list[AuditEventRow]:

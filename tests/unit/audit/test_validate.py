@@ -1,10 +1,14 @@
-"""Bad input (AUD-1): oversized or malformed fields are refused naming the field; only the
-preview is cut, to 200 characters."""
+"""Bad input (AUD-1): oversized or malformed fields are refused naming the field; the
+preview is cut to 200 characters and over-long or over-deep JSON fields to a cut marker."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
+from stockade.audit.bounds import CUT_KEY, MAX_JSON_CHARS, MAX_JSON_DEPTH, is_cut
 from stockade.audit.model import PREVIEW_CHARS
 from stockade.audit.validate import MAX_BATCH_EVENTS, MAX_CHARS, normalise_batch, normalise_event
 from stockade.errors import InvalidArgument
@@ -92,3 +96,40 @@ def test_batch_limit(make_event: EventFactory) -> None:
     assert len(normalise_batch([event] * MAX_BATCH_EVENTS, BASE_NS)) == MAX_BATCH_EVENTS
     with pytest.raises(InvalidArgument, match="at most"):
         normalise_batch([event] * (MAX_BATCH_EVENTS + 1), BASE_NS)
+
+
+@pytest.mark.parametrize("field", ["arguments_json", "conflict_log"])
+def test_json_field_over_the_limit_is_stored_as_a_cut_marker(
+    make_event: EventFactory, field: str
+) -> None:
+    text = json.dumps({"path": "big.txt", "content": "a" * 100_000})
+    stored = normalise_event(make_event(1, **{field: text}), BASE_NS)
+    value = getattr(stored, field)
+    assert len(value) <= MAX_JSON_CHARS and is_cut(value)
+    marker = json.loads(value)
+    assert marker[CUT_KEY]["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert marker[CUT_KEY]["bytes"] == len(text.encode())
+    assert "longer than 65536" in marker[CUT_KEY]["reason"]
+    assert text.startswith(marker["head"]) and marker["head"]
+    at_limit = '"' + "a" * (MAX_JSON_CHARS - 2) + '"'
+    assert getattr(normalise_event(make_event(1, **{field: at_limit}), BASE_NS), field) == at_limit
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 2_000, 30_000])
+def test_deeply_nested_json_is_cut_not_an_error(make_event: EventFactory, depth: int) -> None:
+    # Arrays, objects and both mixed: json.loads alone raises RecursionError past ~1000.
+    for text in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        if len(text) > MAX_JSON_CHARS:
+            text = text[: MAX_JSON_CHARS // 2] + text[-MAX_JSON_CHARS // 2 :]
+        stored = normalise_event(make_event(1, arguments_json=text), BASE_NS)
+        assert is_cut(stored.arguments_json)
+        assert "nested deeper" in json.loads(stored.arguments_json)[CUT_KEY]["reason"]
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(make_event: EventFactory) -> None:
+    text = json.dumps({"command": "echo " + "[{" * 500 + ' \\" ' + "}]" * 500})
+    assert normalise_event(make_event(1, arguments_json=text), BASE_NS).arguments_json == text
+    at_depth = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert normalise_event(make_event(1, arguments_json=at_depth), BASE_NS).arguments_json == (
+        at_depth
+    )
