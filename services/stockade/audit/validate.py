@@ -160,7 +160,12 @@ def _check_slowly(event: AuditEventRow, index: int) -> AuditEventRow:
             raise _refuse(index, event, name, "is not valid JSON") from None
         except RecursionError:  # not expected after the depth check; never INTERNAL
             cut[name] = cut_marker(text, "nested too deeply to parse")
-    return event._replace(**cut) if cut else event
+    if cut:
+        event = event._replace(
+            arguments_json=cut.get("arguments_json", event.arguments_json),
+            conflict_log=cut.get("conflict_log", event.conflict_log),
+        )
+    return event
 
 
 def normalise_batch(events: Sequence[AuditEventRow], now_ns: int) -> list[AuditEventRow]:
