@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -46,7 +46,7 @@ class DecisionSettings(ServerSettings):
         "default",
         validation_alias=AliasChoices("STOCKADE_DECISION_DEFAULT_MODE", "AGENT_PERMISSION_MODE"),
     )
-    """Mode of new sessions: default, acceptEdits, bypassPermissions, dontAsk or plan."""
+    """Mode of new sessions: default, acceptEdits, bypassPermissions, dontAsk, plan or auto."""
     deny: Annotated[list[str], NoDecode] = Field(
         [], validation_alias=AliasChoices("STOCKADE_DECISION_DENY", "AGENT_PERMISSIONS_DENY")
     )
@@ -90,6 +90,27 @@ class DecisionSettings(ServerSettings):
     policy_poll_s: float = Field(1.0, gt=0)
     """How often the policy file is checked for changes (SIGHUP reloads at once)."""
 
+    auto_provider: Literal["none", "openai", "scripted"] = "none"
+    """auto mode's classifier model (DEC-17): ``openai`` (an OpenAI-compatible endpoint),
+    ``scripted`` (replies from AUTO_SCRIPT_FILE, for tests and the demo) or ``none`` (auto
+    mode then sends every ask the fast paths leave to a person)."""
+    auto_openai_base_url: str = ""
+    """The classifier's Chat Completions endpoint, e.g. ``http://127.0.0.1:8000/v1``."""
+    auto_openai_model: str = ""
+    """The classifier's model name."""
+    auto_openai_api_key: str = Field("", repr=False)
+    """Bearer token for the classifier's endpoint (never logged)."""
+    auto_script_file: Path | None = None
+    """Scripted classifier: a YAML/JSON script whose turns' texts are the replies, in order."""
+    auto_timeout_s: float = Field(10.0, gt=0, le=120)
+    """How long one classification may take; past it the ask goes to a person."""
+    auto_prompt_file: Path | None = None
+    """A file holding the classifier's system prompt (default: the built-in one)."""
+    auto_budget_per_session: int = Field(50, ge=0, le=100_000)
+    """Model calls a session may spend on classification; past it asks go to a person."""
+    auto_cache_size: int = Field(4096, ge=0, le=1_000_000)
+    """Verdicts kept by exact call, findings and task (a repeated call is not re-asked)."""
+
     _split = field_validator(
         "deny", "ask", "allow", "admin_tokens", "admin_identities", mode="before"
     )(classmethod(lambda cls, v: split_patterns(v)))
@@ -97,7 +118,7 @@ class DecisionSettings(ServerSettings):
     @field_validator("default_mode")
     @classmethod
     def _mode(cls, value: str) -> str:
-        allowed = {"default", "acceptEdits", "bypassPermissions", "dontAsk", "plan"}
+        allowed = {"default", "acceptEdits", "bypassPermissions", "dontAsk", "plan", "auto"}
         if value not in allowed:
             raise ValueError(f"{value!r} is not one of {', '.join(sorted(allowed))}")
         return value
