@@ -21,6 +21,7 @@ MODES = {
     "bypassPermissions": c_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS,
     "dontAsk": c_pb2.PERMISSION_MODE_DONT_ASK,
     "plan": c_pb2.PERMISSION_MODE_PLAN,
+    "auto": c_pb2.PERMISSION_MODE_AUTO,
 }
 
 

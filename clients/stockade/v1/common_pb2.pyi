@@ -222,6 +222,10 @@ class _PermissionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Permis
     """ASK becomes DENY."""
     PERMISSION_MODE_PLAN: _PermissionMode.ValueType  # 5
     """Every call that is not read-only is denied."""
+    PERMISSION_MODE_AUTO: _PermissionMode.ValueType  # 6
+    """An ask no rule settled goes through fast paths (edits inside the working directory,
+    read-only calls), then to a classifier model: allow, block, or a person decides.
+    """
 
 class PermissionMode(_PermissionMode, metaclass=_PermissionModeEnumTypeWrapper):
     """A session's permission mode, applied after precedence (DEC-4)."""
@@ -238,6 +242,10 @@ PERMISSION_MODE_DONT_ASK: PermissionMode.ValueType  # 4
 """ASK becomes DENY."""
 PERMISSION_MODE_PLAN: PermissionMode.ValueType  # 5
 """Every call that is not read-only is denied."""
+PERMISSION_MODE_AUTO: PermissionMode.ValueType  # 6
+"""An ask no rule settled goes through fast paths (edits inside the working directory,
+read-only calls), then to a classifier model: allow, block, or a person decides.
+"""
 Global___PermissionMode: _TypeAlias = PermissionMode  # noqa: Y015
 
 @_typing.final

@@ -112,6 +112,10 @@ class Decision(NamedTuple):
     mode: Mode
     allow_rules_used: tuple[Rule, ...] = ()
     """The ALLOW rules that made the call allowed (grants among them lose a use)."""
+    classifiable: bool = False
+    """auto mode: an ask no rule settled, which the classifier may turn into ALLOW or
+    DENY (the verdict here is what stands without a classifier: ASK, or DENY for a
+    subagent)."""
 
 
 DEFAULT_RULE = Rule(Effect.ALLOW, "*", Source.DEFAULT, "no rule matched; allowed by default")
@@ -172,6 +176,8 @@ class _Outcome(NamedTuple):
     winner: Rule
     step: str
     reason: str
+    classifiable: bool = False
+    """auto mode: the classifier may settle this outcome (see ``_auto_step``)."""
 
 
 _NO_RULES = TierRules((), RuleScreen(()))
@@ -324,7 +330,31 @@ def _mode_step(req: DecisionRequest, m: _Matches, out: _Outcome) -> _Outcome:
         return _mode_outcome(
             Effect.ALLOW, mode, "acceptEdits mode: edit inside the working directory"
         )
+    if mode is Mode.AUTO and not immune and out.step in CLASSIFIABLE_STEPS:
+        return _auto_step(req, out)
     return out
+
+
+CLASSIFIABLE_STEPS = frozenset({"P6", "P8"})
+"""Asks auto mode may settle: the tool's own ask (P6) and an undeclared tool's (P8). Never
+a DENY, a hook's or an explicit rule's ask (P4/P5: somebody asked for a person), nor a
+bypass-immune one."""
+
+
+def _auto_step(req: DecisionRequest, out: _Outcome) -> _Outcome:
+    """DEC-17: fast paths without a model, else an ASK the classifier may settle.
+
+    The engine has no model: it marks the outcome classifiable and the core asks the
+    classifier. Offline (``policy check``) and when no classifier is configured, the ASK
+    stands, so auto mode never allows more than its fast paths without a model.
+    """
+    if req.tool_name in EDIT_TOOLS and req.facts.inside_working_dir is True:
+        return _mode_outcome(
+            Effect.ALLOW, Mode.AUTO, "auto mode: edit inside the working directory"
+        )
+    if req.tool_name in READ_ONLY_TOOLS:
+        return _mode_outcome(Effect.ALLOW, Mode.AUTO, f"auto mode: {req.tool_name} is read-only")
+    return out._replace(classifiable=True)
 
 
 def _mode_outcome(verdict: Effect, mode: Mode, reason: str) -> _Outcome:
@@ -338,7 +368,9 @@ def _subagent_step(req: DecisionRequest, out: _Outcome) -> _Outcome:
         return out
     reason = f"subagents cannot ask the user ({out.reason})"
     rule = Rule(Effect.DENY, "subagent", Source.MODE, reason)
-    return _Outcome(Effect.DENY, rule, "subagent", reason)
+    # Still classifiable: auto mode's classifier may allow or block a subagent's call;
+    # only when it is unsure does this denial stand.
+    return _Outcome(Effect.DENY, rule, "subagent", reason, out.classifiable)
 
 
 def _conflicts(m: _Matches, final: _Outcome, precedence: _Outcome) -> tuple[Conflict, ...]:
@@ -455,6 +487,7 @@ def _finish(
         _explanation(req, content),
         req.mode,
         allow_used,
+        final.classifiable,
     )
 
 

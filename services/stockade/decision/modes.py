@@ -15,6 +15,7 @@ class Mode(Enum):
     BYPASS_PERMISSIONS = "bypassPermissions"
     DONT_ASK = "dontAsk"
     PLAN = "plan"
+    AUTO = "auto"
 
 
 _ALIASES = (
