@@ -103,3 +103,18 @@ def test_bad_demo_arguments_exit_2(tmp_path: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "is not a file" in done.stderr
+
+
+def test_services_log_no_error(demo: tuple[str, Path]) -> None:
+    """Leaving streams (the resolver's WatchApprovals, the agent's RunTurn) and stopping
+    the services are normal: no service logs an ERROR or a traceback."""
+    import json
+
+    logs = sorted((demo[1] / "logs").glob("*.log"))
+    assert {p.stem for p in logs} >= {"decision", "executor", "audit", "agent"}
+    for path in logs:
+        for line in path.read_text().splitlines():
+            assert "Traceback" not in line, f"{path.name}: {line}"
+            if line.startswith("{"):
+                record = json.loads(line)
+                assert record["level"] not in {"ERROR", "CRITICAL"}, f"{path.name}: {line}"
