@@ -12,9 +12,13 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
+	@echo "==> make: creating the virtual environment in $(VENV) (first run only, about a minute)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> make: upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "==> make: installing stockade and its dev tools (grpcio, opentelemetry, tree-sitter, pytest, mypy ...)"
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> make: $(VENV) is ready"
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv and install stockade with its dev extra

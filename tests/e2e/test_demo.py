@@ -118,3 +118,32 @@ def test_services_log_no_error(demo: tuple[str, Path]) -> None:
             if line.startswith("{"):
                 record = json.loads(line)
                 assert record["level"] not in {"ERROR", "CRITICAL"}, f"{path.name}: {line}"
+
+
+def test_the_demo_honours_the_otel_variables(tmp_path: Path) -> None:
+    """`OTEL_TRACES_EXPORTER=console stockade demo` shows the demo's spans and the
+    services it starts trace too (their spans in their logs)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_SDK_DISABLED"}
+    env["OTEL_TRACES_EXPORTER"] = "console"
+    state = tmp_path / "state"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stockade.cli.main",
+            "demo",
+            "--no-color",
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"name": "/stockade.v1.AgentService/RunTurn"' in done.stderr
+    agent_log = (state / "logs" / "agent.log").read_text()
+    assert '"name": "/stockade.v1.DecisionService/Decide"' in agent_log

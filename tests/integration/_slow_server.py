@@ -16,7 +16,7 @@ from stockade.server import Registration, ServerSettings, load_settings, serve
 
 
 async def _sleep(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-    started = os.environ.get("STOCKADE_TEST_STARTED")
+    started = os.environ.get("SLOW_SERVER_STARTED")
     if started:  # tell the test the call is in flight (no guessing with a sleep)
         with open(started, "a") as fh:
             fh.write("started\n")

@@ -53,18 +53,32 @@ async def test_session_and_approval_commands(
         addr = ["--addr", srv.address]
         admin = [*addr, "--token", TOKEN]
         try:
-            assert await cli(["session", "create", "s1", "--mode", "acceptEdits", *addr]) == 0
+            assert (
+                await cli(["session", "create", "s1", "--mode", "acceptEdits", "--json", *addr])
+                == 0
+            )
             created = json.loads(capsys.readouterr().out)
             assert created["session"]["mode"] == "PERMISSION_MODE_ACCEPT_EDITS"
             assert await cli(["session", "mode", "s1", "plan", *addr]) == 1  # no token
             assert "PERMISSION_DENIED" in capsys.readouterr().err
             assert await cli(["session", "mode", "s1", "dontAsk", *admin]) == 0
-            assert await cli(["session", "add-rule", "s1", "deny", "run_bash(curl *)", *admin]) == 0
+            assert (
+                await cli(
+                    ["session", "add-rule", "s1", "deny", "run_bash(curl *)", "--json", *admin]
+                )
+                == 0
+            )
             rule_id = json.loads(capsys.readouterr().out.splitlines()[-1])["rule"]["rule_id"]
             assert await cli(["session", "rules", "s1", "--policy", *addr]) == 0
+            human = capsys.readouterr().out.splitlines()
+            # Human form by default: a table with enums as words, not JSON.
+            assert human[0] == "rules:"
+            assert not any(line.lstrip().startswith("{") for line in human)
+            assert any("run_bash(curl *)" in line and "deny" in line.split() for line in human)
+            assert await cli(["session", "rules", "s1", "--policy", "--json", *addr]) == 0
             listed = json.loads(capsys.readouterr().out)
             assert [r["pattern"] for r in listed["rules"]] == ["file_write", "run_bash(curl *)"]
-            assert await cli(["session", "remove-rule", "s1", rule_id, *admin]) == 0
+            assert await cli(["session", "remove-rule", "s1", rule_id, "--json", *admin]) == 0
             assert json.loads(capsys.readouterr().out)["removed"] is True
             assert await cli(["session", "add-rule", "s1", "deny", "run_bash(x", *admin]) == 1
             assert "INVALID_ARGUMENT" in capsys.readouterr().err
@@ -105,7 +119,7 @@ async def test_session_and_approval_commands(
             states = [x["state"] for x in lines if "approval_id" in x]
             assert states == ["APPROVAL_STATE_PENDING", "APPROVAL_STATE_ALLOWED"]
             assert await cli(["session", "grants", "s1", *addr]) == 0
-            assert await cli(["session", "revoke", "grant-nope", *admin]) == 0
+            assert await cli(["session", "revoke", "grant-nope", "--json", *admin]) == 0
             assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {}
             assert await cli(["session", "delete", "s1", *admin]) == 0
             assert await cli(["session", "get", "s1", *addr]) == 1

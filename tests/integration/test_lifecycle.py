@@ -19,7 +19,7 @@ async def _start(sock: Path, grace: float, started: Path) -> asyncio.subprocess.
     env.update(
         STOCKADE_LISTEN=f"unix://{sock}",
         STOCKADE_GRACE_SECONDS=str(grace),
-        STOCKADE_TEST_STARTED=str(started),
+        SLOW_SERVER_STARTED=str(started),
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

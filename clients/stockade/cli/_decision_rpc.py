@@ -13,6 +13,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from stockade.cli._connect import add_tls_args, rpc_error_text, tls_from_args
 from stockade.client.base import sync_channel
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
@@ -32,6 +33,7 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("STOCKADE_ADMIN_TOKEN", ""),
         help="admin bearer token (default: $STOCKADE_ADMIN_TOKEN)",
     )
+    add_tls_args(parser)
 
 
 def metadata(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
@@ -41,13 +43,13 @@ def metadata(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
 
 def call(args: argparse.Namespace, fn: Callable[[d_grpc.DecisionServiceStub], T]) -> T | None:
     """Run ``fn`` with a stub; print a gRPC error and return None on failure."""
-    with sync_channel(args.addr) as channel:
+    tls = tls_from_args(args)
+    with sync_channel(args.addr, tls=tls) as channel:
         try:
             return fn(d_grpc.DecisionServiceStub(channel))
         except grpc.RpcError as err:
-            code = err.code().name if hasattr(err, "code") else "UNKNOWN"
-            details = err.details() if hasattr(err, "details") else str(err)
-            print(f"error: {code}: {details}", file=sys.stderr)
+            text = rpc_error_text(err, tls=tls is not None, address=args.addr)
+            print(f"error: {text}", file=sys.stderr)
             return None
 
 

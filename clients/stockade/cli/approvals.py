@@ -10,8 +10,11 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf import json_format, timestamp_pb2
 
+from stockade.cli._connect import rpc_error_text, tls_from_args
 from stockade.cli._decision_rpc import add_connection_args, call, emit, metadata
+from stockade.cli._render import enum_word, write_message
 from stockade.client.base import sync_channel
+from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
@@ -43,12 +46,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     resolve.add_argument("--until", help="always: ISO-8601 time the grant ends")
     resolve.add_argument("--resolver", default="cli", help="who answers (for the audit trail)")
     resolve.add_argument("--reason", default="")
+    resolve.add_argument("--json", action="store_true", help="print one JSON object")
     resolve.set_defaults(func=_resolve)
 
 
 def _watch(a: argparse.Namespace) -> int:
     seen = 0
-    with sync_channel(a.addr) as channel:
+    tls = tls_from_args(a)
+    with sync_channel(a.addr, tls=tls) as channel:
         stub = d_grpc.DecisionServiceStub(channel)
         stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=a.session))
         try:
@@ -57,7 +62,8 @@ def _watch(a: argparse.Namespace) -> int:
                 if a.json:
                     emit(ap)
                 else:
-                    state = d_pb2.ApprovalState.Name(ap.state).removeprefix("APPROVAL_STATE_")
+                    state = enum_word(d_pb2.ApprovalState.DESCRIPTOR, ap.state).upper()
+                    risk = enum_word(c_pb2.RiskLevel.DESCRIPTOR, ap.explanation.risk)
                     args = json.dumps(json_format.MessageToDict(ap.call.arguments))
                     once = (
                         "\n  (asks every time: 'always' would allow this call once)"
@@ -67,7 +73,7 @@ def _watch(a: argparse.Namespace) -> int:
                     print(
                         f"[{state}] {ap.approval_id} session={ap.session_id} "
                         f"{ap.call.tool_name} {args}\n  {ap.reason}; "
-                        f"risk {ap.explanation.risk}: {ap.explanation.summary}{once}",
+                        f"risk {risk}: {ap.explanation.summary}{once}",
                         flush=True,
                     )
                 seen += 1
@@ -77,7 +83,8 @@ def _watch(a: argparse.Namespace) -> int:
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.CANCELLED:
                 return 0
-            print(f"error: {err.code().name}: {err.details()}", file=sys.stderr)
+            text = rpc_error_text(err, tls=tls is not None, address=a.addr)
+            print(f"error: {text}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
             return 130
@@ -110,5 +117,5 @@ def _resolve(a: argparse.Namespace) -> int:
     resp = call(a, lambda s: s.ResolveApproval(req, metadata=metadata(a)))
     if resp is None:
         return 1
-    emit(resp)
+    write_message(resp, sys.stdout, as_json=a.json)
     return 0

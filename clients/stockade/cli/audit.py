@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from stockade.cli._connect import add_tls_args, rpc_error_text, tls_from_args
 from stockade.client.audit import SyncAuditClient
 from stockade.v1 import audit_service_pb2 as a_pb2
 
@@ -42,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             default=os.environ.get("STOCKADE_AUDIT_ADDR", DEFAULT_ADDR),
             help=f"audit service address (default $STOCKADE_AUDIT_ADDR or {DEFAULT_ADDR})",
         )
+        add_tls_args(parser)
 
     tail = commands.add_parser("tail", help="print rows as they are stored")
     common(tail)
@@ -167,11 +169,14 @@ def _tail_line(cells: list[str]) -> str:
     return f"{fixed}  {cells[-1]}".rstrip() + "\n"
 
 
-def _fail(err: grpc.RpcError) -> int:
-    code = err.code().name if hasattr(err, "code") else "UNKNOWN"
-    details = err.details() if hasattr(err, "details") else str(err)
-    sys.stderr.write(f"error: {code}: {details}\n")
+def _fail(err: grpc.RpcError, args: argparse.Namespace) -> int:
+    tls = bool(getattr(args, "tls_cert", ""))
+    sys.stderr.write(f"error: {rpc_error_text(err, tls=tls, address=args.addr)}\n")
     return 1
+
+
+def _client(args: argparse.Namespace) -> SyncAuditClient:
+    return SyncAuditClient(args.addr, tls=tls_from_args(args))
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -188,10 +193,10 @@ def _query(args: argparse.Namespace) -> int:
     if args.until is not None:
         request.end_time.FromDatetime(args.until)
     try:
-        with SyncAuditClient(args.addr) as client:
+        with _client(args) as client:
             records = list(client.query_all(request, limit=args.limit))
     except grpc.RpcError as err:
-        return _fail(err)
+        return _fail(err, args)
     if args.json:
         json.dump([_record_dict(r) for r in records], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -205,7 +210,7 @@ def _query(args: argparse.Namespace) -> int:
 def _tail(args: argparse.Namespace) -> int:
     seen = 0
     try:
-        with SyncAuditClient(args.addr) as client:
+        with _client(args) as client:
             for record in client.tail(args.session, args.after):
                 if args.json:
                     sys.stdout.write(json.dumps(_record_dict(record)) + "\n")
@@ -218,7 +223,7 @@ def _tail(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except grpc.RpcError as err:
-        return _fail(err)
+        return _fail(err, args)
     return 0
 
 
@@ -229,10 +234,10 @@ def _verify(args: argparse.Namespace) -> int:
             return 1
     else:
         try:
-            with SyncAuditClient(args.addr) as client:
+            with _client(args) as client:
                 result = client.verify()
         except grpc.RpcError as err:
-            return _fail(err)
+            return _fail(err, args)
     if args.json:
         sys.stdout.write(
             json.dumps(MessageToDict(result, always_print_fields_with_no_presence=True)) + "\n"
@@ -273,10 +278,10 @@ def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:
 
 def _metrics(args: argparse.Namespace) -> int:
     try:
-        with SyncAuditClient(args.addr) as client:
+        with _client(args) as client:
             snapshot = client.session_metrics(args.session)
     except grpc.RpcError as err:
-        return _fail(err)
+        return _fail(err, args)
     if args.json:
         sys.stdout.write(
             json.dumps(

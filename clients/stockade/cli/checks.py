@@ -180,6 +180,8 @@ def _run(
                 print(json.dumps(bad_line("input line is not a JSON string")), flush=False)
                 continue
             print(json.dumps(check(value)))
+    except BrokenPipeError:
+        raise  # the reader left (`| head`): main() ends quietly
     except OSError as exc:
         print(f"stockade: cannot read {args.batch}: {exc.strerror or exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -99,7 +99,7 @@ def describe(event: a_pb2.RunTurnResponse, style: Style) -> str | None:
         line = f"{style('call ', '33')}  {call.tool_name}({shown})"
     elif kind == "permission_requested":
         p = event.permission_requested
-        risk = c_pb2.RiskLevel.Name(p.explanation.risk).removeprefix("RISK_LEVEL_")
+        risk = c_pb2.RiskLevel.Name(p.explanation.risk).removeprefix("RISK_LEVEL_").lower()
         line = (
             f"{style('ASK  ', '35;1')}  {p.call.tool_name}: {p.reason} "
             f"[risk {risk}] {p.explanation.summary}"
@@ -208,8 +208,16 @@ async def print_audit(address: str, style: Style) -> bool:
 async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, style: Style) -> int:
     """Run the demo; returns the exit code."""
     workspace, scripts, policy_file = prepare(state_dir, script, policy)
+    # The stack turns the services' telemetry off unless asked: a user who chose an
+    # exporter (OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or an OTLP endpoint) asked.
+    chosen = any(
+        os.environ.get(v)
+        for v in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    common = {"OTEL_SDK_DISABLED": os.environ.get("OTEL_SDK_DISABLED", "false")} if chosen else {}
     stack = LocalStack(
         state_dir,
+        common_env=common,
         env={
             "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
             "decision": {"STOCKADE_DECISION_POLICY_FILE": str(policy_file)},
@@ -269,7 +277,26 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             print(f"stockade demo: {path} is not a file", file=sys.stderr)
             return 2
-    return asyncio.run(run_demo(Path(args.state_dir).resolve(), args.script, args.policy, style))
+    from stockade.server.envcheck import otel_problems
+    from stockade.server.telemetry import setup_telemetry
+
+    # The standard OTEL_* variables apply to the demo as to the services it starts (they
+    # inherit them): its own client spans (RunTurn, WatchApprovals …) go to the chosen
+    # exporter, and the trace context reaches the services, whose spans land in their
+    # logs under --state-dir when the exporter is `console`.
+    problems = otel_problems(os.environ)
+    if problems:
+        print(f"stockade demo: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    telemetry = setup_telemetry("demo")
+    try:
+        state_dir = Path(args.state_dir).resolve()
+        code = asyncio.run(run_demo(state_dir, args.script, args.policy, style))
+    finally:
+        telemetry.shutdown()
+    if "console" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower():
+        print(f"  the services' spans are in {state_dir / 'logs'}/*.log", file=sys.stderr)
+    return code
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from stockade.cli._connect import add_tls_args, tls_from_args
+from stockade.client.base import TlsConfig
 from stockade.decision.engine import Decision, DecisionRequest, Facts, decide
 from stockade.decision.explain import Explanation, Risk
 from stockade.decision.lint import lint_rules
@@ -65,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument("--root", action="append", default=[], help="an allowed root (repeatable)")
     replay.add_argument("--cwd", help="working directory (default: the current one)")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
+    add_tls_args(replay)
     replay.set_defaults(func=run_replay)
 
 
@@ -214,7 +217,7 @@ def run_replay(args: argparse.Namespace) -> int:
     except StockadeError as exc:
         return _usage(exc.message)
     try:
-        records = _recorded_calls(args.addr, args.session)
+        records = _recorded_calls(args.addr, args.session, tls_from_args(args))
     except Exception as exc:
         print(f"stockade policy replay: cannot read the audit trail at {args.addr}: {exc}",
               file=sys.stderr)  # fmt: skip
@@ -262,7 +265,7 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recorded_calls(addr: str, session_id: str) -> list[Any]:
+def _recorded_calls(addr: str, session_id: str, tls: TlsConfig | None = None) -> list[Any]:
     """Every decided tool call in the audit trail, oldest first."""
     from stockade.client.base import sync_channel
     from stockade.decision.replay import RecordedCall
@@ -278,7 +281,7 @@ def _recorded_calls(addr: str, session_id: str) -> list[Any]:
     }
     sources = {pb: source for source, pb in SOURCE_TO_PB.items()}
     out: list[RecordedCall] = []
-    with sync_channel(addr) as channel:
+    with sync_channel(addr, tls=tls) as channel:
         stub = au_grpc.AuditServiceStub(channel)
         token = ""
         while True:

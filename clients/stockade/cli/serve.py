@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
+from typing import Any
 
 from stockade.server import ServiceApp, SettingsError, load_settings, serve
 
@@ -11,18 +14,18 @@ SERVICES = ("decision", "executor", "audit", "agent")
 EXTRAS = ("papers",)
 
 
-def build_app(name: str) -> ServiceApp:
-    """The ServiceApp for ``name`` with settings from the environment."""
+def build_app(name: str, **overrides: Any) -> ServiceApp:
+    """The ServiceApp for ``name`` with settings from the environment (and ``overrides``)."""
     if name == "decision":
         from stockade.decision.service import DecisionApp
         from stockade.decision.settings import DecisionSettings
 
-        return DecisionApp(load_settings(DecisionSettings))
+        return DecisionApp(load_settings(DecisionSettings, **overrides))
     if name == "executor":
         from stockade.executor.service import ExecutorApp
         from stockade.executor.settings import ExecutorSettings
 
-        return ExecutorApp(load_settings(ExecutorSettings))
+        return ExecutorApp(load_settings(ExecutorSettings, **overrides))
     if name == "audit":
         from stockade.audit.service import AuditApp
         from stockade.audit.settings import AuditSettings
@@ -39,11 +42,43 @@ def build_app(name: str) -> ServiceApp:
     return AgentApp(load_settings(AgentSettings))
 
 
+def _all_apps() -> list[ServiceApp]:
+    """The four apps of ``serve all``, with the grant keys wired between them.
+
+    The executor accepts only calls with a grant the decision service signed (DEC-12).
+    When neither key is configured, the decision service's key pair in its state folder
+    is used and the executor is given its public half; a configured private key without
+    a configured public key is refused rather than guessed.
+    """
+    from stockade.decision.grants import PUBLIC_KEY_NAME, generate_keypair
+    from stockade.decision.settings import DecisionSettings
+    from stockade.executor.settings import ExecutorSettings
+
+    decision = load_settings(DecisionSettings)
+    executor = load_settings(ExecutorSettings)
+    overrides: dict[str, Any] = {}
+    if executor.grant_public_key_file is None and not executor.allow_ungranted:
+        if decision.grant_private_key_file is not None:
+            raise SettingsError(
+                "STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE is set but "
+                "STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE is not: give the executor the "
+                "matching public key"
+            )
+        state = Path(decision.state_dir)
+        public = state / PUBLIC_KEY_NAME
+        if not public.is_file():
+            generate_keypair(state)
+        overrides["grant_public_key_file"] = public
+    return [build_app(n, **overrides) if n == "executor" else build_app(n) for n in SERVICES]
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve one service, or all four in one process (the agent last, stopped first)."""
-    names = SERVICES if args.service == "all" else (args.service,)
+    from stockade.server.envcheck import check_environment
+
     try:
-        apps = [build_app(n) for n in names]
+        check_environment(os.environ)
+        apps = _all_apps() if args.service == "all" else [build_app(args.service)]
     except SettingsError as exc:
         print(f"stockade serve: {exc}", file=sys.stderr)
         return 2

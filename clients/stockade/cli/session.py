@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stockade.cli._decision_rpc import add_connection_args, call, emit, metadata
+from stockade.cli._decision_rpc import add_connection_args, call, metadata
+from stockade.cli._render import write_message
 from stockade.decision.modes import parse_mode
 from stockade.errors import InvalidArgument
 from stockade.v1 import common_pb2 as c_pb2
@@ -41,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         add_connection_args(p)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
         return p
 
     p = cmd("create", "create a session (or show the existing one)")
@@ -80,36 +83,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_revoke)
 
 
-def _done(resp: object) -> int:
+def _done(resp: object, a: argparse.Namespace) -> int:
     if resp is None:
         return 1
-    emit(resp)  # type: ignore[arg-type]
+    write_message(resp, sys.stdout, as_json=a.json)  # type: ignore[arg-type]
     return 0
 
 
 def _create(a: argparse.Namespace) -> int:
     mode = a.mode if a.mode is not None else c_pb2.PERMISSION_MODE_UNSPECIFIED
     req = d_pb2.CreateSessionRequest(session_id=a.session_id, mode=mode)
-    return _done(call(a, lambda s: s.CreateSession(req)))
+    return _done(call(a, lambda s: s.CreateSession(req)), a)
 
 
 def _get(a: argparse.Namespace) -> int:
-    return _done(call(a, lambda s: s.GetSession(d_pb2.GetSessionRequest(session_id=a.session_id))))
+    req = d_pb2.GetSessionRequest(session_id=a.session_id)
+    return _done(call(a, lambda s: s.GetSession(req)), a)
 
 
 def _delete(a: argparse.Namespace) -> int:
     req = d_pb2.DeleteSessionRequest(session_id=a.session_id)
-    return _done(call(a, lambda s: s.DeleteSession(req, metadata=metadata(a))))
+    return _done(call(a, lambda s: s.DeleteSession(req, metadata=metadata(a))), a)
 
 
 def _set_mode(a: argparse.Namespace) -> int:
     req = d_pb2.SetModeRequest(session_id=a.session_id, mode=a.mode)
-    return _done(call(a, lambda s: s.SetMode(req, metadata=metadata(a))))
+    return _done(call(a, lambda s: s.SetMode(req, metadata=metadata(a))), a)
 
 
 def _rules(a: argparse.Namespace) -> int:
     req = d_pb2.ListRulesRequest(session_id=a.session_id, include_policy=a.policy)
-    return _done(call(a, lambda s: s.ListRules(req)))
+    return _done(call(a, lambda s: s.ListRules(req)), a)
 
 
 def _add_rule(a: argparse.Namespace) -> int:
@@ -118,19 +122,19 @@ def _add_rule(a: argparse.Namespace) -> int:
         rule=c_pb2.Rule(effect=EFFECTS[a.effect], pattern=a.pattern, reason=a.reason),
         request_id=a.request_id,
     )
-    return _done(call(a, lambda s: s.AddRule(req, metadata=metadata(a))))
+    return _done(call(a, lambda s: s.AddRule(req, metadata=metadata(a))), a)
 
 
 def _remove_rule(a: argparse.Namespace) -> int:
     req = d_pb2.RemoveRuleRequest(session_id=a.session_id, rule_id=a.rule_id)
-    return _done(call(a, lambda s: s.RemoveRule(req, metadata=metadata(a))))
+    return _done(call(a, lambda s: s.RemoveRule(req, metadata=metadata(a))), a)
 
 
 def _grants(a: argparse.Namespace) -> int:
     req = d_pb2.ListGrantsRequest(session_id=a.session_id)
-    return _done(call(a, lambda s: s.ListGrants(req)))
+    return _done(call(a, lambda s: s.ListGrants(req)), a)
 
 
 def _revoke(a: argparse.Namespace) -> int:
     req = d_pb2.RevokeGrantRequest(grant_id=a.grant_id)
-    return _done(call(a, lambda s: s.RevokeGrant(req, metadata=metadata(a))))
+    return _done(call(a, lambda s: s.RevokeGrant(req, metadata=metadata(a))), a)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
 
 SERVICE_NAME = a_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,6 +95,17 @@ class AgentApp:
             for address in s.tool_providers
         }
         hooks = [RemoteHook(config, extra_channels[config.address]) for config in s.remote_hooks]
+        log.info(
+            "agent provider %s; decision %s, executor %s, audit %s%s; %d tool providers, "
+            "%d remote hooks",
+            s.provider,
+            s.decision_addr,
+            s.executor_addr,
+            s.audit_addr,
+            " (mTLS)" if tls else "",
+            len(providers),
+            len(hooks),
+        )
         core = AgentCore(
             decision=DecisionClient(decision_ch, decide_deadline_s=s.decide_deadline_s),
             executor=ExecutorClient(executor_ch),

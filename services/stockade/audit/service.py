@@ -45,6 +45,12 @@ class AuditApp:
         """Open the SQLite store (and the retention sweep); close them after the drain."""
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         store = await AuditStore.open(self.settings.db_path, synchronous=self.settings.synchronous)
+        log.info(
+            "audit store %s (synchronous=%s, retention %s)",
+            self.settings.db_path,
+            self.settings.synchronous,
+            f"{self.settings.retention_days:g} days" if self.settings.retention_days else "off",
+        )
         sweeper: asyncio.Task[None] | None = None
         if self.settings.retention_days > 0:
             sweeper = asyncio.create_task(

@@ -76,6 +76,28 @@ def signer_for(settings: DecisionSettings) -> GrantSigner:
     return GrantSigner(key, ttl_s=settings.grant_ttl_s)
 
 
+def store_path(settings: DecisionSettings) -> Path:
+    """The session database file."""
+    return Path(settings.state_dir) / DB_NAME
+
+
+def describe_policy(policies: PolicyStore) -> str:
+    """What the start-up line says about the policy: where it came from, its version,
+    its mode and how many rules of each effect (so an operator sees at once whether the
+    intended file was loaded)."""
+    policy = policies.current
+    counts = {effect: 0 for effect in ("deny", "ask", "allow")}
+    for rule in policy.rules:
+        effect = str(getattr(rule.effect, "value", rule.effect)).lower()
+        counts[effect] = counts.get(effect, 0) + 1
+    files = [str(p) for p in (policies.path, policies.project_path) if p is not None]
+    return (
+        f"policy {', '.join(files) or '(no file: environment rules only)'} "
+        f"version {policy.version} mode {getattr(policy.mode, 'value', policy.mode)}: "
+        f"{counts['deny']} deny, {counts['ask']} ask, {counts['allow']} allow rules"
+    )
+
+
 @dataclass
 class DecisionApp:
     """ServiceApp for the decision service."""
@@ -89,6 +111,7 @@ class DecisionApp:
         s = self.settings
         policies = policy_store(s)
         store = await SessionStore.open(Path(s.state_dir) / DB_NAME)
+        log.info("decision loaded %s; sessions in %s", describe_policy(policies), store_path(s))
         core = DecisionCore(policies, store, signer_for(s))
         watcher = asyncio.create_task(policies.watch(s.policy_poll_s))
         loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from stockade.server import Registration
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = x_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
 
 
@@ -45,6 +47,13 @@ class ExecutorApp:
         # during the first such Inspect.
         await asyncio.to_thread(warm_isolated_parser)
         async with executor_servicer(self.settings, build_sandbox(self.settings)) as servicer:
+            layers = servicer.layers()
+            log.info(
+                "executor workspace %s; confinement active: %s; inactive: %s",
+                self.settings.workspace,
+                ", ".join(layer.name for layer in layers if layer.active) or "none",
+                ", ".join(layer.name for layer in layers if not layer.active) or "none",
+            )
             yield [
                 Registration(
                     x_grpc.add_ExecutorServiceServicer_to_server,

@@ -15,6 +15,7 @@ import ipaddress
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
@@ -28,11 +29,15 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from stockade.server.interceptors import ContextInterceptor
 from stockade.server.lifecycle import stopping
-from stockade.server.settings import ServerSettings
+from stockade.server.settings import ServerSettings, SettingsError
 from stockade.server.telemetry import setup_logging, setup_telemetry
 from stockade.tracing import tracing_enabled
 
 log = logging.getLogger("stockade.server")
+
+
+class StartupError(RuntimeError):
+    """A server cannot start as configured (the message says what to fix)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ async def create_server(
     say ``allow_plaintext`` (X-3)."""
     creds = _server_credentials(settings)
     if creds is None and not _is_loopback(settings.listen) and not settings.allow_plaintext:
-        raise RuntimeError(
+        raise StartupError(
             f"{name}: refusing plaintext on non-loopback address {settings.listen}; configure "
             "tls_cert_file/tls_key_file/tls_ca_file or set allow_plaintext for a dev cluster"
         )
@@ -150,7 +155,7 @@ async def create_server(
     port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
     if not listen.startswith("unix://"):
         if port == 0:
-            raise RuntimeError(f"{name}: could not bind {listen}")
+            raise StartupError(f"{name}: could not bind {listen}")
         address = f"{listen.rsplit(':', 1)[0]}:{port}"
     else:
         address = listen
@@ -224,11 +229,28 @@ def _write_ready_file(ready: dict[str, str]) -> None:
 
 
 def serve(apps: Sequence[ServiceApp], *, log_level: str = "INFO") -> int:
-    """Process entry point: logging, telemetry, run until a signal. Returns the exit code."""
+    """Process entry point: strict environment check, logging, telemetry, run until a
+    signal. Returns the exit code: 0 after a clean stop, 2 when the configuration is
+    wrong (one line on stderr naming the fix, no traceback)."""
+    from stockade.errors import StockadeError
+    from stockade.server.envcheck import check_environment
+
+    names = ", ".join(app.name for app in apps)
+    try:
+        check_environment(os.environ, [type(app.settings) for app in apps])
+    except SettingsError as exc:
+        print(f"stockade {names}: {exc}", file=sys.stderr)
+        return 2
     setup_logging(log_level)
     telemetry = setup_telemetry(apps[0].name if len(apps) == 1 else "all")
     try:
         asyncio.run(run_apps(apps))
+    except (StockadeError, SettingsError, StartupError, OSError) as exc:
+        # A bad policy file, a missing key or certificate, a port in use: the operator
+        # needs the one line that names it, not the asyncio traceback around it.
+        message = exc.message if isinstance(exc, StockadeError) else str(exc)
+        print(f"stockade {names}: cannot start: {message}", file=sys.stderr)
+        return 2
     finally:
         telemetry.shutdown()
     return 0

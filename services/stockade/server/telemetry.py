@@ -48,11 +48,16 @@ class Telemetry:
             self.meter_provider.shutdown()
 
 
-def _choice(var: str) -> str:
+def _choices(var: str) -> set[str]:
+    """The exporters ``var`` names (a comma-separated list, as the OTel spec allows).
+
+    Values other than otlp, console and none are refused at start-up
+    (``stockade.server.envcheck``) rather than ignored here.
+    """
     value = os.environ.get(var, "").strip().lower()
     if value:
-        return value.split(",")[0].strip()
-    return "otlp" if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
+        return {part.strip() for part in value.split(",") if part.strip()}
+    return {"otlp"} if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else {"none"}
 
 
 def setup_telemetry(
@@ -74,24 +79,24 @@ def setup_telemetry(
     )
     tracer_provider = TracerProvider(resource=resource)
     processors: list[SpanProcessor] = list(extra_span_processors)
-    traces = _choice("OTEL_TRACES_EXPORTER")
-    if traces == "otlp":
+    traces = _choices("OTEL_TRACES_EXPORTER")
+    if "otlp" in traces:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         processors.append(BatchSpanProcessor(OTLPSpanExporter()))
-    elif traces == "console":
+    if "console" in traces:
         processors.append(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
     for p in processors:
         tracer_provider.add_span_processor(p)
     trace.set_tracer_provider(tracer_provider)
 
     readers: list[MetricReader] = list(extra_metric_readers)
-    metrics_choice = _choice("OTEL_METRICS_EXPORTER")
-    if metrics_choice == "otlp":
+    metrics_choice = _choices("OTEL_METRICS_EXPORTER")
+    if "otlp" in metrics_choice:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-    elif metrics_choice == "console":
+    if "console" in metrics_choice:
         readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(out=sys.stderr)))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(meter_provider)

@@ -37,6 +37,12 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert "usage: stockade" in out.out, cmd
 
 
+def test_version() -> None:
+    done = subprocess.run([*STOCKADE, "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.startswith("stockade ") and done.stdout.split()[1][0].isdigit()
+
+
 @pytest.mark.parametrize("argv", [[], ["serve"], ["serve", "nonsense"], ["no-such-command"]])
 def test_usage_errors_exit_2(argv: list[str]) -> None:
     done = subprocess.run([*STOCKADE, *argv], capture_output=True, text=True)
