@@ -17,6 +17,8 @@ import importlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from stockade.server.settings import ServerSettings, SettingsError
 
 CLIENT_VARIABLES: Mapping[str, str] = {
@@ -49,7 +51,7 @@ _OTLP_PROTOCOL_VARS = (
 )
 
 
-def settings_classes() -> list[type[ServerSettings]]:
+def settings_classes() -> list[type[BaseSettings]]:
     """Every service's settings class: each ``stockade.<service>.settings`` module is
     imported, so a service added later is known without editing a list here."""
     import stockade
@@ -60,8 +62,10 @@ def settings_classes() -> list[type[ServerSettings]]:
         for module in sorted(Path(root).glob("*/settings.py")):
             if module.parent.name.isidentifier():
                 importlib.import_module(f"stockade.{module.parent.name}.settings")
-    found: list[type[ServerSettings]] = []
-    todo = list(ServerSettings.__subclasses__())
+    found: list[type[BaseSettings]] = []
+    # Every pydantic-settings class, not only ServerSettings subclasses: a service may
+    # keep part of its settings in a class of its own.
+    todo = list(BaseSettings.__subclasses__())
     while todo:
         cls = todo.pop()
         found.append(cls)
@@ -69,7 +73,7 @@ def settings_classes() -> list[type[ServerSettings]]:
     return found
 
 
-def _names_of(cls: type[ServerSettings]) -> set[str]:
+def _names_of(cls: type[BaseSettings]) -> set[str]:
     prefix = str(cls.model_config.get("env_prefix", "")).upper()
     names: set[str] = set()
     for field_name, field in cls.model_fields.items():
@@ -88,10 +92,11 @@ def known_variables(extra: Iterable[type[ServerSettings]] = ()) -> set[str]:
     known = set(CLIENT_VARIABLES)
     for cls in extra:
         known |= {n for n in _names_of(cls) if n.startswith("STOCKADE_")}
-    for cls in settings_classes():
+    for found in settings_classes():
         # The base class's own prefix (``STOCKADE_``) is never used to load settings.
-        if cls.model_config.get("env_prefix") not in (None, "", "STOCKADE_"):
-            known |= {n for n in _names_of(cls) if n.startswith("STOCKADE_")}
+        prefix = str(found.model_config.get("env_prefix") or "").upper()
+        if prefix.startswith("STOCKADE_") and prefix != "STOCKADE_":
+            known |= {n for n in _names_of(found) if n.startswith("STOCKADE_")}
     return known
 
 
