@@ -30,7 +30,7 @@ USAGE_ERROR = 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``policy check``, ``policy lint`` and ``policy replay``."""
+    """Add ``policy check``, ``policy lint``, ``policy replay`` and ``policy test``."""
     policy = subparsers.add_parser("policy", help="check, lint and replay permission policies")
     sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     sub.required = True
@@ -69,6 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument("--json", action="store_true", help="print one JSON object")
     add_tls_args(replay)
     replay.set_defaults(func=run_replay)
+
+    from stockade.cli import verdicts
+
+    verdicts.register(sub)
 
 
 def _usage(message: str) -> int:
