@@ -27,7 +27,7 @@ from stockade.client.audit import SyncAuditClient
 from stockade.v1 import audit_service_pb2 as a_pb2
 
 DEFAULT_ADDR = "127.0.0.1:50053"
-_STATUSES = ("OK", "FAIL", "DENIED", "CANCELLED", "SESSION_STOP")
+_STATUSES = ("OK", "FAIL", "DENIED", "CANCELLED", "SESSION_STOP", "UNKNOWN")
 _RELATIVE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -39,6 +39,10 @@ class _AuditStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AuditStat
     """The call was cancelled."""
     AUDIT_STATUS_SESSION_STOP: _AuditStatus.ValueType  # 5
     """The session's summary row (tool_name "session")."""
+    AUDIT_STATUS_UNKNOWN: _AuditStatus.ValueType  # 6
+    """The outcome is not known: the agent stopped waiting for the tool (its deadline
+    passed, or the connection broke mid-call), so the tool may have run, in part or whole.
+    """
 
 class AuditStatus(_AuditStatus, metaclass=_AuditStatusEnumTypeWrapper):
     """The status of an audited call."""
@@ -55,6 +59,10 @@ AUDIT_STATUS_CANCELLED: AuditStatus.ValueType  # 4
 """The call was cancelled."""
 AUDIT_STATUS_SESSION_STOP: AuditStatus.ValueType  # 5
 """The session's summary row (tool_name "session")."""
+AUDIT_STATUS_UNKNOWN: AuditStatus.ValueType  # 6
+"""The outcome is not known: the agent stopped waiting for the tool (its deadline
+passed, or the connection broke mid-call), so the tool may have run, in part or whole.
+"""
 Global___AuditStatus: _TypeAlias = AuditStatus  # noqa: Y015
 
 @_typing.final

@@ -9,7 +9,6 @@ last (it records the final output).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -37,6 +36,13 @@ from stockade.agent.hooks import (
     ToolResultContext,
 )
 from stockade.agent.redaction import redact, redact_value
+from stockade.audit.bounds import (
+    MAX_JSON_DEPTH,
+    bound_json_text,
+    bounded_json,
+    cut_marker,
+    value_depth_exceeds,
+)
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
 
@@ -258,7 +264,13 @@ class MetricsHook(Hook):
 
 
 class AuditSink(Protocol):
-    """The audit client's non-blocking side: queue an event and return at once."""
+    """The audit client's non-blocking side: queue an event and return at once.
+
+    A sink may also offer ``async wait_durable()`` (return once what was queued survives
+    a crash) and ``blocked_reason() -> str`` (why calls must be refused now, "" when
+    they may run), as ``stockade.client.audit.AuditRecorder`` does; the hook uses them
+    when present.
+    """
 
     def enqueue(self, event: audit_pb2.AuditEvent) -> None:
         """Queue ``event`` for delivery (spooled if the audit service is down)."""
@@ -270,6 +282,7 @@ _STATUS = {
     CallStatus.FAIL: audit_pb2.AUDIT_STATUS_FAIL,
     CallStatus.DENIED: audit_pb2.AUDIT_STATUS_DENIED,
     CallStatus.CANCELLED: audit_pb2.AUDIT_STATUS_CANCELLED,
+    CallStatus.UNKNOWN: audit_pb2.AUDIT_STATUS_UNKNOWN,
 }
 PREVIEW_CHARS = 200
 
@@ -294,11 +307,25 @@ def _rule_source(name: str) -> common_pb2.RuleSource.ValueType:
         return common_pb2.RULE_SOURCE_UNSPECIFIED
 
 
+def audit_arguments(arguments: Any) -> str:
+    """The arguments as the audit row keeps them: redacted canonical JSON, cut to a
+    marker (with the SHA-256 and size of the full text) when too long or too deep."""
+    if value_depth_exceeds(arguments):
+        # redact_value and json.dumps recurse: a value this deep is measured, not walked.
+        return cut_marker(None, f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return bounded_json(redact_value(arguments))
+
+
 class AuditLogHook(Hook):
     """Sends one audit row per finished call and a SESSION_STOP row per ending (AUD-1).
 
-    The sink's ``enqueue`` never waits on the network (AUD-2); an exception from it is
-    logged and swallowed so that the audit path can never break a turn.
+    The sink's ``enqueue`` never waits on the network (AUD-2); it writes the event ahead
+    to the local spool, and when the sink can also make it durable (``wait_durable``:
+    a group fsync) the hook waits for that, so a call's result is released only once its
+    audit row survives a crash. When the sink says the trail cannot be written
+    (``blocked_reason``, e.g. a full disk), further calls are refused (fail closed).
+    Other exceptions from the sink are logged and swallowed so that the audit path can
+    never break a turn.
     """
 
     name = "audit_log"
@@ -306,6 +333,8 @@ class AuditLogHook(Hook):
 
     def __init__(self, sink: AuditSink) -> None:
         self._sink = sink
+        self._wait_durable = getattr(sink, "wait_durable", None)
+        self._blocked_reason = getattr(sink, "blocked_reason", None)
 
     def _send(self, event: audit_pb2.AuditEvent) -> None:
         try:
@@ -313,12 +342,26 @@ class AuditLogHook(Hook):
         except Exception as exc:
             log.error("audit enqueue failed for %s: %s", event.event_id, exc)
 
+    async def _durable(self) -> None:
+        if self._wait_durable is None:
+            return
+        try:
+            await self._wait_durable()
+        except Exception as exc:
+            log.error("audit: waiting for a durable spool failed: %s", exc)
+
+    async def pre_tool_use(self, call: ToolCallContext) -> PreAction:
+        """Refuse the call while the audit trail cannot be written (fail closed)."""
+        if self._blocked_reason is not None:
+            reason = self._blocked_reason()
+            if reason:
+                return Block(f"refused: {reason}")
+        return CONTINUE
+
     async def post_tool_use(self, result: ToolResultContext) -> PostAction:
-        """Record the call (arguments and preview redacted)."""
+        """Record the call (arguments and preview redacted) and wait until it is durable."""
         call, decision = result.call, result.decision
-        arguments = json.dumps(
-            redact_value(dict(call.arguments)), sort_keys=True, separators=(",", ":")
-        )
+        arguments = audit_arguments(dict(call.arguments))
         self._send(
             audit_pb2.AuditEvent(
                 event_id=str(uuid.uuid4()),
@@ -334,13 +377,14 @@ class AuditLogHook(Hook):
                 verdict=_verdict(decision.verdict),
                 matched_rule=decision.matched_rule,
                 rule_source=_rule_source(decision.rule_source),
-                conflict_log=decision.conflict_log,
+                conflict_log=bound_json_text(decision.conflict_log),
                 trace_id=result.trace_id,
                 span_id=result.span_id,
                 policy_version=decision.policy_version,
                 arguments_json=arguments,
             )
         )
+        await self._durable()
         return CONTINUE
 
     async def on_event(self, event: LifecycleEvent) -> None:
@@ -363,6 +407,7 @@ class AuditLogHook(Hook):
                 trace_id=str(event.details.get("trace_id", "")),
             )
         )
+        await self._durable()
 
 
 def standard_hooks(

@@ -81,6 +81,9 @@ class CallStatus(Enum):
     FAIL = "FAIL"
     DENIED = "DENIED"
     CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    """The agent stopped waiting for the tool (deadline, broken connection): it may
+    have run, in part or whole."""
 
 
 @dataclass(frozen=True)

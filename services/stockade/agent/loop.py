@@ -53,7 +53,13 @@ from stockade.agent.pipeline import (
     denied_outcome,
     error_outcome,
 )
-from stockade.agent.providers.base import Message, ModelTurn, Provider, ProviderError
+from stockade.agent.providers.base import (
+    Message,
+    ModelTurn,
+    Provider,
+    ProviderError,
+    checked_turn,
+)
 from stockade.agent.registry import BUILTIN_TOOLS, Location, ToolRegistry, default_registry
 from stockade.agent.remote_tools import ToolProviderClient, discover
 from stockade.agent.skills import SkillError, SkillLibrary
@@ -346,6 +352,7 @@ class AgentCore:
             except ProviderError as exc:
                 turn.emit(scope.name, error={"message": f"provider error: {exc}"})
                 return LoopResult(Termination.ERROR, f"provider error: {exc}", "", limiter.step)
+            model_turn = checked_turn(model_turn)  # a too-deep call fails alone, later
             used = model_turn.prompt_tokens + model_turn.completion_tokens
             scope.budget.spend_tokens(used)
             turn.tokens_used += used

@@ -25,11 +25,12 @@ from opentelemetry import trace
 from stockade.agent.builtin_hooks import CancelToken
 from stockade.agent.hooks import CallStatus, DecisionInfo, ToolCallContext, ToolResultContext
 from stockade.agent.limits import DuplicateDetector
-from stockade.agent.providers.base import ModelToolCall
+from stockade.agent.providers.base import MAX_ARGUMENT_DEPTH, ModelToolCall
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.subagent import AgentScope, silent_refusal
 from stockade.agent.toolspec_proto import dict_to_struct
+from stockade.audit.bounds import value_depth_exceeds
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.errors import InvalidArgument, UnknownTool
@@ -76,10 +77,16 @@ class Outcome:
     """Why."""
     ends_turn: bool = False
     """A builtin (ask_user) ends the turn after this step."""
+    outcome_unknown: bool = False
+    """The agent stopped waiting for the executor (its deadline passed, or the stream
+    broke after the call was sent): the tool may have run, so the audit row says UNKNOWN
+    rather than a failure that may not have happened."""
 
     @property
     def call_status(self) -> CallStatus:
         """The status hooks and the audit log see."""
+        if self.outcome_unknown:
+            return CallStatus.UNKNOWN
         if self.status == x_pb2.EXECUTION_STATUS_OK:
             return CallStatus.OK
         if self.status == x_pb2.EXECUTION_STATUS_CANCELLED:
@@ -87,6 +94,29 @@ class Outcome:
         if self.verdict == c_pb2.VERDICT_DENY or self.status == x_pb2.EXECUTION_STATUS_REFUSED:
             return CallStatus.DENIED
         return CallStatus.FAIL
+
+
+#: Statuses that end a call as failed or possibly failed (they abort siblings).
+_FAILED = frozenset({CallStatus.FAIL, CallStatus.UNKNOWN})
+#: Codes of a stream that broke mid-call (the call had been sent and acknowledged).
+_BROKEN_STREAM = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
+)
+
+
+def _unusable_arguments(call: ModelToolCall) -> str:
+    """Why the call's arguments cannot be used ("" when they can)."""
+    if call.invalid:
+        return call.invalid
+    if value_depth_exceeds(call.arguments, MAX_ARGUMENT_DEPTH):
+        return f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    return ""
+
+
+def _usable(call: ModelToolCall) -> dict[str, Any]:
+    """The call's arguments, or {} when they cannot be used (they could not be sent on:
+    the stream event and the hooks see the call without them)."""
+    return {} if _unusable_arguments(call) else dict(call.arguments)
 
 
 def error_outcome(message: str, reason: str = "") -> Outcome:
@@ -251,7 +281,7 @@ class ExecutionPipeline:
         """
         if not item.announced:
             item.announced = True
-            pb_call = self._pb_call(scope, item.call, item.call.arguments)
+            pb_call = self._pb_call(scope, item.call, _usable(item.call))
             emit(scope.name, tool_call_started={"call": pb_call})
 
     # ------------------------------------------------------------ checks
@@ -268,6 +298,10 @@ class ExecutionPipeline:
         call = item.call
         if cancel.is_set():
             item.outcome = cancelled_outcome()
+            return
+        invalid = _unusable_arguments(call)
+        if invalid:
+            item.outcome = error_outcome(f"Error: {call.name}: {invalid}", invalid)
             return
         try:
             item.spec = scope.registry.get(call.name)
@@ -466,7 +500,7 @@ class ExecutionPipeline:
                 item.outcome.content = f"Cancelled: {item.outcome.reason}."
             self._attach(item.outcome, item.decision)
             assert item.spec is not None
-            if item.spec.causes_sibling_abort and item.outcome.call_status is CallStatus.FAIL:
+            if item.spec.causes_sibling_abort and item.outcome.call_status in _FAILED:
                 abort_siblings(item)
 
         await asyncio.gather(*(finish(item) for item in ready))
@@ -520,8 +554,11 @@ class ExecutionPipeline:
         result = x_pb2.ExecuteResult(
             status=x_pb2.EXECUTION_STATUS_ERROR, error="the executor sent no result"
         )
+        unknown = False
+        started = False
         try:
             async for message in self.executor.execute(request, timeout_s=self.tool_timeout_s):
+                started = True
                 if message.HasField("result"):
                     result = message.result
         except grpc.aio.AioRpcError as err:
@@ -531,13 +568,21 @@ class ExecutionPipeline:
                 if code == grpc.StatusCode.PERMISSION_DENIED
                 else x_pb2.EXECUTION_STATUS_ERROR
             )
-            result = x_pb2.ExecuteResult(
-                status=status, error=f"executor {code.name}: {err.details()}"
+            # Gave up waiting, or lost the stream of a call that had begun: whether the
+            # tool ran (and how far) is not known here.
+            unknown = code == grpc.StatusCode.DEADLINE_EXCEEDED or (
+                started and code in _BROKEN_STREAM
             )
+            error = f"executor {code.name}: {err.details()}"
+            if unknown:
+                error = f"outcome unknown: {error} (the tool may have run)"
+            result = x_pb2.ExecuteResult(status=status, error=error)
         ok = result.status == x_pb2.EXECUTION_STATUS_OK
         content = result.content if ok else f"Error: {result.error or result.content}"
         verdict = c_pb2.VERDICT_ALLOW
-        return Outcome(result.status, verdict, content, "" if ok else result.error)
+        return Outcome(
+            result.status, verdict, content, "" if ok else result.error, outcome_unknown=unknown
+        )
 
     async def _run_remote(self, scope: AgentScope, item: PendingCall) -> Outcome:
         assert item.spec is not None
@@ -640,7 +685,7 @@ class ExecutionPipeline:
             session_id=scope.session_id,
             call_id=item.call.id,
             tool_name=item.call.name,
-            arguments=item.arguments or dict(item.call.arguments),
+            arguments=item.arguments or _usable(item.call),
             agent_name=scope.name,
             step=step,
             from_subagent=scope.from_subagent,

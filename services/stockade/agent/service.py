@@ -81,10 +81,18 @@ class AgentApp:
         )
         decision_ch = aio_channel(s.decision_addr, tls=tls)
         executor_ch = aio_channel(s.executor_addr, tls=tls)
-        # Never blocks: batched in order, spooled and replayed while the audit service is
+        # Never blocks on the network: written ahead to the spool before a call's result
+        # is released, sent in order in batches, replayed while the audit service is
         # down (AUD-2, AUD-4). Each event names its call's span, so the audit service's
         # receipt still joins the call's trace.
-        audit = AuditRecorder(s.audit_addr, s.spool_dir / "agent-audit.spool", tls=tls)
+        audit = AuditRecorder(
+            s.audit_addr,
+            s.spool_dir / "agent-audit.spool",
+            tls=tls,
+            fsync=s.audit_fsync,
+            disk_full_action=s.audit_disk_full_action,
+            max_backlog=s.audit_max_backlog,
+        )
         await audit.start()
         extra_channels = {
             address: aio_channel(address, tls=tls)

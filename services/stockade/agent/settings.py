@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from stockade.agent.limits import LimitSettings
@@ -39,7 +39,17 @@ class AgentSettings(ServerSettings):
     openai_api_key: str = ""
     """API key for the endpoint (never logged)."""
     spool_dir: Path = Path(".stockade/spool")
-    """Where audit events wait while the audit service is unreachable."""
+    """Where audit events are written ahead (before a call's result is released) and
+    wait while the audit service is unreachable."""
+    audit_fsync: bool = False
+    """Also fsync the audit spool (one group fsync for concurrent calls) before a call's
+    result is released: survives power loss, not only a killed agent."""
+    audit_disk_full_action: Literal["refuse", "backlog"] = "refuse"
+    """While the audit spool cannot be written (full disk): ``refuse`` further tool calls
+    (fail closed, the default), or keep up to ``audit_max_backlog`` events in memory
+    (``backlog``), written when space returns, and refuse calls only past that."""
+    audit_max_backlog: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Audit events kept in memory while the spool cannot be written."""
     tool_providers: Annotated[list[str], NoDecode] = []
     """Addresses of remote ToolProvider services, comma-separated."""
     max_steps: int = LimitSettings.max_steps

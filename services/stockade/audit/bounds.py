@@ -109,3 +109,19 @@ def bounded_json(value: Any) -> str:
 def is_cut(text: str) -> bool:
     """True when a stored JSON field holds a cut marker."""
     return text.startswith('{"$stockade_cut":')
+
+
+#: The key that marks the stand-in row of an event the audit service refused.
+REFUSED_KEY = "$stockade_refused"
+
+
+def refused_marker(payload: bytes, reason: str) -> str:
+    """The ``arguments_json`` of a refused event's stand-in row: why it was refused and
+    the SHA-256 and size of the event as it was sent (kept in the producer's
+    dead-letter file)."""
+    info = {
+        "reason": reason[:2000],
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "bytes": len(payload),
+    }
+    return json.dumps({REFUSED_KEY: info}, sort_keys=True, separators=(",", ":"))

@@ -28,12 +28,14 @@ class StoreInstruments:
 class ClientInstruments:
     """Instruments recorded by the audit client."""
 
-    #: Events held in memory, not yet sent.
+    #: Events held in memory (the spool could not be written), not yet sent.
     queue_depth: metrics.UpDownCounter
     #: Events in the local spool file, not yet acknowledged.
     spool_size: metrics.UpDownCounter
     #: Events acknowledged by the service.
     events_sent: metrics.Counter
+    #: Events refused as malformed or too big (kept in the dead-letter file).
+    events_refused: metrics.Counter
 
 
 def store_instruments(meter: metrics.Meter | None = None) -> StoreInstruments:
@@ -79,16 +81,21 @@ def _client_instruments(meter: metrics.Meter) -> ClientInstruments:
         queue_depth=meter.create_up_down_counter(
             "stockade.audit.client.queue_depth",
             unit="{event}",
-            description="Audit events held in memory by the client",
+            description="Audit events held in memory because the spool cannot be written",
         ),
         spool_size=meter.create_up_down_counter(
             "stockade.audit.client.spool_size",
             unit="{event}",
-            description="Audit events spooled to disk while the service is unreachable",
+            description="Audit events in the client's spool, not yet acknowledged",
         ),
         events_sent=meter.create_counter(
             "stockade.audit.client.events_sent",
             unit="{event}",
             description="Audit events acknowledged by the service",
+        ),
+        events_refused=meter.create_counter(
+            "stockade.audit.client.events_refused",
+            unit="{event}",
+            description="Audit events refused as malformed or too big (dead-lettered)",
         ),
     )

@@ -20,6 +20,8 @@ class AuditStatus(StrEnum):
     DENIED = "DENIED"
     CANCELLED = "CANCELLED"
     SESSION_STOP = "SESSION_STOP"
+    #: The agent stopped waiting (deadline, broken connection): the tool may have run.
+    UNKNOWN = "UNKNOWN"
 
 
 #: Verdict names accepted in ``AuditEventRow.verdict`` ("" = not recorded).

@@ -252,6 +252,8 @@ class Harness:
         tracer: Any = None,
         skills: SkillLibrary | None = None,
         memory: MemoryStore | None = None,
+        tool_timeout_s: float = 130.0,
+        audit: Any = None,
     ) -> AgentCore:
         decision_ch = grpc.aio.insecure_channel(decision_address or self.decision_address)
         executor_ch = grpc.aio.insecure_channel(self.executor_address)
@@ -259,7 +261,7 @@ class Harness:
         return AgentCore(
             decision=DecisionClient(decision_ch, decide_deadline_s=decide_deadline_s),
             executor=ExecutorClient(executor_ch),
-            audit=self.sink,
+            audit=self.sink if audit is None else audit,
             provider_for=lambda _script: provider,
             registry=registry,
             hooks=hooks or [],
@@ -268,6 +270,7 @@ class Harness:
             tracer=tracer,
             skills=skills,
             memory=memory,
+            tool_timeout_s=tool_timeout_s,
         )
 
 

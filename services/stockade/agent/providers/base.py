@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
+
+from stockade.audit.bounds import value_depth_exceeds
+
+#: Deepest nesting of objects/arrays in a tool call's arguments. A call nested deeper
+#: fails alone with an error result the model sees (it could not cross a gRPC hop: the
+#: protobuf decoders stop near 33 levels of Struct), the turn goes on.
+MAX_ARGUMENT_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -13,6 +20,9 @@ class ModelToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+    invalid: str = ""
+    """Why the arguments could not be used ("" when they can): the call fails alone
+    with this as its error, instead of ending the turn."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,22 @@ class ModelTurn:
     tool_calls: tuple[ModelToolCall, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+def checked_turn(turn: ModelTurn) -> ModelTurn:
+    """``turn`` with every call whose arguments nest deeper than ``MAX_ARGUMENT_DEPTH``
+    replaced by the same call without arguments and with ``invalid`` saying why (before it
+    enters the history: a value that deep breaks every recursive walk of it)."""
+    if not any(value_depth_exceeds(c.arguments, MAX_ARGUMENT_DEPTH) for c in turn.tool_calls):
+        return turn
+    reason = f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    calls = tuple(
+        ModelToolCall(c.id, c.name, {}, invalid=c.invalid or reason)
+        if value_depth_exceeds(c.arguments, MAX_ARGUMENT_DEPTH)
+        else c
+        for c in turn.tool_calls
+    )
+    return replace(turn, tool_calls=calls)
 
 
 class ProviderError(Exception):

@@ -26,12 +26,14 @@ from typing import Any
 import httpx
 
 from stockade.agent.providers.base import (
+    MAX_ARGUMENT_DEPTH,
     Message,
     ModelToolCall,
     ModelTurn,
     ProviderError,
     ToolSchema,
 )
+from stockade.audit.bounds import json_depth_exceeds, value_depth_exceeds
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,15 @@ def _tool_call(index: int, call_id: Any, name: Any, raw_arguments: Any) -> Model
     if not isinstance(name, str) or not name:
         raise ProviderError(f"tool call #{index} has no function name")
     call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
+    # Measured before parsing (json.loads recurses): a too-deep call fails alone.
+    too_deep = (
+        json_depth_exceeds(raw_arguments, MAX_ARGUMENT_DEPTH)
+        if isinstance(raw_arguments, str)
+        else value_depth_exceeds(raw_arguments, MAX_ARGUMENT_DEPTH)
+    )
+    if too_deep:
+        reason = f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        return ModelToolCall(id=call_id, name=name, arguments={}, invalid=reason)
     return ModelToolCall(id=call_id, name=name, arguments=_parse_arguments(name, raw_arguments))
 
 
