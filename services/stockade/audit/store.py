@@ -15,7 +15,9 @@ before hashing so the chain never has holes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +45,9 @@ from stockade.audit.schema import SELECT_ROW
 from stockade.audit.validate import normalise_batch
 from stockade.audit.verify import verify_file
 from stockade.audit.writer import ChainWriter
-from stockade.errors import DependencyUnavailable, InvalidArgument
+from stockade.errors import DependencyUnavailable, InvalidArgument, ResourceExhausted
+
+log = logging.getLogger("stockade.audit.store")
 
 _N_EVENT = len(EVENT_FIELDS)
 # Rows per group commit: big enough to amortise a commit, small enough to keep the
@@ -251,9 +255,10 @@ class AuditStore:
                     self._clock(),
                 )
             except Exception as err:  # nothing of the group was stored; each caller hears it
+                failure = _write_error(err)
                 for _, done in group:
                     if not done.done():
-                        done.set_exception(err)
+                        done.set_exception(failure)
                 continue
             if head > self._head_sequence:
                 self._head_sequence = head
@@ -403,6 +408,22 @@ class AuditStore:
         it sees a consistent snapshot while appends continue.
         """
         return await asyncio.to_thread(verify_file, self._path)
+
+
+def _write_error(err: Exception) -> Exception:
+    """What a failed group commit tells its callers: a full disk is RESOURCE_EXHAUSTED
+    and any other SQLite failure UNAVAILABLE (both retried by producers; nothing of the
+    group was stored), never a bare INTERNAL."""
+    if not isinstance(err, sqlite3.Error):
+        return err
+    if getattr(err, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(err):
+        log.error("audit store: the disk is full; appends are refused until space returns")
+        return ResourceExhausted(
+            "the audit store's disk is full: nothing of the batch was stored; retry later",
+            limit="disk",
+        )
+    log.error("audit store: write failed: %s", err)
+    return DependencyUnavailable(f"the audit store could not write: {err}")
 
 
 def _dedupe(rows: list[AuditEventRow]) -> tuple[list[AuditEventRow], int]:

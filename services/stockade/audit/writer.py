@@ -111,7 +111,10 @@ class ChainWriter:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (SQLITE_FULL); a second ROLLBACK
+            # would raise and hide the real error.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         self.head_sequence, self.head_hash, self.head_stored_ns = sequence, prev, stored_ns
         self.commits += 1
@@ -145,7 +148,8 @@ class ChainWriter:
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         return int(deleted.rowcount)
 
