@@ -352,6 +352,15 @@ async def test_lint_policy_rpc(tmp_path: Path) -> None:
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         loaded = await stub.LintPolicy(d_pb2.LintPolicyRequest())
         assert list(loaded.findings) == []
+        # Patterns that never match are findings too, without a shadowing rule.
+        text = '[permissions]\ndeny = ["Bash(rm *)"]\nallow = ["run_bash(git (status|log))"]\n'
+        never = await stub.LintPolicy(d_pb2.LintPolicyRequest(policy_text=text))
+        assert [f.rule.pattern for f in never.findings] == [
+            "Bash(rm *)",
+            "run_bash(git (status|log))",
+        ]
+        assert not never.findings[0].HasField("shadowed_by")
+        assert "run_bash(rm *)" in never.findings[0].fix
 
 
 async def test_bad_requests_are_invalid_argument(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stockade.cli._connect import add_tls_args, tls_from_args
@@ -51,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     lint = sub.add_parser("lint", help="report rules that can never take effect")
     lint.add_argument("file", help="TOML or YAML policy file")
     lint.add_argument("--json", action="store_true", help="print JSON")
+    lint.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a tool a tool provider declares (repeatable; the built-in, executor and "
+        "example tools are known)",
+    )
     lint.set_defaults(func=run_lint)
 
     replay = sub.add_parser(
@@ -146,6 +154,7 @@ def run_check(args: argparse.Namespace) -> int:
         facts = executor_facts(args.tool, call_args, roots=args.root, cwd=cwd) or Facts()
     except StockadeError as exc:
         return _usage(exc.message)
+    warn_never_effective(policy.rules)
     d = decide(
         policy,
         DecisionRequest(
@@ -172,6 +181,16 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def warn_never_effective(rules: Sequence[Rule]) -> None:
+    """``policy check`` warns (stderr) about the rules ``policy lint`` reports."""
+    for f in lint_rules(rules):
+        print(
+            f"warning: {f.rule.effect.value} {f.rule.pattern} never takes effect: {f.reason}"
+            f" (fix: {f.fix})",
+            file=sys.stderr,
+        )
+
+
 def run_lint(args: argparse.Namespace) -> int:
     """Print shadowed rules; exit 1 when there are any, 2 when the file is invalid."""
     from pathlib import Path
@@ -183,7 +202,7 @@ def run_lint(args: argparse.Namespace) -> int:
         return _usage(f"cannot read {path}: {exc.strerror}")
     except StockadeError as exc:
         return _usage(exc.message)
-    findings = lint_rules(doc.rules)
+    findings = lint_rules(doc.rules, known_tools=args.tool)
     if args.json:
         print(
             json.dumps(
@@ -192,7 +211,8 @@ def run_lint(args: argparse.Namespace) -> int:
                     "findings": [
                         {
                             "rule": _rule_json(f.rule),
-                            "shadowed_by": _rule_json(f.shadowed_by),
+                            "kind": f.kind,
+                            "shadowed_by": _rule_json(f.shadowed_by) if f.shadowed_by else None,
                             "reason": f.reason,
                             "fix": f.fix,
                         }
@@ -206,7 +226,7 @@ def run_lint(args: argparse.Namespace) -> int:
         for f in findings:
             print(f"{f.rule.effect.value} {f.rule.pattern}: {f.reason}\n  fix: {f.fix}")
         if not findings:
-            print(f"{path}: no shadowed rules")
+            print(f"{path}: every rule can take effect")
     return 1 if findings else 0
 
 

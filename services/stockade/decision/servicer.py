@@ -522,7 +522,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             findings=[
                 d_pb2.LintFinding(
                     rule=rule_to_pb(f.rule),
-                    shadowed_by=rule_to_pb(f.shadowed_by),
+                    shadowed_by=rule_to_pb(f.shadowed_by) if f.shadowed_by else None,
                     reason=f.reason,
                     fix=f.fix,
                 )
