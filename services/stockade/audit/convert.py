@@ -12,6 +12,7 @@ from stockade.audit.model import (
     SessionMetrics,
     StoredRow,
 )
+from stockade.audit.validate import MAX_CHARS
 from stockade.errors import InvalidArgument
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2
@@ -121,8 +122,27 @@ def record_to_proto(row: StoredRow) -> a_pb2.AuditRecord:
     )
 
 
+#: Longest page token accepted (ours are under 100 characters).
+MAX_PAGE_TOKEN_CHARS = 512
+
+
+def check_filter_lengths(**fields: str) -> None:
+    """Refuse a filter longer than the field it filters can ever be (INVALID_ARGUMENT
+    naming it), so a megabyte session id costs nothing."""
+    for name, value in fields.items():
+        limit = MAX_PAGE_TOKEN_CHARS if name == "page_token" else MAX_CHARS[name]
+        if len(value) > limit:
+            raise InvalidArgument(f"{name} is longer than {limit} characters", field=name)
+
+
 def filters_from_proto(request: a_pb2.QueryRequest) -> QueryFilters:
     """The core filters of a Query request."""
+    check_filter_lengths(
+        session_id=request.session_id,
+        tool_name=request.tool_name,
+        agent_name=request.agent_name,
+        page_token=request.page_token,
+    )
     start = request.start_time
     end = request.end_time
     return QueryFilters(

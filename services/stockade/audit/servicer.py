@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from stockade.audit.convert import (
+    check_filter_lengths,
     filters_from_proto,
     metrics_to_proto,
     record_to_proto,
@@ -94,6 +95,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
         the server stops."""
         if request.after_sequence < 0:
             raise InvalidArgument("after_sequence must not be negative", field="after_sequence")
+        check_filter_lengths(session_id=request.session_id)
         after = request.after_sequence or None
         async for row in until_stopping(self.store.tail(request.session_id, after=after)):
             yield a_pb2.TailResponse(record=record_to_proto(row))
@@ -102,6 +104,7 @@ class AuditServicer(a_grpc.AuditServiceServicer):
         self, request: a_pb2.GetSessionMetricsRequest, context: Context
     ) -> a_pb2.GetSessionMetricsResponse:
         """The session's metrics snapshot."""
+        check_filter_lengths(session_id=request.session_id)
         return metrics_to_proto(await self.store.session_metrics(request.session_id))
 
     async def VerifyLog(
