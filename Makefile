@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# buf (protobuf lint and breaking-change checks) ships as a binary inside its npm package.
+BUF_VERSION := 1.75.0
+BUF := $(VENV)/buf/node_modules/.bin/buf
 
 .PHONY: help venv proto proto-check lint test demo bench render certs clean
 
@@ -23,16 +26,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv and install stockade with its dev extra
 
+$(BUF):
+	@echo "==> make: installing buf $(BUF_VERSION) (npm package @bufbuild/buf) into $(VENV)/buf"
+	npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/buf @bufbuild/buf@$(BUF_VERSION)
+
 proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
 	$(BIN)/python -m stockade.protogen --out clients
 
 proto-check: $(STAMP) ## Fail when `make proto` would change the committed generated code
 	$(BIN)/python -m stockade.protogen --check
 
-lint: $(STAMP) ## ruff (lint + format check) and mypy strict on our code
+lint: $(STAMP) $(BUF) ## ruff, mypy strict, and buf lint on the protos
 	$(BIN)/ruff check clients services tests
 	$(BIN)/ruff format --check clients services tests
 	$(BIN)/mypy clients/stockade services/stockade
+	$(BUF) lint
 
 test: $(STAMP) lint proto-check ## Lint, generated-code check and the whole test suite
 	$(BIN)/pytest -q

@@ -25,13 +25,14 @@ _sym_db = _symbol_database.Default()
 from stockade.v1 import common_pb2 as stockade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/tool_provider.proto\x12\x0bstockade.v1\x1a\x18stockade/v1/common.proto\"\x12\n\x10ListToolsRequest\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.stockade.v1.ToolSpec\"6\n\x0f\x43\x61llToolRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"5\n\x10\x43\x61llToolResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x32\xa3\x01\n\x0cToolProvider\x12J\n\tListTools\x12\x1d.stockade.v1.ListToolsRequest\x1a\x1e.stockade.v1.ListToolsResponse\x12G\n\x08\x43\x61llTool\x12\x1c.stockade.v1.CallToolRequest\x1a\x1d.stockade.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/tool_provider.proto\x12\x0bstockade.v1\x1a\x18stockade/v1/common.proto\"\x12\n\x10ListToolsRequest\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.stockade.v1.ToolSpec\"6\n\x0f\x43\x61llToolRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"5\n\x10\x43\x61llToolResponse\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08is_error\x18\x02 \x01(\x08\x32\xa3\x01\n\x0cToolProvider\x12J\n\tListTools\x12\x1d.stockade.v1.ListToolsRequest\x1a\x1e.stockade.v1.ListToolsResponse\x12G\n\x08\x43\x61llTool\x12\x1c.stockade.v1.CallToolRequest\x1a\x1d.stockade.v1.CallToolResponseB\x93\x01\n\x0f\x64\x65v.stockade.v1B\x11ToolProviderProtoP\x01Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\xa2\x02\x03SXX\xaa\x02\x0bStockade.V1\xca\x02\x0bStockade\\V1\xea\x02\x0cStockade::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockade.v1.tool_provider_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.stockade.v1B\021ToolProviderProtoP\001Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\242\002\003SXX\252\002\013Stockade.V1\312\002\013Stockade\\V1\352\002\014Stockade::V1'
   _globals['_LISTTOOLSREQUEST']._serialized_start=74
   _globals['_LISTTOOLSREQUEST']._serialized_end=92
   _globals['_LISTTOOLSRESPONSE']._serialized_start=94
