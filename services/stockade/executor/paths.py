@@ -28,8 +28,10 @@ from stockade.executor.globs import compile_globs, match_relative
 __all__ = [
     "DEFAULT_PROTECTED_WRITES",
     "PathDecision",
+    "GIT_LAYOUT_MARKERS",
     "PathSandbox",
     "Root",
+    "git_dir_layout",
     "is_protected_write",
     "match_relative_glob",
     "matches_path_glob",
@@ -38,10 +40,12 @@ __all__ = [
 
 DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     # Git runs hooks and honours config (core.fsmonitor, core.pager, aliases) on ordinary
-    # commands such as `git status`: writing them turns a later read-only command into code.
-    ".git/hooks/**",
-    ".git/config",
-    ".git/info/attributes",
+    # commands such as `git status`, and takes them from more places than .git/config:
+    # commondir, config.worktree, modules/**, worktrees/**, a `.git` FILE (`gitdir:`
+    # pointer) and nested repositories. A person's own git reads them later on the host,
+    # outside any sandbox, so the whole git directory, at any depth, is protected (EXE-3
+    # rev 2). `D/**` also names D itself: a `.git` file or symlink is covered.
+    ".git/**",
     ".gitmodules",
     ".gitconfig",
     # Shell start-up files run on the next interactive or login shell.
@@ -73,6 +77,17 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
 ``*`` matches within one component, ``**`` matches any number of components; a pattern
 starting with ``/`` is anchored at the file-system root, any other matches at any depth.
 """
+
+GIT_LAYOUT_MARKERS: frozenset[str] = frozenset({"HEAD", "objects", "refs", "commondir"})
+"""Entries that make a directory a git directory (git's ``is_git_directory``: HEAD, and
+objects/ and refs/ or a ``commondir`` naming where they are). A directory holding two of
+them is taken for a (bare) repository; git discovers it by itself when a person's shell
+is in it, whatever its name."""
+
+_GIT_LAYOUT_ENTRIES: frozenset[str] = GIT_LAYOUT_MARKERS | frozenset(
+    {"config", "config.worktree", "gitdir", "packed-refs", "hooks", "info", "worktrees", "modules"}
+)
+"""Entries of a git directory that carry configuration, hooks or what git reads first."""
 
 _MAX_SYMLINK_HOPS = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
 
@@ -139,6 +154,27 @@ def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
     the path). An unanchored glob matches at any component boundary.
     """
     return compile_globs(globs).match(resolved)
+
+
+def git_dir_layout(directory: str) -> bool:
+    """Whether ``directory`` holds the entries of a git directory (two of HEAD, objects,
+    refs, commondir): git would take it for a bare repository or a gitdir."""
+    found = 0
+    for name in GIT_LAYOUT_MARKERS:
+        try:
+            os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        found += 1
+        if found >= 2:
+            return True
+    return False
+
+
+def git_protected(globs: Sequence[str]) -> bool:
+    """Whether a set of protected-write globs protects git directories (the default does;
+    a deployment that lets commands commit drops ``.git/**`` and so these checks too)."""
+    return any(g.rstrip("/") in (".git", ".git/**", "**/.git", "**/.git/**") for g in globs)
 
 
 def matches_path_glob(path: str, glob: str) -> bool:
@@ -256,6 +292,8 @@ class PathSandbox:
         self.cwd: str = os.path.realpath(os.path.abspath(cwd))
         self.protected_write_globs: tuple[str, ...] = tuple(protected_write_globs)
         self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
+        self.protects_git: bool = git_protected(self.protected_write_globs)
+        """Whether git directories by layout (bare repositories) are protected too."""
 
     @classmethod
     def from_settings(
@@ -344,7 +382,11 @@ class PathSandbox:
         if write:
             if not root.writable:
                 return PathDecision(False, resolved, f"{root.path} is read-only", root)
-            glob = is_protected_write(resolved, self.protected_write_globs)
+            # The path as given counts too: `sub/.git` may be a symlink to a directory
+            # whose canonical name matches nothing, and git follows it.
+            glob = is_protected_write(resolved, self.protected_write_globs) or (
+                is_protected_write(lexical, self.protected_write_globs)
+            )
             if glob is not None:
                 return PathDecision(
                     False,
@@ -353,6 +395,10 @@ class PathSandbox:
                     f"{glob!r} (files that make other programs run code)",
                     root,
                 )
+            if self.protects_git:
+                layout = self._git_layout(resolved, root)
+                if layout is not None:
+                    return PathDecision(False, resolved, layout, root)
         return PathDecision(True, resolved, f"inside {root.path}", root, write)
 
     def require(self, path: str, *, write: bool = False) -> str:
@@ -573,6 +619,37 @@ class PathSandbox:
         if escaped and self.root_for(current) is not None:
             raise _Refusal(f"a symlink chain leaves the allowed roots (through {escaped})", current)
         return current
+
+    @staticmethod
+    def _git_layout(resolved: str, root: Root) -> str | None:
+        """Why a write to ``resolved`` would change or make a git directory, or None.
+
+        Refused: anything inside a directory laid out as a git directory (a bare
+        repository under any name, including ``resolved`` itself), and one of the layout
+        entries (HEAD, objects, refs, commondir, config ...) in a directory that already
+        holds one of HEAD, objects, refs, commondir: the step that would complete a
+        layout, in whatever order the entries are made.
+        """
+        here = resolved
+        while _is_within(here, root.path):
+            if git_dir_layout(here):
+                return (
+                    f"writes to {resolved} are refused: {here} is laid out as a git "
+                    "directory (a bare repository git would read config and hooks from)"
+                )
+            if here == root.path:
+                break
+            here = os.path.dirname(here)
+        name = os.path.basename(resolved)
+        if name in _GIT_LAYOUT_ENTRIES:
+            parent = os.path.dirname(resolved)
+            for marker in GIT_LAYOUT_MARKERS - {name}:
+                if os.path.lexists(os.path.join(parent, marker)):
+                    return (
+                        f"writes to {resolved} are refused: {parent} already holds "
+                        f"{marker!r}, and {name!r} would help lay it out as a git directory"
+                    )
+        return None
 
     def _is_ancestor_of_root(self, path: str) -> bool:
         return any(_is_within(root.path, path) for root in self.roots)

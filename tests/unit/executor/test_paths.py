@@ -207,8 +207,16 @@ def test_case_count_is_at_least_fifty() -> None:
         (".git/hooks", False),
         ("sub/.git/hooks/post-checkout", False),
         (".git/config", False),
-        (".git/HEAD", True),
-        (".git/objects/ab/cdef", True),
+        # EXE-3 rev 2: the whole git directory, and the `.git` file (gitdir pointer).
+        (".git/HEAD", False),
+        (".git/objects/ab/cdef", False),
+        (".git/commondir", False),
+        (".git/config.worktree", False),
+        (".git/modules/m/config", False),
+        (".git/worktrees/w/config", False),
+        ("sub/.git", False),
+        ("deep/er/.git/config", False),
+        (".gitattributes", True),
         (".gitmodules", False),
         (".bashrc", False),
         ("sub/.profile", False),
@@ -325,7 +333,7 @@ def test_denied_read_globs(tree: Path) -> None:
 
 
 def test_protected_globs_helpers() -> None:
-    assert is_protected_write("/w/.git/hooks/x", DEFAULT_PROTECTED_WRITES) == ".git/hooks/**"
+    assert is_protected_write("/w/.git/hooks/x", DEFAULT_PROTECTED_WRITES) == ".git/**"
     assert is_protected_write("/w/a/.bashrc", DEFAULT_PROTECTED_WRITES) == ".bashrc"
     assert is_protected_write("/w/a/bashrc", DEFAULT_PROTECTED_WRITES) is None
     assert is_protected_write("/etc/cron.d/x", ["/etc/cron.d/*"]) == "/etc/cron.d/*"

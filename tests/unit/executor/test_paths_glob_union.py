@@ -40,12 +40,19 @@ def test_one_regex_names_the_same_glob(globs: list[str], path_parts: list[str]) 
 
 
 def test_default_protected_writes_examples() -> None:
-    for path in ("/w/.git/hooks", "/w/.git/hooks/pre-commit", "/w/a/.bashrc", "/w/.ssh/k"):
+    for path in (
+        "/w/.git/hooks",
+        "/w/.git/hooks/pre-commit",
+        "/w/a/.bashrc",
+        "/w/.ssh/k",
+        "/w/.git",
+        "/w/a/.git/commondir",
+    ):
         assert is_protected_write(path, DEFAULT_PROTECTED_WRITES) == _per_glob(
             path, DEFAULT_PROTECTED_WRITES
         )
         assert is_protected_write(path, DEFAULT_PROTECTED_WRITES) is not None
-    for path in ("/w/src/x.py", "/w/bashrc", "/w/.git", "/w/.git/configx", "/"):
+    for path in ("/w/src/x.py", "/w/bashrc", "/w/.gitignore", "/w/x.git/config", "/"):
         assert is_protected_write(path, DEFAULT_PROTECTED_WRITES) is None
     # Only empty globs: nothing is protected (as before: such globs are skipped).
     assert is_protected_write("/w/x", ["", "/", "//"]) is None

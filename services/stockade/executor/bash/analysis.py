@@ -36,7 +36,7 @@ from stockade.executor.bash.patterns import (
     credential_patterns,
 )
 from stockade.executor.bash.programs import sed_effects, strip_awk_literals
-from stockade.executor.paths import PathSandbox, Root
+from stockade.executor.paths import GIT_LAYOUT_MARKERS, PathSandbox, Root
 
 __all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
 
@@ -179,6 +179,34 @@ class _Judge:
         for name in dict.fromkeys(self.parsed.recursive_functions):
             self.deny(f"function {name!r} calls itself (fork-bomb shape)")
         self.arithmetic()
+        self.git_layouts()
+
+    def git_layouts(self) -> None:
+        """Writes of one command line that together lay out a git directory
+        (``mkdir -p r/objects r/refs; touch r/HEAD``): each alone passes the sandbox's
+        check, which sees the tree as it is before the command runs."""
+        if not self.sandbox.protects_git or len(self.writes) < 2:
+            return
+        entries: dict[str, set[str]] = {}
+        for written in self.writes:
+            here = written
+            while self.sandbox.root_for(here) is not None:
+                parent = os.path.dirname(here)
+                if parent == here:
+                    break
+                entries.setdefault(parent, set()).add(os.path.basename(here))
+                here = parent
+        for parent, names in entries.items():
+            markers = names & GIT_LAYOUT_MARKERS
+            if not markers:
+                continue
+            present = {m for m in GIT_LAYOUT_MARKERS if os.path.lexists(os.path.join(parent, m))}
+            if len(markers | present) >= 2:
+                self.deny(
+                    f"writes {', '.join(sorted(markers))} in {parent}: together they lay out a "
+                    "git directory (a bare repository git would read config and hooks from)"
+                )
+                return
 
     def arithmetic(self) -> None:
         """Arithmetic on a value only known at run time runs the code in its subscripts."""
@@ -804,6 +832,7 @@ class _Judge:
 
     def git(self, args: list[Word]) -> None:
         i = 0
+        git_dir: Word | None = None
         while i < len(args):
             value = args[i].value
             if value is None:
@@ -821,13 +850,12 @@ class _Judge:
                 continue
             option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
             if option in ("--git-dir", "--work-tree"):
-                if "=" in value:
-                    self.path(literal(value.split("=", 1)[1]), write=False)
-                    i += 1
-                else:
-                    if nxt is not None:
-                        self.path(nxt, write=False)
-                    i += 2
+                word = literal(value.split("=", 1)[1]) if "=" in value else nxt
+                if word is not None:
+                    self.path(word, write=False)
+                    if option == "--git-dir":
+                        git_dir = word
+                i += 1 if "=" in value else 2
                 continue
             if option in lists.GIT_DENY_OPTIONS:
                 self.deny(lists.GIT_DENY_OPTIONS[option])
@@ -841,38 +869,44 @@ class _Judge:
         sub = args[i].value or ""
         rest = args[i + 1 :]
         values = [w.value for w in rest]
+        if sub.startswith("credential"):
+            # `git credential fill` (and the credential-* helpers) print stored secrets.
+            self.deny(f"git {sub} reads or stores credentials")
+            return
         for k, value in enumerate(values):
             if value is None:
+                # `git show "$x"` may be `HEAD:.env`: which object it names is unknown.
+                self.ask(f"git {sub} with an argument only known at run time", immune=True)
                 continue
             option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
             short = option if option.startswith("--") else option[:2]
-            if option in (
-                "--upload-pack",
-                "--receive-pack",
-                "--exec",
-                "--exec-path",
-                "--ext-diff",
-                "--template",
-                "--extcmd",
-                "--config-env",
-            ):
+            if option in _GIT_DENY_ANYWHERE:
                 self.deny(lists.GIT_DENY_OPTIONS[option])
                 return
             if sub == "grep" and short in ("-O", "--open-files-in-pager"):
                 self.deny(lists.GIT_DENY_OPTIONS[short])
                 return
-            if sub == "rebase" and (short in ("-x", "--exec")):
-                self.deny(lists.GIT_DENY_OPTIONS["-x"])
+            if sub in ("rebase", "difftool") and short in ("-x", "--exec"):
+                self.deny(f"git {sub} {short} runs a command")
                 return
-            if option == "--output" or (option == "-o" and sub in ("archive", "format-patch")):
-                target_word: Word | None = None
-                if "=" in value:
-                    target_word = literal(value.split("=", 1)[1])
-                elif k + 1 < len(rest):
-                    target_word = rest[k + 1]
-                if target_word is not None:
-                    self.path(target_word, write=True, what=f"git {option} writes")
-                    self.effect(f"git {option} writes files", "low")
+            if sub == "filter-branch" and option in lists.GIT_FILTER_OPTIONS:
+                self.deny(f"git filter-branch {option} runs a shell command for every commit")
+                return
+            if sub in ("clone", "submodule") and short in ("-c", "--config"):
+                setting = value[2:] if short == "-c" and len(value) > 2 else ""
+                if "=" in value and option == "--config":
+                    setting = value.split("=", 1)[1]
+                elif not setting and k + 1 < len(values):
+                    setting = values[k + 1] or ""
+                self.git_setting(setting.split("=", 1)[0], f"git {sub} {short}")
+            target = self.git_option_target(sub, option, short, value, rest, k)
+            if target is not None:
+                kind, word = target
+                if kind == "write":
+                    self.path(word, write=True, what=f"git {sub} {option} writes")
+                    self.effect(f"git {sub} {option} writes files", "low")
+                else:
+                    self.path(word, write=False)
             if option == "--no-index":
                 # `git diff --no-index A B` reads any two files, not repository objects.
                 for word in rest:
@@ -880,13 +914,22 @@ class _Judge:
                         self.path(word, write=False)
             if sub == "help" and short in ("-w", "--web", "-i", "--info", "-m", "--man"):
                 self.effect("git help opens a browser, info or man viewer")
+        self.git_objects(sub, rest)
         first = next((v for v in values if v is not None and not v.startswith("-")), None)
+        if sub in ("init", "clone") or (sub == "worktree" and first == "add"):
+            self.git_new_repository(sub, rest)
+        if sub == "bundle" and first == "create":
+            operands = [w for w in rest if w.value is None or not w.value.startswith("-")]
+            if len(operands) >= 2:
+                self.path(operands[1], write=True, what="git bundle create writes")
         if (
             sub in lists.GIT_NETWORK_SUBCOMMANDS
             or (sub == "remote" and first in ("update", "show", "prune", "set-head"))
             or (sub == "submodule" and first in ("update", "add", "sync"))
             or (sub == "archive" and any(v and v.startswith("--rem") for v in values))
         ):
+            if sub in ("fetch", "pull") or (sub == "submodule" and first in ("update", "add")):
+                self.git_repository_write(sub, git_dir)
             self.network(f"git {sub} talks to a remote repository (can upload code)")
             return
         if sub == "submodule" and first == "foreach":
@@ -902,6 +945,19 @@ class _Judge:
                 if value is not None and value.startswith(("/", "~")):
                     self.path(word, write=False)
             return
+        worktree_only = sub in ("clean", "difftool", "format-patch", "archive") or (
+            sub == "apply"
+            and not {"--index", "--cached", "-3", "--3way"} & set(filter(None, values))
+        )
+        if (
+            (sub in lists.GIT_WRITE_SUBCOMMANDS or sub in lists.GIT_READ_SUBCOMMANDS)
+            and sub not in ("init", "clone")
+            and not worktree_only
+        ):
+            # Commits, refs, the index, config, stashes and objects live in the git
+            # directory: a protected write (EXE-3 rev 2) unless configuration allows it.
+            # (`git restore FILE` too: it locks the index.)
+            self.git_repository_write(sub, git_dir)
         if sub in lists.GIT_WRITE_SUBCOMMANDS:
             phrase = lists.GIT_WRITE_SUBCOMMANDS[sub]
             risky = (
@@ -920,6 +976,156 @@ class _Judge:
         self.effect(
             f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)"
         )
+
+    def git_option_target(
+        self, sub: str, option: str, short: str, value: str, rest: list[Word], k: int
+    ) -> tuple[str, Word] | None:
+        """("write" | "read", the file) an option of a git subcommand names, or None."""
+        kind = ""
+        if option in ("--output", "--output-directory", "--separate-git-dir") or (
+            short == "-o" and sub in ("archive", "format-patch")
+        ):
+            kind = "write"
+        elif option == "--prefix" and sub == "checkout-index":
+            kind = "write"  # files are checked out under the prefix (any directory)
+        elif (short in ("-F",) or option == "--file") and sub in _GIT_FILE_READERS:
+            kind = "read"  # a message or pattern file: its content enters the repository
+        elif short == "-f" and sub == "grep":
+            kind = "read"
+        elif option in ("--contents", "--reference", "--reference-if-able"):
+            kind = "read"
+        if not kind:
+            return None
+        if option.startswith("--") and "=" in value:
+            return kind, literal(value.split("=", 1)[1])
+        if not option.startswith("--") and len(value) > 2:
+            return kind, literal(value[2:])
+        if k + 1 < len(rest):
+            return kind, rest[k + 1]
+        return None
+
+    def git_top(self) -> str:
+        """The top of the repository the current directory is in (its own dir if none):
+        where a ``REV:path`` starts and where ``.git`` lives."""
+        here = self.bases[-1]
+        probe = here
+        for _ in range(64):
+            if os.path.lexists(os.path.join(probe, ".git")):
+                return probe
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                break
+            probe = parent
+        return here
+
+    def git_repository_write(self, sub: str, git_dir: Word | None) -> None:
+        """Judge a git subcommand that changes the repository as a write of its git dir."""
+        target = git_dir or literal(os.path.join(self.git_top(), ".git"))
+        self.path(target, write=True, what=f"git {sub} writes the repository at")
+
+    def git_new_repository(self, sub: str, rest: list[Word]) -> None:
+        """``init [DIR]``, ``clone URL [DIR]``, ``worktree add PATH``: the new repository's
+        git directory (or ``.git`` file) is a protected write."""
+        operands = [w for w in rest if w.value is None or not w.value.startswith("-")]
+        skip_values = {"-b", "--branch", "-o", "--origin", "--template", "--separate-git-dir"}
+        values = [w.value for w in rest]
+        operands = [
+            w
+            for k, w in enumerate(rest)
+            if w in operands and not (k > 0 and values[k - 1] in skip_values)
+        ]
+        directory: Word | None = None
+        if sub == "init":
+            directory = operands[0] if operands else literal(".")
+        elif sub == "clone":
+            if len(operands) >= 2:
+                directory = operands[1]
+            elif operands and operands[0].value is not None:
+                name = operands[0].value.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+                directory = literal(name.removesuffix(".git") or "repo")
+        else:  # worktree add PATH
+            directory = operands[1] if len(operands) >= 2 else None
+            self.git_repository_write(sub, None)
+        if directory is None or directory.value is None:
+            self.effect(f"git {sub} creates a repository at a place only known at run time")
+            return
+        bare = "--bare" in values or "--mirror" in values
+        place = directory.value if bare else os.path.join(directory.value, ".git")
+        self.path(directory, write=True, what=f"git {sub} creates")
+        self.path(literal(place), write=True, what=f"git {sub} creates a git directory at")
+        if bare and self.sandbox.protects_git:
+            self.deny(f"git {sub} --bare lays out a git directory inside a writable root")
+
+    def git_objects(self, sub: str, rest: list[Word]) -> None:
+        """Object access (``REV:path``, ``:path``, pathspecs of ``show``, ``log -p``,
+        ``grep``, ``archive`` ...) is judged against protected reads: the repository keeps
+        a copy of every committed file, which the run-time masks cannot hide (DEC-16)."""
+        if not (self.denied_read_globs or self._credentials):
+            return
+        top = self.git_top()
+        unbounded = False
+        for word in rest:
+            value = word.value
+            if value is None:
+                continue
+            if value.startswith("-"):
+                if sub == "cat-file" and value.startswith("--batch"):
+                    unbounded = True
+                continue
+            for name in _git_path_candidates(value):
+                for absolute in (
+                    os.path.normpath(self.absolute(name)),
+                    os.path.normpath(os.path.join(top, name)),
+                ):
+                    if self._credential_re.match(absolute) is not None or self.denied(
+                        absolute, absolute
+                    ):
+                        self.deny(
+                            f"git {sub} {_short(value, 40)} reads {name} from the repository, "
+                            "which policy denies reading"
+                        )
+                        return
+                if (
+                    sub in _GIT_CONTENT_SUBCOMMANDS
+                    and any(c in name for c in "*?[")
+                    and self.git_glob_denied(name)
+                ):
+                    self.deny(
+                        f"the git pathspec {_short(name, 40)} can match a path policy denies "
+                        "reading"
+                    )
+                    return
+        if not self.denied_read_globs:
+            return
+        operands = [w.value for w in rest if w.value is not None and not w.value.startswith("-")]
+        if sub == "cat-file" and (
+            unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
+        ):
+            unbounded = True
+        if sub == "archive" and "--" not in operands and len(operands) <= 1:
+            unbounded = True
+        if sub in ("fast-export", "bundle") or unbounded:
+            self.ask(
+                f"git {sub} can print any committed file, including ones policy denies "
+                "reading (the run-time masks do not cover the object store)",
+                "high",
+                immune=True,
+            )
+
+    def git_glob_denied(self, pattern: str) -> bool:
+        """Whether a pathspec glob could match a path the policy denies reading (compared
+        by last component, both ways: ``*.env`` against ``.env``, ``.e*`` against ``.env*``)."""
+        last = pattern.rstrip("/").rsplit("/", 1)[-1]
+        if last.strip("*") == "":
+            return False  # `*`, `**`: every file; the masks and the object-store ASK hold
+        for glob in self.denied_read_globs:
+            parts = [p for p in glob.split("/") if p and p != "**"]
+            tail = parts[-1] if parts else ""
+            if not tail or tail.strip("*") == "":
+                continue
+            if fnmatch.fnmatchcase(tail, last) or fnmatch.fnmatchcase(last, tail):
+                return True
+        return False
 
     def git_setting(self, key: str, how: str) -> None:
         key = key.lower()
@@ -1345,11 +1551,78 @@ class _Judge:
 
 
 _SED_IN_PLACE = frozenset({"--in-place"})
+_GIT_DENY_ANYWHERE = frozenset(
+    {
+        "--upload-pack",
+        "--receive-pack",
+        "--exec",
+        "--exec-path",
+        "--ext-diff",
+        "--template",
+        "--extcmd",
+        "--config-env",
+    }
+)
+# Subcommands whose -F/--file names a file read into the repository (message, patterns).
+_GIT_FILE_READERS = frozenset({"commit", "tag", "merge", "notes", "grep", "commit-tree"})
+# git subcommands that print file contents from the object store.
+_GIT_CONTENT_SUBCOMMANDS = frozenset(
+    {
+        "show",
+        "log",
+        "diff",
+        "grep",
+        "archive",
+        "blame",
+        "annotate",
+        "cat-file",
+        "diff-tree",
+        "diff-index",
+        "diff-files",
+        "whatchanged",
+        "format-patch",
+        "range-diff",
+        "stash",
+        "checkout",
+        "restore",
+    }
+)
+_HEX_OBJECT = re.compile(r"[0-9a-fA-F]{4,64}\Z")
+_GIT_STAGE = re.compile(r"[0-3]:")
+
+
+def _git_path_candidates(value: str) -> list[str]:
+    """The paths a git argument may name: the word itself (a pathspec), the part after
+    the first ``:`` of ``REV:path`` / ``:N:path``, without pathspec magic (``:(top)``,
+    ``:!``, ``:/``)."""
+    names: list[str] = []
+    if ":" in value:
+        rev, _, path = value.partition(":")
+        if rev.startswith("(") or not rev:
+            # `:(top,glob)x`, `:!x`, `:/x`, `:0:x`, `:x`
+            path = value[1:]
+            if path.startswith("("):
+                path = path.partition(")")[2]
+            if _GIT_STAGE.match(path):
+                path = path[2:]
+            path = path.lstrip("!^/")
+        names.append(path)
+    names.append(value)
+    return [n for n in names if n and n not in (".", "/")]
+
+
 _AWK_DENY = frozenset({"--load"})
 _GIT_LONG = frozenset(
     {o for o in lists.GIT_DENY_OPTIONS if o.startswith("--")}
+    | lists.GIT_FILTER_OPTIONS
     | {
         "--output",
+        "--output-directory",
+        "--separate-git-dir",
+        "--prefix",
+        "--file",
+        "--config",
+        "--reference",
         "--git-dir",
         "--work-tree",
         "--no-index",

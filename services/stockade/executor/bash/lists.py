@@ -21,6 +21,7 @@ __all__ = [
     "DENY_COMMANDS",
     "DENY_OPTIONS",
     "EVAL_COMMANDS",
+    "GIT_FILTER_OPTIONS",
     "GIT_NETWORK_SUBCOMMANDS",
     "GIT_READ_SUBCOMMANDS",
     "GIT_WRITE_SUBCOMMANDS",
@@ -1073,6 +1074,20 @@ GIT_DENY_OPTIONS: dict[str, str] = {
     "-x": "git rebase -x runs a command",
 }
 """git options that run programs (GTFOBins): DENY."""
+
+GIT_FILTER_OPTIONS = frozenset(
+    {
+        "--env-filter",
+        "--tree-filter",
+        "--index-filter",
+        "--parent-filter",
+        "--msg-filter",
+        "--commit-filter",
+        "--tag-name-filter",
+        "--setup",
+    }
+)
+"""``git filter-branch`` options whose value is shell code run for every commit: DENY."""
 
 BENIGN_GIT_CONFIG_PREFIXES: tuple[str, ...] = (
     # Settings that cannot make git run a program; every other key (core.*, alias.*,
