@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from stockade.executor.globs import validate_globs
-from stockade.server.settings import ServerSettings, split_csv
+from stockade.server.settings import ServerSettings, split_csv, stockade_socket_dirs
 
 
 class ExecutorSettings(ServerSettings):
@@ -50,9 +50,34 @@ class ExecutorSettings(ServerSettings):
     unset: ``stockade.executor.paths.DEFAULT_PROTECTED_WRITES`` (git hooks and config, shell
     rc files, editor task folders, .ssh, .envrc, .npmrc). Set to empty to protect nothing."""
 
+    memory_limit_mb: int = Field(default=2048, ge=16, le=1024 * 1024)
+    """Memory of one command and everything it starts (a memory cgroup per command, EXE-9
+    rev 2); past it the kernel's OOM killer ends the command."""
+    socket_dirs_extra: Annotated[list[str], NoDecode] = []
+    """More directories to hide from every command, comma-separated (absolute paths): where
+    other Stockade services keep unix sockets that this executor's settings do not name."""
+
     _split_lists = field_validator(
-        "additional_dirs", "denied_read_globs", "protected_write_globs", mode="before"
+        "additional_dirs",
+        "denied_read_globs",
+        "protected_write_globs",
+        "socket_dirs_extra",
+        mode="before",
     )(classmethod(lambda cls, v: split_csv(v)))
+
+    def socket_dirs(self) -> list[str]:
+        """Directories of Stockade's own unix sockets, hidden in every command's mount
+        namespace (EXE-9 rev 2): this service's listener, the listeners and addresses the
+        other services' settings name (read from the same environment), and the extras."""
+        return stockade_socket_dirs(self, self.socket_dirs_extra)
+
+    @field_validator("socket_dirs_extra")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not item.startswith("/"):
+                raise ValueError(f"{item!r} is not an absolute path")
+        return value
 
     @field_validator("denied_read_globs", "protected_write_globs")
     @classmethod

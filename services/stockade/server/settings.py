@@ -8,12 +8,14 @@ bad variable and why, so an operator can fix the deployment without reading a tr
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _LISTEN = re.compile(
     r"^(unix://(?P<path>/.+)|(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5}))$"
@@ -56,6 +58,21 @@ class ServerSettings(BaseSettings):
     when the main listener requires mTLS)."""
     allow_plaintext: bool = False
     """Allow plaintext on a non-loopback address (dev clusters only; X-3)."""
+    allowed_peer_uids: Annotated[list[int], NoDecode] = []
+    """On a ``unix://`` listener, uids besides the server's own that may connect, comma-
+    separated; every other peer (its uid read with SO_PEERCRED) gets PERMISSION_DENIED."""
+
+    @field_validator("allowed_peer_uids", mode="before")
+    @classmethod
+    def _split_uids(cls, value: object) -> object:
+        return split_csv(value)
+
+    @field_validator("allowed_peer_uids")
+    @classmethod
+    def _check_uids(cls, value: list[int]) -> list[int]:
+        if any(uid < 0 or uid > 0xFFFFFFFE for uid in value):
+            raise ValueError("uids are 0 to 4294967294")
+        return value
 
     @field_validator("listen", "health_listen")
     @classmethod
@@ -101,6 +118,42 @@ class ServerSettings(BaseSettings):
     def tls_enabled(self) -> bool:
         """True when the server requires mutual TLS."""
         return self.tls_cert_file is not None
+
+
+def unix_path(address: str | None) -> str | None:
+    """The socket path of a ``unix://`` address (None for HOST:PORT)."""
+    if address and address.startswith("unix://"):
+        return address[len("unix://") :]
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _socket_dirs(own: tuple[str, ...], environ: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    dirs: dict[str, None] = {}
+    for address in own + tuple(value for _, value in environ):
+        path = unix_path(address)
+        if path and path.startswith("/"):
+            dirs[os.path.dirname(os.path.normpath(path)) or "/"] = None
+    return tuple(dirs)
+
+
+def stockade_socket_dirs(
+    settings: ServerSettings, extra: list[str] | tuple[str, ...] = ()
+) -> list[str]:
+    """Directories holding Stockade's own unix sockets: this service's listeners, every
+    ``STOCKADE_*_LISTEN`` / ``STOCKADE_*_ADDR`` of the environment the services share
+    (``stockade serve all``, one pod's containers), and ``extra``. Computed once per
+    distinct input (the environment is read at start-up and does not change)."""
+    environ = tuple(
+        sorted(
+            (key, value)
+            for key, value in os.environ.items()
+            if key.startswith("STOCKADE_") and key.endswith(("_LISTEN", "_ADDR"))
+        )
+    )
+    own = tuple(a for a in (settings.listen, settings.health_listen) if a)
+    dirs = list(_socket_dirs(own, environ))
+    return list(dict.fromkeys([*dirs, *extra]))
 
 
 S = TypeVar("S", bound=BaseSettings)

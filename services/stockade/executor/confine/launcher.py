@@ -36,6 +36,7 @@ from stockade.executor.confine.policy import (
     CAPABILITIES,
     GIT_NEUTRALISED,
     LANDLOCK,
+    MEMORY_CGROUP,
     MOUNT_MASK,
     NETNS,
     NO_NEW_PRIVS,
@@ -84,6 +85,7 @@ class LauncherServer:
         )
         os.mkdir(self.base, 0o700)
         self.cgroup_root: limits.PidsCgroupRoot | None = None
+        self.memory_root: limits.MemoryCgroupRoot | None = None
         self.counter = 0
         self.failed = False
         self.layers: tuple[Layer, ...] = ()
@@ -128,6 +130,30 @@ class LauncherServer:
             layers.append(Layer(PIDS_CGROUP, True, f"pids cgroup v{self.cgroup_root.version}"))
         except OSError as exc:
             layers.append(Layer(PIDS_CGROUP, False, f"unavailable: {exc.strerror or exc}"))
+        try:
+            if self._off(MEMORY_CGROUP):
+                raise OSError(0, "disabled by configuration")
+            self.memory_root = limits.MemoryCgroupRoot.create(
+                f"{limits.LAUNCHER_PREFIX}{os.getpid()}"
+            )
+            # Prove the limit file takes a value here (a read-only or undelegated
+            # controller fails now, at start, not on the first command).
+            probe = self.memory_root.child("probe", default.memory_bytes)
+            limits.memory_limit(probe)
+            limits.remove_cgroup(probe)
+            layers.append(
+                Layer(
+                    MEMORY_CGROUP,
+                    True,
+                    f"memory cgroup v{self.memory_root.version}, default limit "
+                    f"{default.memory_bytes // (1024 * 1024)} MiB per command",
+                )
+            )
+        except OSError as exc:
+            if self.memory_root is not None:
+                self.memory_root.remove()
+                self.memory_root = None
+            layers.append(Layer(MEMORY_CGROUP, False, f"unavailable: {exc.strerror or exc}"))
         layers.append(Layer(NO_NEW_PRIVS, True, "prctl(PR_SET_NO_NEW_PRIVS)"))
         drop_caps = not self._off(CAPABILITIES) and kernel.has_effective_capability(
             kernel.CAP_SETPCAP
@@ -178,6 +204,7 @@ class LauncherServer:
         layers.append(Layer(GIT_NEUTRALISED, True, "git ignores system/global config and hooks"))
         self.layers = tuple(layers)
         self.default_nproc = default.nproc
+        self.default_memory = default.memory_bytes
         return worker.Plan(
             pid_namespace=pidns is None,
             mount_namespace=mountns is None,
@@ -203,7 +230,16 @@ class LauncherServer:
         cgroup = ""
         if self.cgroup_root is not None:
             cgroup = self.cgroup_root.child(f"w{wid}", self.default_nproc)
-        slot = worker.Slot(tmp_dir=tmp_dir, cgroup=cgroup, cgroup_max=self.default_nproc)
+        memory = ""
+        if self.memory_root is not None:
+            memory = self.memory_root.child(f"w{wid}", self.default_memory)
+        slot = worker.Slot(
+            tmp_dir=tmp_dir,
+            cgroup=cgroup,
+            cgroup_max=self.default_nproc,
+            memory_cgroup=memory,
+            memory_max=self.default_memory,
+        )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         own_pidns = -1
         if self.plan.pid_namespace:
@@ -228,9 +264,9 @@ class LauncherServer:
             kernel.setns(own_pidns, kernel.CLONE_NEWPID)
             os.close(own_pidns)
         theirs.close()
-        if cgroup:
-            # Before the executor learns of the worker, so the command starts inside.
-            limits.enter(cgroup, pid)
+        # Before the executor learns of the worker, so the command starts inside.
+        for group in dict.fromkeys(g for g in (cgroup, memory) if g):
+            limits.enter(group, pid)
         pidfd = os.pidfd_open(pid)
         w = _Worker(wid=wid, pid=pid, pidfd=pidfd, slot=slot)
         self.workers[wid] = w
@@ -304,6 +340,10 @@ class LauncherServer:
         if w.slot.cgroup:
             self._kill_cgroup(w)
             limits.remove_cgroup(w.slot.cgroup)
+        if w.slot.memory_cgroup:
+            for pid in limits.members(w.slot.memory_cgroup):
+                _kill_all([pid])
+            limits.remove_cgroup(w.slot.memory_cgroup)
 
     def _kill_orphans(self) -> None:
         """Kill and reap our children that are not workers.
@@ -380,6 +420,8 @@ class LauncherServer:
             self._reap(w)
         if self.cgroup_root is not None:
             self.cgroup_root.remove()
+        if self.memory_root is not None:
+            self.memory_root.remove()
         limits.remove_tree(self.base)
 
 
@@ -448,7 +490,15 @@ def main(argv: list[str] | None = None) -> int:
         "--disable",
         action="append",
         default=[],
-        choices=[PID_NAMESPACE, PIDS_CGROUP, CAPABILITIES, NETNS, LANDLOCK, MOUNT_MASK],
+        choices=[
+            PID_NAMESPACE,
+            PIDS_CGROUP,
+            MEMORY_CGROUP,
+            CAPABILITIES,
+            NETNS,
+            LANDLOCK,
+            MOUNT_MASK,
+        ],
         help="do not use this layer (reported inactive)",
     )
     args = parser.parse_args(argv)

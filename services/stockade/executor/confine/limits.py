@@ -1,4 +1,4 @@
-"""Resource limits: rlimits per process, and a pids cgroup per command.
+"""Resource limits: rlimits per process, and a pids and a memory cgroup per command.
 
 The kernel never enforces RLIMIT_NPROC for uid 0 (``copy_process`` exempts INIT_USER),
 so when commands run as root a fork bomb is only stopped by the pids cgroup controller;
@@ -47,7 +47,7 @@ class PidsCgroupRoot:
     def create(cls, name: str) -> PidsCgroupRoot:
         """Create ``name`` under a writable pids hierarchy; raise ``OSError`` if none."""
         errors: list[str] = []
-        for base, version in _candidates():
+        for base, version in _candidates("pids"):
             _sweep(base)
             path = os.path.join(base, name)
             try:
@@ -83,6 +83,101 @@ class PidsCgroupRoot:
             if os.path.isdir(sub):
                 remove_cgroup(sub)
         remove_cgroup(self.path)
+
+
+@dataclass(frozen=True)
+class MemoryCgroupRoot:
+    """The launcher's memory cgroup, under which each worker gets one with its limit.
+
+    RLIMIT_AS bounds one process; a command that starts several (or maps many files)
+    could still hold many GB. The memory controller counts the whole command, every
+    process it starts included, and the kernel's OOM killer ends it past the limit.
+    """
+
+    path: str
+    """Directory of the launcher's memory cgroup."""
+    version: int
+    """1 (the v1 ``memory`` hierarchy) or 2 (unified)."""
+
+    @classmethod
+    def create(cls, name: str) -> MemoryCgroupRoot:
+        """Create ``name`` under a writable memory hierarchy; raise ``OSError`` if none."""
+        errors: list[str] = []
+        for base, version in _candidates("memory"):
+            _sweep(base)
+            path = os.path.join(base, name)
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                errors.append(f"{base}: {exc.strerror}")
+                continue
+            try:
+                if version == 2:
+                    _write(os.path.join(path, "cgroup.subtree_control"), "+memory")
+                else:
+                    # Children count in their parent's usage (the default on most hosts).
+                    _write_if_present(os.path.join(path, "memory.use_hierarchy"), "1")
+            except OSError as exc:
+                errors.append(f"{path}: cannot delegate memory: {exc.strerror}")
+                remove_cgroup(path)
+                continue
+            return cls(path, version)
+        raise OSError(0, "no writable memory cgroup: " + ("; ".join(errors) or "none mounted"))
+
+    def child(self, name: str, limit_bytes: int) -> str:
+        """Create (or reuse: v2 shares one tree with pids) a child cgroup with the limit."""
+        path = os.path.join(self.path, name)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        set_memory(path, limit_bytes)
+        return path
+
+    def remove(self) -> None:
+        """Remove every (empty) child and the root itself; best effort."""
+        PidsCgroupRoot(self.path, self.version).remove()
+
+
+def set_memory(cgroup: str, limit_bytes: int) -> None:
+    """Set the memory limit of a cgroup, swap included (so the limit cannot be dodged by
+    pushing pages to swap)."""
+    if os.path.exists(os.path.join(cgroup, "memory.max")):
+        _write(os.path.join(cgroup, "memory.max"), str(limit_bytes))
+        _write_if_present(os.path.join(cgroup, "memory.swap.max"), "0")
+        return
+    # v1: memsw (memory + swap, where swap accounting is on) must stay >= the memory
+    # limit, so it goes first when raising and last when lowering: write it on both sides
+    # (the write that would break the order fails quietly).
+    memsw = os.path.join(cgroup, "memory.memsw.limit_in_bytes")
+    _write_if_present(memsw, str(limit_bytes))
+    _write(os.path.join(cgroup, "memory.limit_in_bytes"), str(limit_bytes))
+    _write_if_present(memsw, str(limit_bytes))
+
+
+def memory_limit(cgroup: str) -> int:
+    """The memory limit in force in a cgroup (bytes)."""
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        try:
+            with open(os.path.join(cgroup, name)) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        return -1 if text == "max" else int(text)
+    raise OSError(0, f"{cgroup} has no memory limit file")
+
+
+def _write_if_present(path: str, text: str) -> None:
+    try:
+        _write(path, text)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        # memsw refuses a value below the current memory limit ordering on some
+        # kernels; the memory limit itself has been set (or raised) already.
+        pass
 
 
 LAUNCHER_PREFIX = "stockade-launcher-"
@@ -164,8 +259,8 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _candidates() -> list[tuple[str, int]]:
-    """Writable pids hierarchies: a v1 ``pids`` mount, or the unified one if it has pids."""
+def _candidates(controller: str) -> list[tuple[str, int]]:
+    """Hierarchies of ``controller``: a v1 mount of it, or the unified one if it has it."""
     found: list[tuple[str, int]] = []
     try:
         with open("/proc/self/mountinfo") as fh:
@@ -180,13 +275,13 @@ def _candidates() -> list[tuple[str, int]]:
         if len(fields) < 5 or len(rfields) < 3:
             continue
         mount_point, fstype, options = fields[4], rfields[0], rfields[2].split(",")
-        if fstype == "cgroup" and "pids" in options:
-            found.append((os.path.join(mount_point, own.get("pids", "/").lstrip("/")), 1))
+        if fstype == "cgroup" and controller in options:
+            found.append((os.path.join(mount_point, own.get(controller, "/").lstrip("/")), 1))
         elif fstype == "cgroup2":
             base = os.path.join(mount_point, own.get("", "/").lstrip("/"))
             try:
                 with open(os.path.join(base, "cgroup.controllers")) as fh:
-                    if "pids" in fh.read().split():
+                    if controller in fh.read().split():
                         found.append((base, 2))
             except OSError:
                 continue

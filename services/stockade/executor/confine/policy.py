@@ -10,6 +10,7 @@ PROCESS_GROUP = "process_group"
 PID_NAMESPACE = "pid_namespace"
 RLIMITS = "rlimits"
 PIDS_CGROUP = "pids_cgroup"
+MEMORY_CGROUP = "memory_cgroup"
 NO_NEW_PRIVS = "no_new_privs"
 CAPABILITIES = "capabilities"
 NETNS = "netns"
@@ -22,6 +23,7 @@ LAYER_NAMES: tuple[str, ...] = (
     PID_NAMESPACE,
     RLIMITS,
     PIDS_CGROUP,
+    MEMORY_CGROUP,
     NO_NEW_PRIVS,
     CAPABILITIES,
     NETNS,
@@ -66,9 +68,11 @@ class Rlimits:
     """Largest file a process may write (SIGXFSZ / EFBIG beyond)."""
     nofile: int = 1024
     """Open file descriptors per process."""
+    memory_bytes: int = 2 * 1024**3
+    """Memory of the whole command (every process it starts), by the memory cgroup."""
 
     def __post_init__(self) -> None:
-        for name in ("nproc", "cpu_s", "as_bytes", "fsize_bytes", "nofile"):
+        for name in ("nproc", "cpu_s", "as_bytes", "fsize_bytes", "nofile", "memory_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"rlimit {name} must be positive")
 
@@ -91,6 +95,12 @@ class ConfinementPolicy:
     and at the working directory and its parents: globs without wildcards only."""
     rlimits: Rlimits = field(default_factory=Rlimits)
     """Resource limits."""
+    protect_git: bool = False
+    """Keep every git directory, ``.git`` file and bare layout in the writable roots
+    read-only, and remove the ones the command creates (EXE-3 rev 2)."""
+    masked_dirs: tuple[str, ...] = ()
+    """Directories hidden (an empty read-only tmpfs) from the command: where Stockade's
+    own unix sockets live, so a command cannot call the services that judge it."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the launcher protocol)."""
@@ -106,6 +116,8 @@ class ConfinementPolicy:
             masked_globs=tuple(data["masked_globs"]),
             read_only_globs=tuple(data.get("read_only_globs", ())),
             rlimits=Rlimits(**data["rlimits"]),
+            protect_git=bool(data.get("protect_git", False)),
+            masked_dirs=tuple(data.get("masked_dirs", ())),
         )
 
 

@@ -33,6 +33,7 @@ from stockade.executor.confine.policy import (
     CAPABILITIES,
     GIT_NEUTRALISED,
     LANDLOCK,
+    MEMORY_CGROUP,
     MOUNT_MASK,
     NETNS,
     NO_NEW_PRIVS,
@@ -112,6 +113,10 @@ class Slot:
     """The worker's pids cgroup ("" when there is none)."""
     cgroup_max: int = 0
     """The ``pids.max`` the launcher already wrote there."""
+    memory_cgroup: str = ""
+    """The worker's memory cgroup ("" when there is none; the pids one on cgroup v2)."""
+    memory_max: int = 0
+    """The memory limit the launcher already wrote there."""
 
 
 @dataclass
@@ -233,7 +238,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         request = json.loads(msg)
         if prepared.problems:
             raise OSError(0, "; ".join(prepared.problems))
-        layers, argv, env, policy = _confine(request, fds, plan, slot, prepared)
+        layers, argv, env, policy, git_found = _confine(request, fds, plan, slot, prepared)
         devnull = prepared.devnull
         pid = os.posix_spawn(
             argv[0],
@@ -258,9 +263,32 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     # Whatever the command left running dies before its end is reported: when the
     # executor sees the exit code, nothing of the command is left.
     _kill_leftovers(plan.pid_namespace)
+    if policy.protect_git and plan.mount_namespace:
+        layers = _remove_new_git_control(layers, git_found, policy)
     # One report at the end (one wake-up of the executor): layers and exit code.
     _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers], "code": code})
     os._exit(0)
+
+
+def _remove_new_git_control(
+    layers: list[Layer], before: list[masks.GitControl], policy: ConfinementPolicy
+) -> list[Layer]:
+    """A git directory, ``.git`` file or bare layout the command made (through a program
+    the analysis could not see into) is removed before anyone's git on the host reads
+    it; the mount-mask layer says what went."""
+    try:
+        removed = masks.remove_new_git_control(before, policy.writable_roots)
+        note = (
+            f"; removed {len(removed)} git control path(s) the command created: "
+            + ", ".join(removed[:5])
+            if removed
+            else ""
+        )
+    except OSError as exc:
+        note = f"; could not check for git directories the command created: {exc}"
+    if not note:
+        return layers
+    return [Layer(x.name, x.active, x.detail + note) if x.name == MOUNT_MASK else x for x in layers]
 
 
 def _kill_leftovers(pid_namespace: bool) -> None:
@@ -327,8 +355,9 @@ def _report(fd: int, message: dict[str, Any]) -> None:
 
 def _confine(
     request: dict[str, Any], fds: list[int], plan: Plan, slot: Slot, prepared: Prepared
-) -> tuple[list[Layer], list[str], dict[str, str], ConfinementPolicy]:
+) -> tuple[list[Layer], list[str], dict[str, str], ConfinementPolicy, list[masks.GitControl]]:
     policy = ConfinementPolicy.from_dict(request["policy"])
+    git_found: list[masks.GitControl] = []
     cwd: str = request["cwd"]
     layers: list[Layer] = [
         Layer(PROCESS_GROUP, True, "own session and process group; killed as a group"),
@@ -367,12 +396,22 @@ def _confine(
         # stay read-only even for commands the user approved.
         protected = masks.find_protected(policy.writable_roots, cwd, policy.read_only_globs)
         masks.bind_read_only(protected)
+        # Every git directory, `.git` file and bare layout in the writable roots is
+        # read-only (EXE-3 rev 2): a person's git on the host reads them later.
+        git_binds: list[str] = []
+        if policy.protect_git:
+            git_found = masks.find_git_control(policy.writable_roots)
+            git_binds = masks.git_bind_targets(git_found, policy.writable_roots)
+            masks.bind_read_only(git_binds)
+        # Stockade's own unix sockets: a command must not call the services judging it.
+        hidden = masks.hide_dirs(policy.masked_dirs, (*policy.writable_roots, cwd), plan.empty_file)
         layers.append(
             Layer(
                 MOUNT_MASK,
                 True,
                 f"{count} policy-denied path(s) masked, {len(nested)} nested read-only"
-                f" root(s) and {len(protected)} protected path(s) read-only, in a private"
+                f" root(s), {len(protected)} protected path(s) and {len(git_binds)} git"
+                f" director(ies) read-only, {hidden} Stockade socket mask(s), in a private"
                 " mount namespace",
             )
         )
@@ -387,6 +426,18 @@ def _confine(
         layers.append(Layer(PIDS_CGROUP, True, f"pids.max={r.nproc}"))
     else:
         layers.append(Layer(PIDS_CGROUP, False, plan.why(PIDS_CGROUP)))
+    if slot.memory_cgroup:
+        if r.memory_bytes != slot.memory_max:
+            limits.set_memory(slot.memory_cgroup, r.memory_bytes)
+        layers.append(
+            Layer(
+                MEMORY_CGROUP,
+                True,
+                f"memory limit {r.memory_bytes // (1024 * 1024)} MiB for the whole command",
+            )
+        )
+    else:
+        layers.append(Layer(MEMORY_CGROUP, False, plan.why(MEMORY_CGROUP)))
     os.chdir(cwd)
     limits.apply_rlimits(r)
     nproc_note = (
@@ -443,7 +494,7 @@ def _confine(
 
     layers.append(Layer(GIT_NEUTRALISED, True, "git ignores system/global config and hooks"))
     argv = [BASH, "--noprofile", "--norc", "-c", str(request["command"])]
-    return layers, argv, command_env(cwd=cwd, tmp_dir=slot.tmp_dir), policy
+    return layers, argv, command_env(cwd=cwd, tmp_dir=slot.tmp_dir), policy, git_found
 
 
 def _system_rules(*, network: bool) -> list[landlock.PathRule]:

@@ -39,6 +39,7 @@ def confinement_policy(
     network_enabled: bool,
     masked_globs: tuple[str, ...],
     rlimits: Rlimits,
+    masked_dirs: tuple[str, ...] = (),
 ) -> ConfinementPolicy:
     """The confinement of a command under ``sandbox``'s roots."""
     return ConfinementPolicy(
@@ -48,6 +49,8 @@ def confinement_policy(
         masked_globs=masked_globs,
         read_only_globs=sandbox.protected_write_globs,
         rlimits=rlimits,
+        protect_git=sandbox.protects_git,
+        masked_dirs=masked_dirs,
     )
 
 
@@ -113,9 +116,16 @@ class RunBashTool:
             as_bytes=self.rlimits.as_bytes,
             fsize_bytes=int(setting(ctx, "max_file_write_bytes", self.rlimits.fsize_bytes)),
             nofile=self.rlimits.nofile,
+            memory_bytes=int(setting(ctx, "memory_limit_mb", 0)) * 1024 * 1024
+            or self.rlimits.memory_bytes,
         )
+        socket_dirs = getattr(ctx.services.get("settings"), "socket_dirs", None)
         policy = confinement_policy(
-            sandbox, network_enabled=network, masked_globs=masked, rlimits=rlimits
+            sandbox,
+            network_enabled=network,
+            masked_globs=masked,
+            rlimits=rlimits,
+            masked_dirs=tuple(socket_dirs()) if callable(socket_dirs) else (),
         )
         queue: asyncio.Queue[Chunk] = asyncio.Queue()
         combined: list[str] = []
