@@ -29,6 +29,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from stockade.server.interceptors import ContextInterceptor
 from stockade.server.lifecycle import stopping
+from stockade.server.peercred import PeerCheckedListener, allowed_uids, private_dir
 from stockade.server.settings import ServerSettings, SettingsError
 from stockade.server.telemetry import setup_logging, setup_telemetry
 from stockade.tracing import tracing_enabled
@@ -81,6 +82,8 @@ class RunningServer:
     health_server: grpc.aio.Server | None = None
     """The plaintext health-only listener (``health_listen``), if any."""
     health_address: str = ""
+    peer_listener: PeerCheckedListener | None = None
+    """On a ``unix://`` listener: the SO_PEERCRED check in front of the server."""
 
 
 def _is_loopback(listen: str) -> bool:
@@ -150,9 +153,17 @@ async def create_server(
         server,
     )
     listen = settings.listen
+    peer_listener: PeerCheckedListener | None = None
+    bind = listen
     if listen.startswith("unix://"):
-        Path(listen[len("unix://") :]).parent.mkdir(parents=True, exist_ok=True)
-    port = server.add_secure_port(listen, creds) if creds else server.add_insecure_port(listen)
+        public = listen[len("unix://") :]
+        Path(public).parent.mkdir(parents=True, exist_ok=True)
+        # The server listens privately; the public path checks each peer's uid first.
+        peer_listener = PeerCheckedListener(
+            public, private_dir(public), allowed_uids(settings.allowed_peer_uids)
+        )
+        bind = peer_listener.inner_address
+    port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)
     if not listen.startswith("unix://"):
         if port == 0:
             raise StartupError(f"{name}: could not bind {listen}")
@@ -160,7 +171,17 @@ async def create_server(
     else:
         address = listen
     await server.start()
-    running = RunningServer(name, server, health_servicer, address, settings.grace_seconds, names)
+    if peer_listener is not None:
+        await peer_listener.start()
+    running = RunningServer(
+        name,
+        server,
+        health_servicer,
+        address,
+        settings.grace_seconds,
+        names,
+        peer_listener=peer_listener,
+    )
     if settings.health_listen:
         # Kubelet gRPC probes cannot present a client certificate: under mTLS they use a
         # plaintext listener that serves the same health statuses and nothing else.
@@ -179,6 +200,8 @@ async def stop_server(running: RunningServer) -> None:
     """Graceful stop: NOT_SERVING first, then drain in-flight calls within the grace."""
     await running.health.enter_graceful_shutdown()
     await running.server.stop(running.grace)
+    if running.peer_listener is not None:
+        await running.peer_listener.close()
     if running.health_server is not None:
         await running.health_server.stop(0)
     log.info("%s stopped", running.name)
