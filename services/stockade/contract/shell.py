@@ -32,6 +32,12 @@ class WrapperSpec:
     """Options that change directory before running (``env -C DIR``)."""
     read_options: frozenset[str] = frozenset()
     """Options whose value is a file read (``xargs -a FILE``)."""
+    write_options: frozenset[str] = frozenset()
+    """Options (also in ``value_options``) whose value is a file the wrapper writes
+    (``time -o FILE``, ``valgrind --log-file=FILE``): judged as writes (EXE-8e)."""
+    write_positionals: int = 0
+    """How many of the leading ``positionals`` name a file the wrapper creates or opens
+    for writing (``flock FILE CMD``; a number there is a file descriptor)."""
     stdin_args: bool = False
     """The wrapped command gets more arguments from stdin (xargs)."""
     no_command_options: frozenset[str] = frozenset()
@@ -58,7 +64,9 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "nice": WrapperSpec(value_options=_f("-n", "--adjustment"), transparent=True),  # lower priority
     "nohup": WrapperSpec(transparent=True),  # ignore hangups
     "time": WrapperSpec(
-        value_options=_f("-f", "--format", "-o", "--output"), transparent=True
+        value_options=_f("-f", "--format", "-o", "--output"),
+        write_options=_f("-o", "--output"),
+        transparent=True,
     ),  # measure
     # timeout [-s SIG] [-k DUR] DURATION CMD: limits how long CMD runs.
     "timeout": WrapperSpec(
@@ -112,6 +120,7 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "flock": WrapperSpec(
         value_options=_f("-w", "--timeout", "-E", "--conflict-exit-code"),
         positionals=1,
+        write_positionals=1,  # the lock file is created if missing
         # -c runs a string through sh.
         deny_options=_f("-c", "--command"),
     ),
@@ -123,17 +132,30 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "catchsegv": WrapperSpec(),
     # valgrind CMD: runs CMD under a checker.
     # rlwrap CMD: line editing around CMD.
-    "rlwrap": WrapperSpec(value_options=_f("-f", "-H", "-l", "-s", "-S", "-z")),
+    # -l logs the session and -H keeps the history in a file; -f reads completions.
+    "rlwrap": WrapperSpec(
+        value_options=_f("-f", "-H", "-l", "-s", "-S", "-z"), write_options=_f("-l", "-H")
+    ),
     # fakeroot CMD: pretends to be root (LD_PRELOAD), CMD still runs as us.
-    "fakeroot": WrapperSpec(value_options=_f("-l", "--lib", "--faked", "-s", "-i")),
+    # -s saves the fake ownership database to a file (-i loads one).
+    "fakeroot": WrapperSpec(
+        value_options=_f("-l", "--lib", "--faked", "-s", "-i"), write_options=_f("-s")
+    ),
     # faketime TIME CMD: fakes the clock.
     "faketime": WrapperSpec(positionals=1),
     # chronic CMD (moreutils): hides CMD's output unless it fails.
     "chronic": WrapperSpec(transparent=True),
     # dbus-run-session CMD / xvfb-run CMD: run CMD inside a session or X server.
     "dbus-run-session": WrapperSpec(),
-    "xvfb-run": WrapperSpec(value_options=_f("-n", "-s", "-f", "-e", "-p")),
-    "valgrind": WrapperSpec(value_options=_f("--tool", "--log-file")),
+    # -e sends the X server's errors to a file, -f keeps its auth cookie in one.
+    "xvfb-run": WrapperSpec(
+        value_options=_f("-n", "-s", "-f", "-e", "-p", "--error-file", "--auth-file"),
+        write_options=_f("-f", "-e", "--error-file", "--auth-file"),
+    ),
+    "valgrind": WrapperSpec(
+        value_options=_f("--tool", "--log-file", "--xml-file"),
+        write_options=_f("--log-file", "--xml-file"),
+    ),
 }
 """Commands that run the command in their arguments: the analysis judges that command."""
 

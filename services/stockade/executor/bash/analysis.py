@@ -20,6 +20,7 @@ from typing import Literal
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.explain import Finding, explain, risk_of
+from stockade.executor.bash.filevars import FILE_VARIABLES, written_file
 from stockade.executor.bash.options import (
     canonical,
     literal,
@@ -179,7 +180,32 @@ class _Judge:
         for name in dict.fromkeys(self.parsed.recursive_functions):
             self.deny(f"function {name!r} calls itself (fork-bomb shape)")
         self.arithmetic()
+        self.file_variables()
         self.git_layouts()
+
+    def file_variables(self) -> None:
+        """Assignments of variables that name a file programs write (EXE-8e)."""
+        for assignment in self.parsed.assignments:
+            self.file_variable(assignment.name, assignment.value)
+
+    def file_variable(self, name: str, value: Word | None) -> None:
+        """``GIT_TRACE=/path``, ``HISTFILE=...``: a write of the file named, judged by the
+        path sandbox like a redirection."""
+        if name.upper() not in FILE_VARIABLES and written_file(name, "x") is None:
+            return
+        if value is None or value.value is None:
+            if value is not None:
+                self.effect(
+                    f"sets {name}, which names a file, to a value only known at run time",
+                    "high",
+                    immune=True,
+                )
+            return
+        target = written_file(name, value.value)
+        if target is None:
+            return
+        if self.path(literal(target), write=True, what=f"{name}= makes programs write") is not None:
+            self.effect(f"{name}={_short(target, 40)} makes programs write that file", "low")
 
     def git_layouts(self) -> None:
         """Writes of one command line that together lay out a git directory
@@ -284,6 +310,21 @@ class _Judge:
     ) -> None:
         """Judge ``name args``: look through wrappers, then dispatch on the command."""
         while name in lists.WRAPPERS and not by_path:
+            spec = lists.WRAPPERS[name]
+            if spec.assignments:
+                # `env -i GIT_TRACE=/path git status`: the file the variable names (EXE-8e).
+                skip = False
+                for word in args:
+                    text = word.value
+                    if skip or (text is not None and text.startswith("-") and text != "-"):
+                        skip = not skip and text in spec.value_options
+                        continue
+                    if text is None or "=" not in text:
+                        break
+                    var, _, assigned = text.partition("=")
+                    if not _VAR_NAME.match(var):
+                        break
+                    self.file_variable(var, literal(assigned))
             unwrapped = self.unwrap(name, args)
             if unwrapped is None:
                 self.record(name, args)
@@ -327,6 +368,14 @@ class _Judge:
                     continue
             if value.startswith("-") and value != "-":
                 option, attached = split_option(value, takes_value)
+                if not value.startswith("--") and attached is None:
+                    # A bundle of short flags (`time -ao FILE`): the first letter that
+                    # takes a value takes the rest of the bundle, or the next word.
+                    for at in range(1, len(value)):
+                        if "-" + value[at] in takes_value | spec.deny_options:
+                            option = "-" + value[at]
+                            attached = value[at + 1 :] or None
+                            break
                 option = canonical(
                     option, (spec.deny_options, spec.no_command_options, takes_value)
                 )
@@ -347,12 +396,16 @@ class _Judge:
                     self.change_dir(operand)
                 if operand is not None and option in spec.read_options:
                     self.path(operand, write=False)
-                if name == "time" and option in ("-o", "--output") and operand is not None:
-                    self.path(operand, write=True, what="writes timings to")
-                    self.effect("time -o writes a file", "low")
+                if operand is not None and option in spec.write_options:
+                    self.path(operand, write=True, what=f"{name} {option} writes")
+                    self.effect(f"{name} {option} writes a file", "low")
                 i += step
                 continue
             if positionals > 0:
+                if spec.positionals - positionals < spec.write_positionals and not value.isdigit():
+                    # `flock FILE CMD` creates FILE (a number is a file descriptor).
+                    if self.path(word, write=True, what=f"{name} opens for writing") is not None:
+                        self.effect(f"{name} creates or opens {_word_text(word)}", "low")
                 positionals -= 1
                 i += 1
                 continue
@@ -391,10 +444,47 @@ class _Judge:
             self.write_command(name, lists.WRITE_COMMANDS[name], args)
         elif name in lists.PACKAGE_MANAGERS:
             self.scan_credentials(args)
+            self.output_options(name, args)  # `gcc -o /usr/local/bin/x`, `pip -t DIR`
             self.package_manager(name, args)
         else:
             self.scan_credentials(args)
+            self.output_options(name, args)
             self.effect(f"{name!r} is not on the read-only list; it may change things")
+
+    def output_options(self, name: str, args: list[Word]) -> None:
+        """For a command the lists do not describe: options named like an output file
+        (``-o FILE``, ``--output=FILE``, ``--log-file FILE`` ...) are judged as writes, so
+        a file outside the writable roots or a protected one is refused (EXE-8e)."""
+        for k, word in enumerate(args):
+            value = word.value
+            if value is None or not value.startswith("-") or value == "-":
+                continue
+            if value == "--":
+                return
+            option, eq, attached = value.partition("=")
+            target: Word | None = None
+            if option in _WRITE_OPTIONS_OF.get(name, ()) and eq:
+                target = literal(attached)
+            elif option.startswith("--") or (option.startswith("-") and len(option) > 2 and eq):
+                if not _OUTPUT_OPTION.match(option) and option not in _WRITE_OPTIONS_OF.get(
+                    name, ()
+                ):
+                    continue
+                target = literal(attached) if eq else (args[k + 1] if k + 1 < len(args) else None)
+            elif option in _WRITE_OPTIONS_OF.get(name, ()):
+                target = (
+                    literal(value[len(option) :])
+                    if len(value) > len(option) and not option.startswith("--")
+                    else (args[k + 1] if k + 1 < len(args) else None)
+                )
+            elif value.startswith("-o") and name not in _O_NOT_OUTPUT:
+                target = (
+                    literal(value[2:])
+                    if len(value) > 2
+                    else (args[k + 1] if k + 1 < len(args) else None)
+                )
+            if target is not None and target.value not in ("-", ""):
+                self.path(target, write=True, what=f"{name} {option} may write")
 
     def variable_builtin(self, name: str, args: list[Word]) -> bool:
         """Judge the variable names a builtin sets; False after a DENY."""
@@ -627,6 +717,17 @@ class _Judge:
                     self.effect(f"{name} {option} changes files")
                 if option in spec.pattern_options:
                     pattern_given = True
+                if (
+                    operand is not None
+                    and option.startswith("--")
+                    and not any(option in k for k in known)
+                    and _OUTPUT_OPTION.match(option)
+                ):
+                    # An option the list does not know, named like an output file
+                    # (`--output=`, `--log-file=`): judged as the write it may be (EXE-8e).
+                    self.path(operand, write=True, what=f"{name} {option} may write")
+                    self.effect(f"{name} {option} may write {_word_text(operand)}", "low")
+                    continue
                 if operand is not None:
                     if option in spec.write_options:
                         self.path(operand, write=True, what=f"{name} {option} writes")
@@ -1551,6 +1652,26 @@ class _Judge:
 
 
 _SED_IN_PLACE = frozenset({"--in-place"})
+# Long options (and single-dash long ones such as openssl's `-out`) that name an output,
+# log or history file in the tools the lists do not describe.
+_OUTPUT_OPTION = re.compile(
+    r"--?(o|out|output|outfile|output-file|output-document|output-dir|output-directory|"
+    r"log|log-file|logfile|log-output|xml-file|save|save-file|dump|dump-file|history-file|"
+    r"histfile|trace-file|report|report-file|write|write-file|target|target-directory|"
+    r"dest|destination|result-file|junitxml|cov-report)\Z"
+)
+# Installers whose options name the directory they write into.
+_PIP_TARGETS = frozenset({"-t", "--target", "--prefix", "--root", "--src", "-d", "--dest"})
+_WRITE_OPTIONS_OF: dict[str, frozenset[str]] = {
+    "pip": _PIP_TARGETS,
+    "pip3": _PIP_TARGETS,
+    "npm": frozenset({"--prefix", "--cache", "--pack-destination"}),
+    "uv": frozenset({"--target", "--prefix", "-o"}),
+}
+# Commands whose `-o` is not an output file (mount options, ssh options, formats).
+_O_NOT_OUTPUT = frozenset(
+    {"mount", "ssh", "scp", "sftp", "ps", "ls", "column", "pr", "join", "make", "gmake"}
+)
 _GIT_DENY_ANYWHERE = frozenset(
     {
         "--upload-pack",
