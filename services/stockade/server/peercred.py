@@ -85,6 +85,7 @@ class PeerCheckedListener:
         self._server: asyncio.AbstractServer | None = None
         self._refusal: grpc.aio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.refused = 0
         """How many connections were refused (for tests and metrics)."""
 
@@ -118,10 +119,12 @@ class PeerCheckedListener:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        for task in list(self._tasks):
-            task.cancel()
+        # Closing both ends of each spliced connection ends its pumps; a connection task
+        # is never cancelled (asyncio's stream callback logs a cancelled one as an error).
+        for writer in list(self._writers):
+            writer.close()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(list(self._tasks), timeout=5)
         if self._refusal is not None:
             await self._refusal.stop(0)
         with contextlib.suppress(FileNotFoundError):
@@ -134,6 +137,7 @@ class PeerCheckedListener:
             writer.close()
             return
         self._tasks.add(task)
+        self._writers.add(writer)
         try:
             sock = writer.get_extra_info("socket")
             try:
@@ -154,9 +158,17 @@ class PeerCheckedListener:
                 up_reader, up_writer = await asyncio.open_unix_connection(target)
             except OSError:
                 return
-            await _splice(reader, writer, up_reader, up_writer)
+            self._writers.add(up_writer)
+            try:
+                await _splice(reader, writer, up_reader, up_writer)
+            finally:
+                self._writers.discard(up_writer)
+        except asyncio.CancelledError:
+            # The loop is being torn down (asyncio.run cancels what is left): end quietly.
+            pass
         finally:
             writer.close()
+            self._writers.discard(writer)
             self._tasks.discard(task)
 
 

@@ -217,7 +217,7 @@ async def test_git_dirs_a_command_creates_are_removed(
         command, cwd=str(repo), policy=_policy(repo, protect_git=True), timeout_s=60
     )
     assert "done" in on.stdout, on.stderr
-    detail = _layer(on, "mount_mask")[1]
+    detail = _layer(on, "git_neutralised")[1]
     assert "removed" in detail, detail
     assert not (repo / "sub" / ".git").exists()
     assert not (repo / "fresh" / ".git").exists()
@@ -228,6 +228,26 @@ async def test_git_dirs_a_command_creates_are_removed(
     assert not marker.exists()
     # The repository that was there before is untouched.
     assert (repo / ".git" / "HEAD").exists()
+
+
+async def test_new_git_dirs_are_removed_without_a_mount_namespace(tmp_path: Path) -> None:
+    """Where the mount namespace is unavailable (restricted pods) the removal still holds."""
+    repo = tmp_path / "ws"
+    repo.mkdir()
+    launcher = Launcher(disable=("mount_mask",))
+    await launcher.start()
+    try:
+        outcome = await launcher.run(
+            "git init -q fresh && echo done",
+            cwd=str(repo),
+            policy=_policy(repo, protect_git=True),
+            timeout_s=60,
+        )
+    finally:
+        await launcher.close()
+    assert "done" in outcome.stdout, outcome.stderr
+    assert not (repo / "fresh" / ".git").exists()
+    assert "removed" in _layer(outcome, "git_neutralised")[1]
 
 
 # --- Stockade's own unix sockets ------------------------------------------------------------

@@ -263,7 +263,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     # Whatever the command left running dies before its end is reported: when the
     # executor sees the exit code, nothing of the command is left.
     _kill_leftovers(plan.pid_namespace)
-    if policy.protect_git and plan.mount_namespace:
+    if policy.protect_git:
         layers = _remove_new_git_control(layers, git_found, policy)
     # One report at the end (one wake-up of the executor): layers and exit code.
     _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers], "code": code})
@@ -288,7 +288,9 @@ def _remove_new_git_control(
         note = f"; could not check for git directories the command created: {exc}"
     if not note:
         return layers
-    return [Layer(x.name, x.active, x.detail + note) if x.name == MOUNT_MASK else x for x in layers]
+    return [
+        Layer(x.name, x.active, x.detail + note) if x.name == GIT_NEUTRALISED else x for x in layers
+    ]
 
 
 def _kill_leftovers(pid_namespace: bool) -> None:
@@ -416,6 +418,10 @@ def _confine(
             )
         )
     else:
+        if policy.protect_git:
+            # No mount namespace: existing git dirs stay writable (the analysis's refusal
+            # holds alone), but what the command creates is still removed afterwards.
+            git_found = masks.find_git_control(policy.writable_roots)
         layers.append(Layer(MOUNT_MASK, False, plan.why(MOUNT_MASK)))
 
     # 3. Limits.
