@@ -102,3 +102,47 @@ async def test_sigkilled_agent_loses_no_event_of_a_returned_result(
     assert len(stored) - len(received) <= 2 * CLIENTS * WIDTH
     verdict = await verify_chain(stack.addresses["audit"])
     assert verdict.ok and verdict.rows_checked == len(await all_rows(stack.addresses["audit"]))
+
+
+async def test_sigkilled_audit_service_under_agent_load_stores_every_call_once(
+    fault_stack: StartStack, tmp_path: Path, workspace: Path
+) -> None:
+    stack = await _start(fault_stack, tmp_path, workspace)
+    received: set[tuple[str, str]] = set()
+    stop = asyncio.Event()
+
+    async def client(k: int) -> None:
+        round_ = 0
+        while not stop.is_set():
+            session = f"a{k}-r{round_}"
+            round_ += 1
+            async with aio_channel(stack.addresses["agent"]) as channel:
+                request = a_pb2.RunTurnRequest(session_id=session, message="go", script="many")
+                async for event in AgentClient(channel).run_turn(request):
+                    if event.WhichOneof("event") == "tool_call_finished":
+                        received.add((session, event.tool_call_finished.call_id))
+
+    clients = [asyncio.create_task(client(k)) for k in range(CLIENTS)]
+    try:
+        for target in (40, 120):
+            await wait_for(lambda t=target: len(received) >= t, timeout_s=120, what="results")
+            await stack.kill("audit")
+            down_at = len(received)
+            # Calls go on while the audit service is down: their events wait in the spool.
+            await wait_for(lambda d=down_at: len(received) >= d + 20, timeout_s=120, what="calls")
+            await stack.spawn("audit")
+            await stack.wait_serving("audit", timeout_s=60)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*clients), 120)
+    assert await stack.stop("agent") == 0  # flushes what is still spooled
+
+    rows = await all_rows(stack.addresses["audit"])
+    calls = [(r.event.session_id, r.event.call_id) for r in rows if r.event.call_id]
+    assert len(calls) == len(received)  # rows = calls, none twice
+    assert set(calls) == received
+    sessions = {session for session, _ in received}
+    stops = [r for r in rows if r.event.tool_name == "session"]
+    assert len(stops) == len(sessions)
+    verdict = await verify_chain(stack.addresses["audit"])
+    assert verdict.ok and verdict.rows_checked == len(rows)

@@ -160,3 +160,66 @@ async def test_full_audit_store_refuses_with_resource_exhausted_and_loses_nothin
     assert ids == [f"disk-{n}" for n in range(400)]
     verdict = await verify_chain(address)
     assert verdict.ok and verdict.rows_checked == 400
+
+
+@pytest.mark.parametrize(
+    ("mode", "runs_before_refusal"),
+    # backlog: steps run while fewer than 10 events wait (steps 0-3: 12 events); the
+    # refused calls' rows and the stop row still fit under the hard limit of 20.
+    [("refuse", 3), ("backlog", 12)],
+)
+async def test_agent_with_a_full_spool_refuses_calls_and_records_every_one(
+    fault_stack: StartStack,
+    small_fs: Callable[[int], Path],
+    tmp_path: Path,
+    workspace: Path,
+    mode: str,
+    runs_before_refusal: int,
+) -> None:
+    from stockade.client.agent import AgentClient
+    from stockade.client.base import aio_channel
+    from stockade.v1 import agent_service_pb2 as ag_pb2
+    from stockade.v1 import common_pb2 as c_pb2
+    from tests.faults.test_agent_kill import _script
+
+    spool_fs = small_fs(256)
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "many.yaml").write_text(_script())
+    for n in range(18):
+        (workspace / "notes" / f"f{n}.txt").write_text(f"file {n}\n")
+    stack = await fault_stack(
+        env={
+            "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
+            "agent": {
+                "STOCKADE_AGENT_SCRIPT_DIR": str(scripts),
+                "STOCKADE_AGENT_SPOOL_DIR": str(spool_fs),
+                "STOCKADE_AGENT_AUDIT_DISK_FULL_ACTION": mode,
+                "STOCKADE_AGENT_AUDIT_MAX_BACKLOG": "10",
+            },
+        }
+    )
+    await stack.kill("audit")  # nothing drains the events: they must be kept
+    disk = fill(spool_fs)
+    async with aio_channel(stack.addresses["agent"]) as channel:
+        request = ag_pb2.RunTurnRequest(session_id="full", message="go", script="many")
+        events = [e async for e in AgentClient(channel).run_turn(request)]
+    results = [
+        e.tool_call_finished for e in events if e.WhichOneof("event") == "tool_call_finished"
+    ]
+    ran = [r for r in results if r.verdict == c_pb2.VERDICT_ALLOW]
+    refused = [r for r in results if r.verdict == c_pb2.VERDICT_DENY]
+    assert len(ran) == runs_before_refusal
+    assert refused and len(ran) + len(refused) == len(results)
+    assert all("audit trail cannot be written" in r.content for r in refused), refused[0].content
+    disk.release()
+    await stack.spawn("audit")
+    await stack.wait_serving("audit")
+    assert await stack.stop("agent") == 0
+    rows = await all_rows(stack.addresses["audit"], session_id="full")
+    by_call = {r.event.call_id: r.event for r in rows if r.event.call_id}
+    assert len(by_call) == len(results) == len(rows) - 1  # every call once, plus the stop
+    assert {r.call_id for r in ran} == {
+        c for c, e in by_call.items() if e.status == a_pb2.AUDIT_STATUS_OK
+    }
+    assert (await verify_chain(stack.addresses["audit"])).ok

@@ -113,3 +113,33 @@ def test_a_spool_has_one_writer_at_a_time(tmp_path: Path) -> None:
     first.close()
     second = Spool(path)
     second.close()
+
+
+def test_acknowledged_prefix_is_compacted_away_and_survives_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stockade.client.spool as spool_module
+
+    monkeypatch.setattr(spool_module, "COMPACT_BYTES", 1000)
+    path = tmp_path / "audit.spool"
+    spool = Spool(path)
+    spool.append([b"x" * 100 for _ in range(20)])  # 2,160 bytes
+    payloads, offset = spool.peek(18)
+    spool.ack(offset, len(payloads))  # 1,944 acknowledged, 216 left: rewritten
+    assert spool.compactions == 1
+    assert path.stat().st_size == 216 and spool.pending == 2
+    spool.append([b"new"])
+    spool.close()
+    again = Spool(path)
+    assert _drain(again) == [b"x" * 100, b"x" * 100, b"new"]
+    again.close()
+
+
+def test_a_failed_append_leaves_no_torn_record(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "audit.spool", max_bytes=100)
+    spool.append([b"a" * 40])
+    with pytest.raises(SpoolFull):
+        spool.append([b"b" * 40, b"c" * 40])  # all or none
+    spool.append([b"d" * 10])
+    assert _drain(spool) == [b"a" * 40, b"d" * 10]
+    spool.close()
