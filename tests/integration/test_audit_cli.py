@@ -223,3 +223,25 @@ async def test_tail_after_a_sequence(served: Served, capsys: pytest.CaptureFixtu
     assert await run(*argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["sequence"] for r in rows] == ["4", "5", "6"]
+
+
+async def test_verify_counts_refused_stand_ins_and_cut_values(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stockade.client.audit import refused_stand_in
+
+    bad = a_pb2.AuditEvent(event_id="bad", session_id="s" * 300, tool_name="x", status=1)
+    stand_in = refused_stand_in(bad, bad.SerializeToString(), "session_id is too long")
+    await served.stub.Record(a_pb2.RecordRequest(event=stand_in))
+    big = a_pb2.AuditEvent(
+        event_id="big", session_id="s1", tool_name="x", status=1, arguments_json="[" * 100
+    )
+    big.arguments_json += "]" * 100
+    await served.stub.Record(a_pb2.RecordRequest(event=big))
+    assert await run("audit", "verify", "--addr", served.address) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok: 8 rows")
+    assert "note: 1 stand-in rows of refused events" in out and "1 rows with a value cut" in out
+    assert await run("audit", "verify", "--db", str(served.db), "--json") == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["refusedRows"], found["cutRows"]) == ("1", "1")

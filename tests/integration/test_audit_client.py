@@ -251,6 +251,8 @@ async def test_big_arguments_are_recorded_cut_and_batches_split_to_fit(
         assert recorder.rejected == 0
         async with AuditClient(address) as client:
             rows = [r async for r in client.query_all(a_pb2.QueryRequest(page_size=50))]
+            verdict = await client.verify()
+    assert (verdict.cut_rows, verdict.refused_rows) == (1, 0)
     by_id = {r.event.event_id: r.event for r in rows}
     assert len(by_id) == 201
     cut = json.loads(by_id["s1-0"].arguments_json)
@@ -286,7 +288,8 @@ async def test_an_event_that_can_never_be_stored_does_not_block_the_stream(
         assert recorder.spooled == 0
         async with AuditClient(address) as client:
             rows = [r async for r in client.query_all(a_pb2.QueryRequest(page_size=1000))]
-            assert (await client.verify()).rows_checked == 420
+            verdict = await client.verify()
+    assert (verdict.ok, verdict.rows_checked, verdict.refused_rows) == (True, 420, 1)
     assert len(rows) == 420
     stand_in = next(r.event for r in rows if r.event.step == 1)
     assert stand_in.output_preview.startswith("[audit event refused")

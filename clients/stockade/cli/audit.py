@@ -247,6 +247,12 @@ def _verify(args: argparse.Namespace) -> int:
             f"ok: {result.rows_checked} rows, every link holds;"
             f" head {result.head_sequence} {result.head_hash}\n"
         )
+        if result.refused_rows or result.cut_rows:
+            sys.stdout.write(
+                f"note: {result.refused_rows} stand-in rows of refused events (the events"
+                f" are in the producers' dead-letter files), {result.cut_rows} rows with a"
+                " value cut to a marker\n"
+            )
     else:
         sys.stdout.write(
             f"BROKEN at sequence {result.first_broken_sequence}: {result.detail}"
@@ -273,6 +279,8 @@ def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:
         head_sequence=found.head_sequence,
         head_hash=found.head_hash,
         anchor_sequence=found.anchor_sequence,
+        refused_rows=found.refused_rows,
+        cut_rows=found.cut_rows,
     )
 
 

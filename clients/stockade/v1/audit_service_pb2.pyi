@@ -568,6 +568,8 @@ class VerifyLogResponse(_message.Message):
     HEAD_SEQUENCE_FIELD_NUMBER: _builtins.int
     HEAD_HASH_FIELD_NUMBER: _builtins.int
     ANCHOR_SEQUENCE_FIELD_NUMBER: _builtins.int
+    REFUSED_ROWS_FIELD_NUMBER: _builtins.int
+    CUT_ROWS_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     """True when every link holds."""
     rows_checked: _builtins.int
@@ -586,6 +588,15 @@ class VerifyLogResponse(_message.Message):
     """Rows up to this sequence were deleted by retention; the retained log links to their
     last hash.
     """
+    refused_rows: _builtins.int
+    """Stand-in rows of events the service refused (their arguments hold a
+    "$stockade_refused" marker; the events themselves are in the producer's dead-letter
+    file).
+    """
+    cut_rows: _builtins.int
+    """Rows whose arguments or conflict log were cut to a "$stockade_cut" marker (too long or
+    too deeply nested).
+    """
     def __init__(
         self,
         *,
@@ -596,10 +607,12 @@ class VerifyLogResponse(_message.Message):
         head_sequence: _builtins.int = ...,
         head_hash: _builtins.str = ...,
         anchor_sequence: _builtins.int = ...,
+        refused_rows: _builtins.int = ...,
+        cut_rows: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_sequence", b"anchor_sequence", "detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_sequence", b"head_sequence", "ok", b"ok", "rows_checked", b"rows_checked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_sequence", b"anchor_sequence", "cut_rows", b"cut_rows", "detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_sequence", b"head_sequence", "ok", b"ok", "refused_rows", b"refused_rows", "rows_checked", b"rows_checked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

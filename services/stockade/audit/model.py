@@ -132,6 +132,10 @@ class VerifyResult:
     head_hash: str = ""
     #: Rows up to this sequence were deleted by retention.
     anchor_sequence: int = 0
+    #: Stand-in rows of refused events (``$stockade_refused`` in their arguments).
+    refused_rows: int = 0
+    #: Rows with a field cut to a ``$stockade_cut`` marker.
+    cut_rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,4 +120,6 @@ class AuditServicer(a_grpc.AuditServiceServicer):
             head_sequence=result.head_sequence,
             head_hash=result.head_hash,
             anchor_sequence=result.anchor_sequence,
+            refused_rows=result.refused_rows,
+            cut_rows=result.cut_rows,
         )

@@ -1,7 +1,9 @@
 """Checking a log file's hash chain, with or without a running service (AUD-5).
 
 ``verify_file`` reads the retained rows in sequence order inside one read transaction
-(a consistent snapshot while a writer goes on) and feeds them to ``ChainChecker``. The
+(a consistent snapshot while a writer goes on) and feeds them to ``ChainChecker``; it
+also counts the stand-in rows of refused events and the rows holding a cut marker, so
+``stockade audit verify`` shows what the trail holds only in part. The
 audit service runs it in a worker thread for ``VerifyLog``; ``stockade audit verify
 --db`` runs it directly on a copy of the database.
 """
@@ -13,12 +15,17 @@ import os
 import sqlite3
 from pathlib import Path
 
+from stockade.audit.bounds import CUT_KEY, REFUSED_KEY
 from stockade.audit.chain import ChainChecker
 from stockade.audit.model import EVENT_FIELDS, VerifyResult
 from stockade.audit.schema import SELECT_ROW
 from stockade.errors import InvalidArgument
 
 _N_HASHED = 2 + len(EVENT_FIELDS)  # sequence, stored_ns, event fields
+_ARGUMENTS = 2 + EVENT_FIELDS.index("arguments_json")
+_CONFLICTS = 2 + EVENT_FIELDS.index("conflict_log")
+_REFUSED = '{"' + REFUSED_KEY + '":'
+_CUT = '{"' + CUT_KEY + '":'
 
 
 def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult:
@@ -40,16 +47,24 @@ def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult
         anchor_sequence, anchor_hash, head_sequence, head_hash = meta
         checker = ChainChecker(int(anchor_sequence), str(anchor_hash))
         cursor = db.execute(f"{SELECT_ROW} ORDER BY sequence")
+        refused = cut = 0
         while checker.broken is None and (batch := cursor.fetchmany(chunk)):
             for values in batch:
                 if not checker.feed(values[:_N_HASHED], values[-2], values[-1]):
                     break
+                arguments = values[_ARGUMENTS]
+                if arguments.startswith(_REFUSED):
+                    refused += 1
+                elif arguments.startswith(_CUT) or values[_CONFLICTS].startswith(_CUT):
+                    cut += 1
         result = checker.finish(int(head_sequence), str(head_hash))
         return dataclasses.replace(
             result,
             head_sequence=int(head_sequence),
             head_hash=str(head_hash),
             anchor_sequence=int(anchor_sequence),
+            refused_rows=refused,
+            cut_rows=cut,
         )
     finally:
         db.close()
