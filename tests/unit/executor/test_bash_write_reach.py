@@ -94,6 +94,17 @@ OUTSIDE = [
     "SSLKEYLOGFILE=/tmp/x11b-k ls",
     "FOO_LOG_FILE=/tmp/x11b-x ls",
     "TMPDIR=/etc sort a.txt",
+    # found attacking the first version: bundles, archives, history, pipes, patch
+    "history -w /tmp/x11b-h",
+    "patch -o /tmp/x11b-o a.diff",
+    "mkfifo /tmp/x11b-f",
+    "tar -cf /tmp/x11b.tar a.txt",
+    "tar -czf /tmp/x11b.tgz a.txt",
+    "tar czf /tmp/x11b.tgz a.txt",
+    "csplit -f /tmp/x11b-p a.txt 1",
+    "mytool --out-file=/tmp/x11b-o",
+    "mytool --export=~/x11b",
+    "mytool -xo /tmp/x11b-o",
 ]
 
 
@@ -141,6 +152,32 @@ def test_writes_inside_are_writes(ws: Path, command: str) -> None:
     assert result.verdict == "ask" and not result.read_only, (command, result.reasons)
 
 
+NETWORK_OUTPUTS = [
+    "curl -o ~/.bashrc https://example.com",
+    "curl --output=/tmp/x11b-o https://example.com",
+    "curl -fsSLo /tmp/x11b-o https://example.com",
+    "curl -sSo .bashrc https://example.com",
+    "curl -c /tmp/x11b-jar https://example.com",
+    "curl -D /tmp/x11b-h https://example.com",
+    "curl --trace /tmp/x11b-t https://example.com",
+    "wget -O /tmp/x11b-o https://example.com",
+    "wget -qO /tmp/x11b-o https://example.com",
+    "wget -P /tmp https://example.com",
+    "wget -o /tmp/x11b-log https://example.com",
+]
+
+
+@pytest.mark.parametrize("command", NETWORK_OUTPUTS)
+def test_downloads_to_a_file_outside_or_protected_are_refused(ws: Path, command: str) -> None:
+    """With the network on, a download is an ASK; where it writes is still judged."""
+    result = analyze(command, sandbox=_sb(ws), network_enabled=True)
+    assert result.verdict == "deny", (command, result.reasons)
+    inside = analyze(
+        "curl -fsSLo page.html https://example.com", sandbox=_sb(ws), network_enabled=True
+    )
+    assert inside.verdict == "ask"
+
+
 NOT_WRITES = [
     "GIT_TRACE=1 git status",
     "GIT_TRACE=2 git status",
@@ -150,12 +187,15 @@ NOT_WRITES = [
     "ps -o pid",
     "sort a.txt",
     "time ls",
+    "gcc -O2 -Wno-error -I/opt/include a.c",
+    "mytool --log-level=debug",
+    "wget -qO- https://example.com",
 ]
 
 
 @pytest.mark.parametrize("command", NOT_WRITES)
 def test_forms_that_write_nothing_are_not_judged_writes(ws: Path, command: str) -> None:
-    result = analyze(command, sandbox=_sb(ws))
+    result = analyze(command, sandbox=_sb(ws), network_enabled=True)
     assert result.verdict != "deny", (command, result.reasons)
     assert not any("outside" in r or "protected" in r for r in result.reasons), command
     assert os.path.isdir(ws)

@@ -272,6 +272,8 @@ def test_committed_secret_is_printed_by_git_but_refused_by_the_checker(repo: Pat
 
 UNBOUNDED_OBJECT_ACCESS = [
     "git archive HEAD",
+    "git archive HEAD:sub",
+    "git archive HEAD sub",
     "git cat-file --batch-all-objects --batch",
     "git cat-file -p 0123456789abcdef0123456789abcdef01234567",
     "git fast-export --all",
@@ -284,6 +286,12 @@ def test_object_access_that_names_no_path_is_asked(repo: Path, command: str) -> 
     result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=["**/.env"])
     assert result.verdict in ("ask", "deny"), (command, result.reasons)
     assert not result.read_only or result.verdict == "ask"
+
+
+def test_work_tree_elsewhere_is_a_write_there(repo: Path) -> None:
+    globs = (".git/hooks/**", ".git/config")
+    result = analyze("git --work-tree=/tmp checkout .", sandbox=_sandbox(repo, globs))
+    assert result.verdict == "deny" and any("work tree" in r for r in result.reasons)
 
 
 def test_unknown_git_subcommand_is_never_read_only(repo: Path) -> None:

@@ -426,6 +426,7 @@ class _Judge:
             self.deny(lists.DENY_COMMANDS[name])
         elif name in lists.NETWORK_COMMANDS:
             self.scan_credentials(args)
+            self.output_options(name, args)  # `curl -o ~/.bashrc URL` (EXE-8e)
             self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
         elif by_path:
             self.scan_credentials(args)
@@ -449,7 +450,23 @@ class _Judge:
         else:
             self.scan_credentials(args)
             self.output_options(name, args)
+            if name == "history":
+                self.history(args)
             self.effect(f"{name!r} is not on the read-only list; it may change things")
+
+    def history(self, args: list[Word]) -> None:
+        """``history -w FILE`` / ``-a FILE`` write the history to FILE (``-r``/``-n``
+        read it); without FILE they use HISTFILE, judged where it is set."""
+        flags = "".join(
+            w.value[1:] for w in args if w.value and w.value.startswith("-") and w.value != "-"
+        )
+        operands = [w for w in args if w.value is None or not w.value.startswith("-")]
+        if not operands:
+            return
+        if set(flags) & set("aw"):
+            self.path(operands[0], write=True, what="history writes")
+        elif set(flags) & set("rn"):
+            self.path(operands[0], write=False)
 
     def output_options(self, name: str, args: list[Word]) -> None:
         """For a command the lists do not describe: options named like an output file
@@ -466,9 +483,12 @@ class _Judge:
             if option in _WRITE_OPTIONS_OF.get(name, ()) and eq:
                 target = literal(attached)
             elif option.startswith("--") or (option.startswith("-") and len(option) > 2 and eq):
-                if not _OUTPUT_OPTION.match(option) and option not in _WRITE_OPTIONS_OF.get(
-                    name, ()
+                named = _OUTPUT_OPTION.match(option) or option in _WRITE_OPTIONS_OF.get(name, ())
+                if not named and not (
+                    eq and _OUTPUT_WORD.search(option) and _PATHLIKE.match(attached)
                 ):
+                    # Other names count only with a value that looks like a path
+                    # (`--out-file=/x`, `--export=~/y`), not `--log-level=debug`.
                     continue
                 target = literal(attached) if eq else (args[k + 1] if k + 1 < len(args) else None)
             elif option in _WRITE_OPTIONS_OF.get(name, ()):
@@ -477,6 +497,21 @@ class _Judge:
                     if len(value) > len(option) and not option.startswith("--")
                     else (args[k + 1] if k + 1 < len(args) else None)
                 )
+            elif not option.startswith("--") and len(value) > 2 and not eq:
+                # A bundle of short options (`curl -fsSLo FILE`): the first letter that
+                # names an output takes the rest of the bundle or the next word.
+                writes = _WRITE_OPTIONS_OF.get(name, frozenset()) | (
+                    frozenset() if name in _O_NOT_OUTPUT else frozenset({"-o"})
+                )
+                for at in range(1, len(value)):
+                    if not value[at].isalnum():
+                        break  # not a bundle of flags (`-I/opt/x`, `-Wno-error`)
+                    if "-" + value[at] in writes:
+                        rest = value[at + 1 :]
+                        target = (
+                            literal(rest) if rest else (args[k + 1] if k + 1 < len(args) else None)
+                        )
+                        break
             elif value.startswith("-o") and name not in _O_NOT_OUTPUT:
                 target = (
                     literal(value[2:])
@@ -934,6 +969,7 @@ class _Judge:
     def git(self, args: list[Word]) -> None:
         i = 0
         git_dir: Word | None = None
+        work_tree: Word | None = None
         while i < len(args):
             value = args[i].value
             if value is None:
@@ -956,6 +992,8 @@ class _Judge:
                     self.path(word, write=False)
                     if option == "--git-dir":
                         git_dir = word
+                    else:
+                        work_tree = word
                 i += 1 if "=" in value else 2
                 continue
             if option in lists.GIT_DENY_OPTIONS:
@@ -1059,6 +1097,9 @@ class _Judge:
             # directory: a protected write (EXE-3 rev 2) unless configuration allows it.
             # (`git restore FILE` too: it locks the index.)
             self.git_repository_write(sub, git_dir)
+            if work_tree is not None:
+                # `git --work-tree=/elsewhere checkout .` writes the files there.
+                self.path(work_tree, write=True, what=f"git {sub} writes the work tree at")
         if sub in lists.GIT_WRITE_SUBCOMMANDS:
             phrase = lists.GIT_WRITE_SUBCOMMANDS[sub]
             risky = (
@@ -1203,7 +1244,13 @@ class _Judge:
             unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
         ):
             unbounded = True
-        if sub == "archive" and "--" not in operands and len(operands) <= 1:
+        if sub == "archive" and (
+            len(operands) <= 1
+            or any(":" in v for v in operands)
+            or any(not os.path.isfile(self.absolute(v)) for v in operands[1:] if v != "--")
+        ):
+            # The whole tree, a subtree (`HEAD:sub`) or a directory pathspec: it may hold
+            # files the policy denies reading.
             unbounded = True
         if sub in ("fast-export", "bundle") or unbounded:
             self.ask(
@@ -1475,6 +1522,16 @@ class _Judge:
         archive = option_value(args, ("-f", "--file"))
         if archive is None and "f" in bundle and len(operands) > 1:
             archive = operands[1]
+        if archive is None:
+            # `tar -czf FILE`: f in a bundle of short options takes the rest or the next word.
+            for k, word in enumerate(args):
+                text = word.value or ""
+                if text.startswith("-") and not text.startswith("--") and "f" in text[1:]:
+                    rest = text[text.index("f", 1) + 1 :]
+                    archive = (
+                        literal(rest) if rest else (args[k + 1] if k + 1 < len(args) else None)
+                    )
+                    break
         directory = option_value(args, ("-C", "--directory"))
         if mode == "t":
             if archive is not None:
@@ -1663,11 +1720,48 @@ _OUTPUT_OPTION = re.compile(
 # Installers whose options name the directory they write into.
 _PIP_TARGETS = frozenset({"-t", "--target", "--prefix", "--root", "--src", "-d", "--dest"})
 _WRITE_OPTIONS_OF: dict[str, frozenset[str]] = {
+    # Downloaders: where the body, headers, cookies, traces and logs go.
+    "curl": frozenset(
+        {
+            "-o",
+            "--output",
+            "--output-dir",
+            "-D",
+            "--dump-header",
+            "-c",
+            "--cookie-jar",
+            "--trace",
+            "--trace-ascii",
+            "--stderr",
+            "--libcurl",
+            "--etag-save",
+            "--hsts",
+            "--alt-svc",
+        }
+    ),
+    "wget": frozenset(
+        {
+            "-O",
+            "--output-document",
+            "-o",
+            "--output-file",
+            "-a",
+            "--append-output",
+            "-P",
+            "--directory-prefix",
+            "--save-cookies",
+            "--warc-file",
+        }
+    ),
+    "csplit": frozenset({"-f", "--prefix"}),
     "pip": _PIP_TARGETS,
     "pip3": _PIP_TARGETS,
     "npm": frozenset({"--prefix", "--cache", "--pack-destination"}),
     "uv": frozenset({"--target", "--prefix", "-o"}),
 }
+# Words in an option's name that suggest it names a written file (with a path value).
+_OUTPUT_WORD = re.compile(r"out|log|dump|save|write|export|report|hist|trace|dest|target|cookie")
+_PATHLIKE = re.compile(r"[/~.]")
 # Commands whose `-o` is not an output file (mount options, ssh options, formats).
 _O_NOT_OUTPUT = frozenset(
     {"mount", "ssh", "scp", "sftp", "ps", "ls", "column", "pr", "join", "make", "gmake"}

@@ -924,8 +924,15 @@ WRITE_COMMANDS: dict[str, WriteSpec] = {
         "last", _f("-l", "-b", "-n", "-a", "--lines", "--bytes"), what="splits a file into pieces"
     ),
     "patch": WriteSpec(
-        "all", _f("-p", "-i", "-o", "-F", "--strip", "--input", "--output"), what="patches files"
+        "all",
+        _f("-p", "-i", "-F", "--strip", "--input"),
+        # The output, reject and backup-prefix files are written wherever they name.
+        _f("-o", "--output", "-r", "--reject-file", "-B", "--prefix"),
+        what="patches files",
     ),
+    # Named pipes and device nodes are files too (a FIFO planted where a tool reads blocks it).
+    "mkfifo": WriteSpec("all", _f("-m", "--mode", "-Z", "--context"), what="creates named pipes"),
+    "mknod": WriteSpec("all", _f("-m", "--mode", "-Z", "--context"), what="creates special files"),
     "dd": WriteSpec("all", what="copies raw data", risk="high"),
     "tar": WriteSpec("all", what="packs or unpacks archives"),
     "zip": WriteSpec("all", what="writes an archive"),
