@@ -9,22 +9,30 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := $(VENV)/buf/node_modules/.bin/buf
 
-.PHONY: help venv proto proto-check lint test demo bench render certs clean
+.PHONY: help venv lock proto proto-check lint test demo bench render certs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@echo "==> make: creating the virtual environment in $(VENV) (first run only, about a minute)"
+$(STAMP): pyproject.toml requirements-dev.lock
+	@echo "==> make: creating the virtual environment in $(VENV) (first run only, a minute or two)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> make: upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> make: installing stockade and its dev tools (grpcio, opentelemetry, tree-sitter, pytest, mypy ...)"
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> make: installing the locked dependencies from requirements-dev.lock (hashes checked: grpcio, opentelemetry, tree-sitter, pytest, mypy ...)"
+	$(BIN)/pip install --quiet -r requirements-dev.lock
+	@echo "==> make: installing stockade itself (editable)"
+	$(BIN)/pip install --quiet --no-deps -e .
 	@echo "==> make: $(VENV) is ready"
 	@touch $(STAMP)
 
-venv: $(STAMP) ## Create .venv and install stockade with its dev extra
+venv: $(STAMP) ## Create .venv from the lock files and install stockade (editable)
+
+lock: $(STAMP) ## Re-resolve pyproject.toml into requirements.lock and requirements-dev.lock (with hashes)
+	@echo "==> make: resolving the runtime dependencies into requirements.lock"
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
+	@echo "==> make: resolving the runtime and dev dependencies into requirements-dev.lock"
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --extra dev --output-file requirements-dev.lock pyproject.toml
 
 $(BUF):
 	@echo "==> make: installing buf $(BUF_VERSION) (npm package @bufbuild/buf) into $(VENV)/buf"
@@ -36,11 +44,18 @@ proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
 proto-check: $(STAMP) ## Fail when `make proto` would change the committed generated code
 	$(BIN)/python -m stockade.protogen --check
 
-lint: $(STAMP) $(BUF) ## ruff, mypy strict, and buf lint on the protos
-	$(BIN)/ruff check clients services tests
-	$(BIN)/ruff format --check clients services tests
+lint: $(STAMP) $(BUF) ## ruff, mypy strict, buf lint and buf breaking (against main) on the protos
+	$(BIN)/ruff check clients services tests scripts
+	$(BIN)/ruff format --check clients services tests scripts
 	$(BIN)/mypy clients/stockade services/stockade
+	$(BIN)/python scripts/check_lock.py
 	$(BUF) lint
+	@# Breaking-change check of the contract against main (FILE level: generated code of
+	@# every language keeps compiling). On main itself it compares main with main.
+	@if git rev-parse --verify -q main >/dev/null 2>&1; then \
+	  echo "$(BUF) breaking --against main"; \
+	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#branch=main,subdir=protos"; \
+	else echo "buf breaking: no local main branch to compare with, skipped"; fi
 
 test: $(STAMP) lint proto-check ## Lint, generated-code check and the whole test suite
 	$(BIN)/pytest -q

@@ -1,0 +1,52 @@
+"""The lock files pin every dependency pyproject.toml names (`make lint` checks it),
+with hashes, and without this machine's index settings."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _check_lock() -> object:
+    spec = importlib.util.spec_from_file_location("check_lock", ROOT / "scripts" / "check_lock.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_locks_are_complete() -> None:
+    assert _check_lock().main(ROOT) == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-dev.lock"])
+def test_every_pin_has_hashes_and_no_local_index(lock: str) -> None:
+    text = (ROOT / lock).read_text()
+    pins = re.findall(r"^([A-Za-z0-9][\w.-]*)==(\S+) \\$", text, flags=re.M)
+    assert pins
+    for name, _ in pins:
+        block = text.split(f"\n{name}==", 1)[1].split("\n    # via", 1)[0]
+        assert "--hash=sha256:" in block, name
+    assert "--index-url" not in text and "--find-links" not in text and "/opt/" not in text
+
+
+def test_a_dependency_missing_from_the_lock_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("requirements.lock", "requirements-dev.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(
+        pyproject.replace(
+            "dependencies = [\n", 'dependencies = [\n  "leftpad-nonexistent>=1",\n', 1
+        )
+    )
+    assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
+    err = capsys.readouterr().err
+    assert "requirements.lock does not pin leftpad-nonexistent" in err and "make lock" in err
