@@ -50,11 +50,12 @@ lint: $(STAMP) $(BUF) ## ruff, mypy strict, buf lint and buf breaking (against m
 	$(BIN)/mypy clients/stockade services/stockade
 	$(BIN)/python scripts/check_lock.py
 	$(BUF) lint
-	@# Breaking-change check of the contract against main (FILE level: generated code of
-	@# every language keeps compiling). On main itself it compares main with main.
-	@if git rev-parse --verify -q main >/dev/null 2>&1; then \
-	  echo "$(BUF) breaking --against main"; \
-	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#branch=main,subdir=protos"; \
+	@# Breaking-change check of the contract (FILE level: generated code of every language
+	@# keeps compiling) against where this branch left main (its merge base), so a branch
+	@# behind main is not blamed for main's newer changes. On main it is a no-op.
+	@if base=$$(git merge-base HEAD main 2>/dev/null); then \
+	  echo "$(BUF) breaking --against $$base (merge base with main)"; \
+	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#ref=$$base,subdir=protos"; \
 	else echo "buf breaking: no local main branch to compare with, skipped"; fi
 
 test: $(STAMP) lint proto-check ## Lint, generated-code check and the whole test suite
