@@ -40,10 +40,11 @@ class ExecutorClient:
         async for message in call:
             yield message
 
-    async def cancel(self, call_id: str) -> bool:
-        """Cancel a running call."""
+    async def cancel(self, session_id: str, call_id: str) -> bool:
+        """Cancel the running call ``call_id`` of ``session_id``."""
         resp: x_pb2.CancelResponse = await self._stub.Cancel(
-            x_pb2.CancelRequest(call_id=call_id), timeout=DEFAULT_DEADLINE_S
+            x_pb2.CancelRequest(session_id=session_id, call_id=call_id),
+            timeout=DEFAULT_DEADLINE_S,
         )
         return resp.found
 

@@ -27,7 +27,7 @@ from stockade.v1 import common_pb2 as stockade_dot_v1_dot_common__pb2
 from stockade.v1 import decision_service_pb2 as stockade_dot_v1_dot_decision__service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"stockade/v1/executor_service.proto\x12\x0bstockade.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18stockade/v1/common.proto\x1a\"stockade/v1/decision_service.proto\"5\n\x0eInspectRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"B\n\x0fInspectResponse\x12/\n\ninspection\x18\x01 \x01(\x0b\x32\x1b.stockade.v1.ToolInspection\"\xc0\x01\n\x0e\x45xecuteRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\x12!\n\x05grant\x18\x02 \x01(\x0b\x32\x12.stockade.v1.Grant\x12:\n\x12interrupt_behavior\x18\x03 \x01(\x0e\x32\x1e.stockade.v1.InterruptBehavior\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"F\n\x0bOutputChunk\x12)\n\x06stream\x18\x01 \x01(\x0e\x32\x19.stockade.v1.OutputStream\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\"@\n\x10\x43onfinementLayer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xf6\x01\n\rExecuteResult\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.stockade.v1.ExecutionStatus\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x16\n\x0epersisted_path\x18\x04 \x01(\t\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12*\n\x07\x65lapsed\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\x06layers\x18\x07 \x03(\x0b\x32\x1d.stockade.v1.ConfinementLayer\x12\r\n\x05\x65rror\x18\x08 \x01(\t\"s\n\x0f\x45xecuteResponse\x12)\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.stockade.v1.OutputChunkH\x00\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1a.stockade.v1.ExecuteResultH\x00\x42\x07\n\x05\x65vent\" \n\rCancelRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\"\x1f\n\x0e\x43\x61ncelResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x18\n\x16GetCapabilitiesRequest\"-\n\x0b\x41llowedRoot\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\"\x99\x01\n\x17GetCapabilitiesResponse\x12-\n\x06layers\x18\x01 \x03(\x0b\x32\x1d.stockade.v1.ConfinementLayer\x12\x17\n\x0fnetwork_enabled\x18\x02 \x01(\x08\x12\'\n\x05roots\x18\x03 \x03(\x0b\x32\x18.stockade.v1.AllowedRoot\x12\r\n\x05tools\x18\x04 \x03(\t*a\n\x0cOutputStream\x12\x1d\n\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n\x14OUTPUT_STREAM_STDERR\x10\x02*\xc4\x01\n\x0f\x45xecutionStatus\x12 \n\x1c\x45XECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XECUTION_STATUS_OK\x10\x01\x12\x1a\n\x16\x45XECUTION_STATUS_ERROR\x10\x02\x12\x1c\n\x18\x45XECUTION_STATUS_TIMEOUT\x10\x03\x12\x1e\n\x1a\x45XECUTION_STATUS_CANCELLED\x10\x04\x12\x1c\n\x18\x45XECUTION_STATUS_REFUSED\x10\x05\x32\xc0\x02\n\x0f\x45xecutorService\x12\x44\n\x07Inspect\x12\x1b.stockade.v1.InspectRequest\x1a\x1c.stockade.v1.InspectResponse\x12\x46\n\x07\x45xecute\x12\x1b.stockade.v1.ExecuteRequest\x1a\x1c.stockade.v1.ExecuteResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.stockade.v1.CancelRequest\x1a\x1b.stockade.v1.CancelResponse\x12\\\n\x0fGetCapabilities\x12#.stockade.v1.GetCapabilitiesRequest\x1a$.stockade.v1.GetCapabilitiesResponseB\x96\x01\n\x0f\x64\x65v.stockade.v1B\x14\x45xecutorServiceProtoP\x01Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\xa2\x02\x03SXX\xaa\x02\x0bStockade.V1\xca\x02\x0bStockade\\V1\xea\x02\x0cStockade::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"stockade/v1/executor_service.proto\x12\x0bstockade.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18stockade/v1/common.proto\x1a\"stockade/v1/decision_service.proto\"5\n\x0eInspectRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\"B\n\x0fInspectResponse\x12/\n\ninspection\x18\x01 \x01(\x0b\x32\x1b.stockade.v1.ToolInspection\"\xc0\x01\n\x0e\x45xecuteRequest\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.stockade.v1.ToolCall\x12!\n\x05grant\x18\x02 \x01(\x0b\x32\x12.stockade.v1.Grant\x12:\n\x12interrupt_behavior\x18\x03 \x01(\x0e\x32\x1e.stockade.v1.InterruptBehavior\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"F\n\x0bOutputChunk\x12)\n\x06stream\x18\x01 \x01(\x0e\x32\x19.stockade.v1.OutputStream\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\"@\n\x10\x43onfinementLayer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xf6\x01\n\rExecuteResult\x12,\n\x06status\x18\x01 \x01(\x0e\x32\x1c.stockade.v1.ExecutionStatus\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x16\n\x0epersisted_path\x18\x04 \x01(\t\x12\x11\n\texit_code\x18\x05 \x01(\x05\x12*\n\x07\x65lapsed\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\x06layers\x18\x07 \x03(\x0b\x32\x1d.stockade.v1.ConfinementLayer\x12\r\n\x05\x65rror\x18\x08 \x01(\t\"s\n\x0f\x45xecuteResponse\x12)\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x18.stockade.v1.OutputChunkH\x00\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1a.stockade.v1.ExecuteResultH\x00\x42\x07\n\x05\x65vent\"4\n\rCancelRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"\x1f\n\x0e\x43\x61ncelResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x18\n\x16GetCapabilitiesRequest\"-\n\x0b\x41llowedRoot\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\"\x99\x01\n\x17GetCapabilitiesResponse\x12-\n\x06layers\x18\x01 \x03(\x0b\x32\x1d.stockade.v1.ConfinementLayer\x12\x17\n\x0fnetwork_enabled\x18\x02 \x01(\x08\x12\'\n\x05roots\x18\x03 \x03(\x0b\x32\x18.stockade.v1.AllowedRoot\x12\r\n\x05tools\x18\x04 \x03(\t*a\n\x0cOutputStream\x12\x1d\n\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n\x14OUTPUT_STREAM_STDERR\x10\x02*\xc4\x01\n\x0f\x45xecutionStatus\x12 \n\x1c\x45XECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XECUTION_STATUS_OK\x10\x01\x12\x1a\n\x16\x45XECUTION_STATUS_ERROR\x10\x02\x12\x1c\n\x18\x45XECUTION_STATUS_TIMEOUT\x10\x03\x12\x1e\n\x1a\x45XECUTION_STATUS_CANCELLED\x10\x04\x12\x1c\n\x18\x45XECUTION_STATUS_REFUSED\x10\x05\x32\xc0\x02\n\x0f\x45xecutorService\x12\x44\n\x07Inspect\x12\x1b.stockade.v1.InspectRequest\x1a\x1c.stockade.v1.InspectResponse\x12\x46\n\x07\x45xecute\x12\x1b.stockade.v1.ExecuteRequest\x1a\x1c.stockade.v1.ExecuteResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.stockade.v1.CancelRequest\x1a\x1b.stockade.v1.CancelResponse\x12\\\n\x0fGetCapabilities\x12#.stockade.v1.GetCapabilitiesRequest\x1a$.stockade.v1.GetCapabilitiesResponseB\x96\x01\n\x0f\x64\x65v.stockade.v1B\x14\x45xecutorServiceProtoP\x01Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\xa2\x02\x03SXX\xaa\x02\x0bStockade.V1\xca\x02\x0bStockade\\V1\xea\x02\x0cStockade::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockade.v1.executor_servic
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.stockade.v1B\024ExecutorServiceProtoP\001Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\242\002\003SXX\252\002\013Stockade.V1\312\002\013Stockade\\V1\352\002\014Stockade::V1'
-  _globals['_OUTPUTSTREAM']._serialized_start=1263
-  _globals['_OUTPUTSTREAM']._serialized_end=1360
-  _globals['_EXECUTIONSTATUS']._serialized_start=1363
-  _globals['_EXECUTIONSTATUS']._serialized_end=1559
+  _globals['_OUTPUTSTREAM']._serialized_start=1283
+  _globals['_OUTPUTSTREAM']._serialized_end=1380
+  _globals['_EXECUTIONSTATUS']._serialized_start=1383
+  _globals['_EXECUTIONSTATUS']._serialized_end=1579
   _globals['_INSPECTREQUEST']._serialized_start=145
   _globals['_INSPECTREQUEST']._serialized_end=198
   _globals['_INSPECTRESPONSE']._serialized_start=200
@@ -54,15 +54,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTERESPONSE']._serialized_start=850
   _globals['_EXECUTERESPONSE']._serialized_end=965
   _globals['_CANCELREQUEST']._serialized_start=967
-  _globals['_CANCELREQUEST']._serialized_end=999
-  _globals['_CANCELRESPONSE']._serialized_start=1001
-  _globals['_CANCELRESPONSE']._serialized_end=1032
-  _globals['_GETCAPABILITIESREQUEST']._serialized_start=1034
-  _globals['_GETCAPABILITIESREQUEST']._serialized_end=1058
-  _globals['_ALLOWEDROOT']._serialized_start=1060
-  _globals['_ALLOWEDROOT']._serialized_end=1105
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=1108
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=1261
-  _globals['_EXECUTORSERVICE']._serialized_start=1562
-  _globals['_EXECUTORSERVICE']._serialized_end=1882
+  _globals['_CANCELREQUEST']._serialized_end=1019
+  _globals['_CANCELRESPONSE']._serialized_start=1021
+  _globals['_CANCELRESPONSE']._serialized_end=1052
+  _globals['_GETCAPABILITIESREQUEST']._serialized_start=1054
+  _globals['_GETCAPABILITIESREQUEST']._serialized_end=1078
+  _globals['_ALLOWEDROOT']._serialized_start=1080
+  _globals['_ALLOWEDROOT']._serialized_end=1125
+  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=1128
+  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=1281
+  _globals['_EXECUTORSERVICE']._serialized_start=1582
+  _globals['_EXECUTORSERVICE']._serialized_end=1902
 # @@protoc_insertion_point(module_scope)

@@ -319,16 +319,22 @@ class CancelRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CALL_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """The call to cancel."""
+    session_id: _builtins.str
+    """The session the call belongs to (required): call ids repeat across sessions, and a
+    call is known by the pair.
+    """
     def __init__(
         self,
         *,
         call_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -494,7 +494,7 @@ class ExecutionPipeline:
 
         async def finish(item: PendingCall) -> None:
             task = tasks[id(item)]
-            item.outcome = await self._interruptible(item, task, cancel)
+            item.outcome = await self._interruptible(scope, item, task, cancel)
             if id(item) in aborted and item.outcome.status == x_pb2.EXECUTION_STATUS_CANCELLED:
                 item.outcome.reason = "aborted: a sibling call in the same batch failed"
                 item.outcome.content = f"Cancelled: {item.outcome.reason}."
@@ -506,7 +506,11 @@ class ExecutionPipeline:
         await asyncio.gather(*(finish(item) for item in ready))
 
     async def _interruptible(
-        self, item: PendingCall, task: asyncio.Future[Outcome], cancel: CancelToken
+        self,
+        scope: AgentScope,
+        item: PendingCall,
+        task: asyncio.Future[Outcome],
+        cancel: CancelToken,
     ) -> Outcome:
         """Await one call; CANCEL tools stop when the turn is cancelled, BLOCK tools finish."""
         if not _cancellable(item):
@@ -519,7 +523,7 @@ class ExecutionPipeline:
                     raise  # this coroutine itself was cancelled, not the call
         if item.spec is not None and item.spec.location is Location.EXECUTOR:
             try:
-                await self.executor.cancel(item.call.id)
+                await self.executor.cancel(scope.session_id, item.call.id)
             except grpc.aio.AioRpcError as err:
                 log.warning("executor cancel of %s failed: %s", item.call.id, err.code().name)
         return cancelled_outcome()

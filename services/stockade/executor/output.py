@@ -3,8 +3,10 @@
 Tool output is cut to ``max_chars`` keeping its head and its tail (the end of a build log
 or a traceback matters as much as its start), with the cut marked in the text. When the
 output is over the limit, the whole of it is saved to
-``{library_dir}/tool-results/{call_id}.txt`` and the content says where, so the model can
-page through it with read_file.
+``{library_dir}/tool-results/{session_id}/{call_id}.txt`` (both made safe as file names)
+and the content says where, so the model can page through it with read_file. The session
+folder matters: call ids are the model's (or the provider's) and repeat across sessions, so
+two sessions using the same call id must not overwrite each other's output.
 """
 
 from __future__ import annotations
@@ -48,27 +50,38 @@ def safe_call_id(call_id: str) -> str:
     return f"{cleaned}-{digest}" if cleaned else f"call-{digest}"
 
 
-def persist_output(text: str, *, call_id: str, library_dir: str) -> str:
-    """Save ``text`` as ``{library_dir}/tool-results/{safe id}.txt``; returns the path.
+def _subdir(parent_fd: int, name: str) -> int:
+    """Open (creating if needed) the folder ``name`` under ``parent_fd``, refusing a symlink."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    return os.open(
+        name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
+    )
 
-    The folder is opened relative to the library's directory fd with ``O_NOFOLLOW``, so a
-    symlink planted at ``tool-results`` or at the file name cannot redirect the write.
-    Raises OSError when the file cannot be written.
+
+def persist_output(text: str, *, call_id: str, library_dir: str, session_id: str = "") -> str:
+    """Save ``text`` as ``{library_dir}/tool-results/{safe session}/{safe id}.txt``; returns
+    the path.
+
+    Each folder is opened relative to its parent's fd with ``O_NOFOLLOW``, so a symlink
+    planted at ``tool-results``, at the session folder or at the file name cannot redirect
+    the write. Raises OSError when the file cannot be written.
     """
     name = safe_call_id(call_id) + ".txt"
+    # An empty session id gets a folder of its own too (``call-<digest>``), distinct from
+    # every real session's.
+    session_dir = safe_call_id(session_id)
     lib_fd = os.open(library_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:
-            os.mkdir(RESULTS_SUBDIR, 0o755, dir_fd=lib_fd)
-        except FileExistsError:
-            pass
-        dir_fd = os.open(
-            RESULTS_SUBDIR,
-            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-            dir_fd=lib_fd,
-        )
+        results_fd = _subdir(lib_fd, RESULTS_SUBDIR)
     finally:
         os.close(lib_fd)
+    try:
+        dir_fd = _subdir(results_fd, session_dir)
+    finally:
+        os.close(results_fd)
     try:
         fd = os.open(
             name,
@@ -80,7 +93,7 @@ def persist_output(text: str, *, call_id: str, library_dir: str) -> str:
         os.close(dir_fd)
     with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
         fh.write(text)
-    return os.path.join(os.path.realpath(library_dir), RESULTS_SUBDIR, name)
+    return os.path.join(os.path.realpath(library_dir), RESULTS_SUBDIR, session_dir, name)
 
 
 def _cut_at_newline(text: str, budget: int, *, from_end: bool) -> str:
@@ -98,7 +111,12 @@ def _cut_at_newline(text: str, budget: int, *, from_end: bool) -> str:
 
 
 def shape_output(
-    text: str, *, call_id: str, library_dir: str | None, max_chars: int = 4000
+    text: str,
+    *,
+    call_id: str,
+    library_dir: str | None,
+    max_chars: int = 4000,
+    session_id: str = "",
 ) -> ShapedOutput:
     """Cut ``text`` to ``max_chars`` (head + marked cut + tail), persisting the whole if cut."""
     if max_chars <= 0:
@@ -109,7 +127,9 @@ def shape_output(
     where = "the full output was not saved (no library_dir configured)"
     if library_dir:
         try:
-            persisted = persist_output(text, call_id=call_id, library_dir=library_dir)
+            persisted = persist_output(
+                text, call_id=call_id, library_dir=library_dir, session_id=session_id
+            )
             where = f"the full output is saved in {persisted} (read it with read_file)"
         except OSError as exc:
             where = f"the full output could not be saved ({exc.strerror or exc})"

@@ -120,7 +120,9 @@ class ExecutorCore:
         self.extra_services = dict(services or {})
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
-        self._running: dict[str, _Running] = {}
+        # Keyed by (session id, call id): call ids come from the model or its provider and
+        # repeat across sessions, so the id alone names no call.
+        self._running: dict[tuple[str, str], _Running] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     # --- queries -------------------------------------------------------------------
@@ -135,8 +137,8 @@ class ExecutorCore:
             raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)
         return self.inspector(tool_name, arguments)
 
-    def running(self) -> list[str]:
-        """Call ids currently running (including detached BLOCK calls)."""
+    def running(self) -> list[tuple[str, str]]:
+        """(session id, call id) of the calls running now (including detached BLOCK calls)."""
         return sorted(self._running)
 
     def timeout_for(self, requested_s: float | None) -> float:
@@ -172,8 +174,11 @@ class ExecutorCore:
             reason = "; ".join(denials)
             yield ToolResult(status=Status.REFUSED, content=f"Refused: {reason}", error=reason)
             return
-        if call.call_id in self._running:
-            raise FailedPrecondition(f"call {call.call_id!r} is already running")
+        key = (call.session_id, call.call_id)
+        if key in self._running:
+            raise FailedPrecondition(
+                f"call {call.call_id!r} of session {call.session_id!r} is already running"
+            )
         limit = self.timeout_for(timeout_s)
         ctx = ExecContext(
             session_id=call.session_id,
@@ -199,9 +204,9 @@ class ExecutorCore:
                 yield now
                 return
         state = _Running(ctx=ctx, interrupt=interrupt)
-        self._running[call.call_id] = state
+        self._running[key] = state
         state.task = asyncio.create_task(self._pump(tool, call, state))
-        state.task.add_done_callback(lambda _t: self._finished(call.call_id, state))
+        state.task.add_done_callback(lambda _t: self._finished(key, state))
         finished = False
         try:
             loop = asyncio.get_running_loop()
@@ -241,13 +246,13 @@ class ExecutorCore:
             if not finished:
                 self._caller_gone(state)
 
-    def cancel(self, call_id: str) -> bool:
-        """Cancel a running call; True when it was found.
+    def cancel(self, session_id: str, call_id: str) -> bool:
+        """Cancel the running call ``call_id`` of ``session_id``; True when it was found.
 
         A CANCEL call is stopped (its Execute stream ends with a CANCELLED result); a BLOCK
         call is left to finish, as its interrupt behaviour says.
         """
-        state = self._running.get(call_id)
+        state = self._running.get((session_id, call_id))
         if state is None:
             return False
         if state.interrupt is Interrupt.CANCEL:
@@ -308,13 +313,13 @@ class ExecutorCore:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _finished(self, call_id: str, state: _Running) -> None:
-        if self._running.get(call_id) is state:
-            del self._running[call_id]
+    def _finished(self, key: tuple[str, str], state: _Running) -> None:
+        if self._running.get(key) is state:
+            del self._running[key]
         with contextlib.suppress(asyncio.CancelledError):
             exc = state.task.exception() if state.task and not state.task.cancelled() else None
             if exc is not None:
-                logger.error("call %s ended with %r", call_id, exc)
+                logger.error("call %s of session %s ended with %r", key[1], key[0], exc)
 
 
 def _failure(call: CallSpec, exc: Exception) -> ToolResult:

@@ -340,7 +340,12 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         """Cancel a running call (CANCEL calls stop; BLOCK calls finish)."""
         if not request.call_id:
             raise InvalidArgument("call_id is required")
-        return x_pb2.CancelResponse(found=self.core.cancel(request.call_id))
+        if not request.session_id:
+            raise InvalidArgument(
+                "session_id is required: call ids repeat across sessions, a call is known by "
+                "(session_id, call_id)"
+            )
+        return x_pb2.CancelResponse(found=self.core.cancel(request.session_id, request.call_id))
 
     async def GetCapabilities(
         self, request: x_pb2.GetCapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]

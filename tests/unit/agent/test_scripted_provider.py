@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from stockade.agent.providers.openai import parse_completion
 from stockade.agent.providers.scripted import ScriptedProvider, load_script, parse_script
 from stockade.errors import InvalidArgument
 
@@ -20,9 +22,11 @@ async def test_replays_turns_in_order(tmp_path: Path) -> None:
     provider = ScriptedProvider(load_script(tmp_path, "s"))
     first = await provider.complete([], [])
     assert first.text == "one"
-    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
-        ("call_1_1", "read_file", {"file_path": "a"})
-    ]
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("read_file", {"file_path": "a"})]
+    assert re.fullmatch(r"call_[0-9a-f]{12}_1_1", first.tool_calls[0].id)
+    # Another run of the same script (another session or turn) gets other default ids.
+    again = await ScriptedProvider(load_script(tmp_path, "s")).complete([], [])
+    assert again.tool_calls[0].id != first.tool_calls[0].id
     second = await provider.complete([], [])
     assert second.text == "two" and second.tool_calls == ()
     third = await provider.complete([], [])
@@ -62,3 +66,24 @@ def test_unparseable_script_is_invalid(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("turns: [unclosed")
     with pytest.raises(InvalidArgument, match="does not parse"):
         load_script(tmp_path, "bad")
+
+
+def test_openai_fallback_ids_are_unique_per_turn() -> None:
+    """An endpoint that sends no tool call ids: each turn's calls get ids of their own,
+    never ``call_0`` again in the next turn or another session."""
+    body = {
+        "choices": [
+            {
+                "message": {
+                    "content": "",
+                    "tool_calls": [
+                        {"function": {"name": "read_file", "arguments": '{"file_path": "a"}'}},
+                        {"function": {"name": "read_file", "arguments": '{"file_path": "b"}'}},
+                    ],
+                }
+            }
+        ]
+    }
+    ids = [c.id for _ in range(3) for c in parse_completion(body).tool_calls]
+    assert len(set(ids)) == 6
+    assert all(re.fullmatch(r"call_[0-9a-f]{32}_[01]", i) for i in ids)

@@ -22,12 +22,14 @@ def test_short_output_untouched(tmp_path: Path) -> None:
 
 def test_long_output_keeps_head_and_tail_and_persists(tmp_path: Path) -> None:
     text = "".join(f"line {i}\n" for i in range(5000))
-    shaped = shape_output(text, call_id="call_7", library_dir=str(tmp_path), max_chars=4000)
+    shaped = shape_output(
+        text, call_id="call_7", library_dir=str(tmp_path), max_chars=4000, session_id="s1"
+    )
     assert shaped.truncated and len(shaped.content) <= 4000
     assert shaped.content.startswith("line 0\nline 1\n")
     assert shaped.content.rstrip().endswith("line 4999")
     assert "characters cut" in shaped.content
-    assert shaped.persisted_path == str(tmp_path / "tool-results" / "call_7.txt")
+    assert shaped.persisted_path == str(tmp_path / "tool-results" / "s1" / "call_7.txt")
     assert shaped.persisted_path in shaped.content
     assert Path(shaped.persisted_path).read_text() == text
 
@@ -51,8 +53,10 @@ def test_tiny_limit_still_bounded(tmp_path: Path) -> None:
 def test_call_id_cannot_escape(tmp_path: Path, call_id: str) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
-    path = persist_output("data", call_id=call_id, library_dir=str(lib))
-    assert os.path.dirname(path) == str(lib / "tool-results")
+    # The session id is made safe the same way: try each attack as the session too.
+    path = persist_output("data", call_id=call_id, library_dir=str(lib), session_id=call_id)
+    assert os.path.dirname(os.path.dirname(path)) == str(lib / "tool-results")
+    assert not os.path.basename(os.path.dirname(path)).startswith(".")
     assert not os.path.basename(path).startswith(".")
     assert Path(path).read_text() == "data"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lib"]
@@ -77,12 +81,25 @@ def test_symlinked_results_dir_is_not_followed(tmp_path: Path) -> None:
 
 def test_symlinked_result_file_is_not_followed(tmp_path: Path) -> None:
     lib = tmp_path / "lib"
-    (lib / "tool-results").mkdir(parents=True)
+    (lib / "tool-results" / "s1").mkdir(parents=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
-    os.symlink(victim, lib / "tool-results" / "c2.txt")
-    shape_output("z" * 5000, call_id="c2", library_dir=str(lib), max_chars=1000)
+    os.symlink(victim, lib / "tool-results" / "s1" / "c2.txt")
+    shape_output("z" * 5000, call_id="c2", library_dir=str(lib), max_chars=1000, session_id="s1")
     assert victim.read_text() == "keep"
+
+
+def test_symlinked_session_dir_is_not_followed(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    (lib / "tool-results").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, lib / "tool-results" / "s1")
+    shaped = shape_output(
+        "z" * 5000, call_id="c3", library_dir=str(lib), max_chars=1000, session_id="s1"
+    )
+    assert shaped.persisted_path == "" and "could not be saved" in shaped.content
+    assert list(elsewhere.iterdir()) == []
 
 
 @settings(max_examples=200, deadline=None)

@@ -209,7 +209,7 @@ async def test_large_output_is_shaped_and_persisted(launcher: Launcher, ws: Path
     assert result.content.startswith("1\n2\n")
     assert result.content.rstrip().endswith("20000")
     persisted = Path(result.persisted_path)
-    assert persisted == ws / "lib" / "tool-results" / f"{ctx.call_id}.txt"
+    assert persisted == ws / "lib" / "tool-results" / ctx.session_id / f"{ctx.call_id}.txt"
     assert persisted.read_text().splitlines() == [str(i) for i in range(1, 20001)]
 
 

@@ -347,12 +347,12 @@ async def test_cancel_rpc_stops_cancel_tool(server: Server, slow: SlowTool) -> N
     )
     task = asyncio.create_task(execute(server.stub, request))
     await asyncio.wait_for(slow.started.wait(), 10)
-    found = await server.stub.Cancel(x_pb2.CancelRequest(call_id="k1"))
+    found = await server.stub.Cancel(x_pb2.CancelRequest(session_id="s1", call_id="k1"))
     assert found.found
     _, result = await task
     assert result.status == x_pb2.EXECUTION_STATUS_CANCELLED
     assert slow.log == ["stopped"]
-    missing = await server.stub.Cancel(x_pb2.CancelRequest(call_id="nope"))
+    missing = await server.stub.Cancel(x_pb2.CancelRequest(session_id="s1", call_id="nope"))
     assert not missing.found
 
 
@@ -362,7 +362,7 @@ async def test_cancel_rpc_leaves_block_tool_running(server: Server, slow: SlowTo
     )
     task = asyncio.create_task(execute(server.stub, request))
     await asyncio.wait_for(slow.started.wait(), 10)
-    assert (await server.stub.Cancel(x_pb2.CancelRequest(call_id="b1"))).found
+    assert (await server.stub.Cancel(x_pb2.CancelRequest(session_id="s1", call_id="b1"))).found
     _, result = await task
     assert result.status == x_pb2.EXECUTION_STATUS_OK and slow.log == ["finished"]
 

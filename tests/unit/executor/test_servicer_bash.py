@@ -68,7 +68,7 @@ async def collect(stream: Any) -> tuple[str, x_pb2.ExecuteResult]:
 
 
 async def _until_gone(servicer: ExecutorServicer, call_id: str) -> None:
-    while call_id in servicer.core.running():
+    while ("s", call_id) in servicer.core.running():
         await asyncio.sleep(0.02)
 
 
@@ -137,7 +137,7 @@ async def test_cancel_rpc_stops_command(server: Server) -> None:
     )
     stream = server.stub.Execute(request)
     await stream.read()
-    assert (await server.stub.Cancel(x_pb2.CancelRequest(call_id="c3"))).found
+    assert (await server.stub.Cancel(x_pb2.CancelRequest(session_id="s", call_id="c3"))).found
     while True:
         msg = await stream.read()
         assert msg is not grpc.aio.EOF

@@ -154,7 +154,7 @@ async def test_read_large_output_truncated_and_persisted(ws: Path) -> None:
     ctx = make_ctx(ws, call="call-big", max_output_chars=1000)
     res = await run("read_file", {"file_path": "big.txt"}, ctx)
     assert res.truncated and len(res.content) <= 1000
-    assert res.persisted_path.endswith("tool-results/call-big.txt")
+    assert res.persisted_path.endswith(f"tool-results/{ctx.session_id}/call-big.txt")
     saved = Path(res.persisted_path).read_text()
     assert "row 1999" in saved and "offset=2001" in saved
     assert res.persisted_path in res.content

@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,7 +128,11 @@ def _parse_arguments(name: str, raw: Any) -> dict[str, Any]:
 def _tool_call(index: int, call_id: Any, name: Any, raw_arguments: Any) -> ModelToolCall:
     if not isinstance(name, str) or not name:
         raise ProviderError(f"tool call #{index} has no function name")
-    call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
+    # An endpoint that sends no id gets a random one: ``call_<index>`` would repeat in every
+    # turn and every session, and a call is known by its id within a session.
+    call_id = (
+        call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex}_{index}"
+    )
     # Measured before parsing (json.loads recurses): a too-deep call fails alone.
     too_deep = (
         json_depth_exceeds(raw_arguments, MAX_ARGUMENT_DEPTH)

@@ -12,8 +12,11 @@ Script files are YAML or JSON::
 
 Each ``complete`` returns the next turn. A forced final answer (``allow_tools=False``)
 returns the next turn's text without its tool calls. When the script runs out, the
-provider answers with a final text saying so. Tool call ids are ``call_<turn>_<index>``
-unless the script gives an ``id``. Token usage is estimated at four characters a token.
+provider answers with a final text saying so. Tool call ids are
+``call_<provider tag>_<turn>_<index>`` unless the script gives an ``id``: the tag is random
+per provider (one provider per RunTurn), so default ids never repeat across sessions or
+turns (the executor, approvals and the audit trail know a call by its id within a session).
+Token usage is estimated at four characters a token.
 
 Subagents draw their turns from the same script, in order: after a turn that calls
 ``subagent``, the next turns are the child's, until one without tool calls (the child's
@@ -28,7 +31,9 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +72,8 @@ def parse_script(data: Any, *, source: str = "script") -> list[ModelTurn]:
                 )
             calls.append(
                 ModelToolCall(
-                    id=str(call.get("id") or f"call_{i + 1}_{j + 1}"),
+                    # Empty: the provider gives a default id unique to its own run.
+                    id=str(call.get("id") or ""),
                     name=call["name"],
                     arguments=dict(args),
                 )
@@ -113,6 +119,7 @@ class ScriptedProvider:
     def __init__(self, turns: Sequence[ModelTurn]) -> None:
         self._turns = list(turns)
         self._next = 0
+        self._tag = uuid.uuid4().hex[:12]
 
     async def complete(
         self, messages: list[Message], tools: list[ToolSchema], *, allow_tools: bool = True
@@ -125,6 +132,14 @@ class ScriptedProvider:
             return ModelTurn(text="(the script has no more turns)", prompt_tokens=prompt)
         turn = self._turns[self._next]
         self._next += 1
+        if any(not c.id for c in turn.tool_calls):
+            turn = replace(
+                turn,
+                tool_calls=tuple(
+                    c if c.id else replace(c, id=f"call_{self._tag}_{self._next}_{j + 1}")
+                    for j, c in enumerate(turn.tool_calls)
+                ),
+            )
         prompt = turn.prompt_tokens or prompt
         if not allow_tools:
             return ModelTurn(

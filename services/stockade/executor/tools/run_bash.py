@@ -219,6 +219,7 @@ class RunBashTool:
         shaped = shape_output(
             text,
             call_id=ctx.call_id,
+            session_id=ctx.session_id,
             library_dir=library_dir,
             max_chars=int(setting(ctx, "max_output_chars", DEFAULT_MAX_OUTPUT_CHARS)),
         )

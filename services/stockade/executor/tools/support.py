@@ -116,6 +116,7 @@ def ok_result(ctx: ExecContext, content: str) -> ToolResult:
     shaped = shape_output(
         content,
         call_id=ctx.call_id,
+        session_id=ctx.session_id,
         library_dir=os.fspath(library) if library else None,
         max_chars=int(setting(ctx, "max_output_chars", DEFAULT_MAX_OUTPUT_CHARS)),
     )
