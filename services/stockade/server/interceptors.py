@@ -1,6 +1,8 @@
 """Server interceptors shared by every service.
 
-``ContextInterceptor`` gives each call a request id (from ``x-request-id`` metadata or a
+``ContextInterceptor`` checks each request (``stockade.server.requests``: bytes that do
+not parse, enum values out of range, over-long identifiers → INVALID_ARGUMENT), gives each
+call a request id (from ``x-request-id`` metadata or a
 new one) in a context variable, and maps exceptions to statuses: a ``StockadeError``
 becomes its canonical code with ``google.rpc.ErrorInfo``; anything else becomes INTERNAL
 with the request id and no internals, while the traceback goes to the server log. So
@@ -19,8 +21,9 @@ from typing import Any
 
 import grpc
 
-from stockade.errors import NotAuthorized, StockadeError
+from stockade.errors import InvalidArgument, NotAuthorized, StockadeError
 from stockade.server.errors import status_for
+from stockade.server.requests import Malformed, check_request, guard_deserializer
 
 log = logging.getLogger("stockade.server")
 
@@ -79,13 +82,33 @@ def _authorize(
         )
 
 
+def _checked(request: Any) -> Any:
+    """The request, or ``InvalidArgument`` if it did not parse or breaks a limit."""
+    if isinstance(request, Malformed):
+        raise InvalidArgument(request.message)
+    if request is not None and hasattr(request, "DESCRIPTOR"):
+        check_request(request)
+    return request
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Each message of a client stream, checked as it arrives."""
+    async for request in requests:
+        yield _checked(request)
+
+
 def _wrap_unary(
-    behavior: Callable[..., Awaitable[Any]], method: str, allowed: frozenset[str] | None
+    behavior: Callable[..., Awaitable[Any]],
+    method: str,
+    allowed: frozenset[str] | None,
+    *,
+    streaming_request: bool = False,
 ) -> Callable[..., Awaitable[Any]]:
     async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         request_id_var.set(_request_id(context))
         try:
             _authorize(context, method, allowed)
+            request = _checked_stream(request) if streaming_request else _checked(request)
             return await behavior(request, context)
         except grpc.aio.AbortError:
             raise
@@ -96,7 +119,11 @@ def _wrap_unary(
 
 
 def _wrap_stream(
-    behavior: Callable[..., Any], method: str, allowed: frozenset[str] | None
+    behavior: Callable[..., Any],
+    method: str,
+    allowed: frozenset[str] | None,
+    *,
+    streaming_request: bool = False,
 ) -> Callable[..., AsyncIterator[Any]]:
     async def handler(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -104,6 +131,7 @@ def _wrap_stream(
         request_id_var.set(_request_id(context))
         try:
             _authorize(context, method, allowed)
+            request = _checked_stream(request) if streaming_request else _checked(request)
             result = behavior(request, context)
             if inspect.isasyncgen(result):
                 async for item in result:
@@ -150,7 +178,9 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def _wrap(self, handler: Any, method: str) -> Any:
         allowed = self._identities.get(method)
         kwargs = {
-            "request_deserializer": handler.request_deserializer,
+            # Bytes that do not parse become a ``Malformed`` the handler answers with
+            # INVALID_ARGUMENT (a raising deserializer would give a bare UNKNOWN/INTERNAL).
+            "request_deserializer": guard_deserializer(handler.request_deserializer),
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary:
@@ -159,7 +189,8 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method, allowed), **kwargs
+                _wrap_unary(handler.stream_unary, method, allowed, streaming_request=True),
+                **kwargs,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
@@ -167,5 +198,5 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             )
         behavior: Any = handler.stream_stream
         return grpc.stream_stream_rpc_method_handler(
-            _wrap_stream(behavior, method, allowed), **kwargs
+            _wrap_stream(behavior, method, allowed, streaming_request=True), **kwargs
         )
