@@ -6,6 +6,9 @@ deadline, the result is a DENY whose reason says why (SPEC §0 "fail closed").
 
 from __future__ import annotations
 
+import asyncio
+import random
+
 import grpc
 
 from stockade.client.base import DEFAULT_DEADLINE_S, with_retries
@@ -14,6 +17,10 @@ from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
 DECIDE_DEADLINE_S = 2.0
+REATTACH_FIRST_DELAY_S = 0.1
+"""First pause before an approval wait re-attaches after UNAVAILABLE (then doubled)."""
+REATTACH_MAX_DELAY_S = 2.0
+"""Longest pause between re-attach attempts."""
 
 
 def fail_closed(reason: str) -> d_pb2.DecideResponse:
@@ -82,16 +89,35 @@ class DecisionClient:
     async def await_approval(
         self, approval_id: str, *, timeout_s: float
     ) -> d_pb2.AwaitApprovalResponse:
-        """Wait for an approval's answer; a failure to get one is a DENY."""
-        try:
-            resp: d_pb2.AwaitApprovalResponse = await self._stub.AwaitApproval(
-                d_pb2.AwaitApprovalRequest(approval_id=approval_id), timeout=timeout_s
-            )
-            return resp
-        except grpc.aio.AioRpcError as err:
-            return d_pb2.AwaitApprovalResponse(
-                verdict=c_pb2.VERDICT_DENY, reason=f"denied (fail closed): {_describe(err)}"
-            )
+        """Wait for an approval's answer within ``timeout_s``; a failure to get one is a DENY.
+
+        The approval is stored, so a wait cut off by a restart of the decision service
+        (UNAVAILABLE: killed, or told to stop and ending its waits) re-attaches with
+        backoff until the answer comes or ``timeout_s`` is spent, rather than denying a
+        call whose approval is still open.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        request = d_pb2.AwaitApprovalRequest(approval_id=approval_id)
+        delay = REATTACH_FIRST_DELAY_S
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                resp: d_pb2.AwaitApprovalResponse = await self._stub.AwaitApproval(
+                    request, timeout=max(0.001, deadline - loop.time())
+                )
+                return resp
+            except grpc.aio.AioRpcError as err:
+                left = deadline - loop.time()
+                if err.code() != grpc.StatusCode.UNAVAILABLE or left <= delay:
+                    after = f" after {attempts} attempts" if attempts > 1 else ""
+                    return d_pb2.AwaitApprovalResponse(
+                        verdict=c_pb2.VERDICT_DENY,
+                        reason=f"denied (fail closed){after}: {_describe(err)}",
+                    )
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, REATTACH_MAX_DELAY_S)
 
     async def resolve_approval(
         self, request: d_pb2.ResolveApprovalRequest

@@ -3,12 +3,19 @@
 Approvals are stored by ``SessionStore`` (so they survive a restart); this module adds
 the live part: watchers get every change as it happens, waiters wake when an answer
 arrives, and an approval nobody answers before its deadline becomes EXPIRED (a denial).
+
+Restarts: a waiter cut off by a restart re-attaches (the agent calls AwaitApproval again);
+an approval whose waiter does not come back within ``reattach_s`` is marked EXPIRED as
+abandoned, so no answer can be given that nobody will act on. On shutdown, waits end at
+once with UNAVAILABLE instead of holding the grace period.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -23,7 +30,15 @@ from stockade.decision.sessions import (
     SessionStore,
     new_id,
 )
-from stockade.errors import ApprovalAlreadyResolved, InvalidArgument
+from stockade.errors import (
+    ApprovalAlreadyResolved,
+    DependencyUnavailable,
+    InvalidArgument,
+    ResourceExhausted,
+)
+from stockade.server.lifecycle import stopping
+
+log = logging.getLogger(__name__)
 
 
 class Resolution(Enum):
@@ -68,14 +83,106 @@ def grant_pattern(call: PendingCall) -> str:
     return f"{call.tool_name}({escape_content(value)})"
 
 
-class ApprovalBroker:
-    """Creates, streams, resolves and awaits approvals."""
+@dataclass(frozen=True)
+class ApprovalLimits:
+    """Bounds of the ask flow (every queue and backlog is bounded, #12 item 2)."""
 
-    def __init__(self, store: SessionStore, *, clock: Callable[[], float] = time.time) -> None:
+    max_pending: int = 10_000
+    """Pending approvals in the whole service; past it an ASK is RESOURCE_EXHAUSTED."""
+    max_pending_per_session: int = 100
+    """Pending approvals of one session."""
+    max_watchers: int = 64
+    """WatchApprovals streams at once."""
+    watch_queue: int = 1_000
+    """Changes queued for one watcher; a watcher that falls this far behind is dropped
+    (RESOURCE_EXHAUSTED) and may reconnect to get the current backlog."""
+    retention_s: float = 86_400.0
+    """How long answered and expired approvals are kept before they are deleted."""
+    reattach_s: float = 30.0
+    """How long a pending approval waits for its waiter to come back (after the waiter's
+    call ended, or after a restart of this service) before it is marked abandoned."""
+    sweep_s: float = 5.0
+    """How often overdue, abandoned and old approvals are swept."""
+
+
+ABANDONED_REASON = "abandoned: nobody was waiting for the answer any more"
+
+
+class _Watcher:
+    """One WatchApprovals stream: a bounded queue of changes and its wake-up event."""
+
+    __slots__ = ("event", "overflowed", "queue", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.queue: deque[ApprovalRecord] = deque()
+        self.event = asyncio.Event()
+        self.overflowed = False
+
+
+class ApprovalBroker:
+    """Creates, streams, resolves and awaits approvals.
+
+    Memory is bounded whatever the clients do: the pending approvals are held once, in
+    ``_pending`` (every watcher's backlog is a list of references to the same records),
+    each watcher's queue holds at most ``limits.watch_queue`` changes, and the number of
+    watchers and of pending approvals (per session and in total) is capped.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        limits: ApprovalLimits | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
-        self._watchers: set[tuple[str, asyncio.Queue[ApprovalRecord]]] = set()
+        self.limits = limits or ApprovalLimits()
+        self._watchers: set[_Watcher] = set()
         self._answered: dict[str, asyncio.Event] = {}
+        self._pending: dict[str, ApprovalRecord] = {}
+        self._per_session: Counter[str] = Counter()
+        self._loaded = False
+        self._load_lock = asyncio.Lock()
+        self._waiters: Counter[str] = Counter()
+        self._orphaned: dict[str, float] = {}
+        """Pending approval id → when its last waiter left (or this service started)."""
+
+    async def load(self) -> None:
+        """Read the pending approvals once (at start, or on first use).
+
+        Approvals pending from before a restart have lost their waiters: each gets
+        ``reattach_s`` for its waiter to come back before it is marked abandoned.
+        """
+        async with self._load_lock:
+            if self._loaded:
+                return
+            now = self._clock()
+            for rec in await self._store.pending_approvals():
+                self._track(rec)
+                self._orphaned[rec.approval_id] = now
+            self._loaded = True
+
+    def _track(self, rec: ApprovalRecord) -> None:
+        """Keep ``_pending`` current with ``rec``'s state."""
+        if rec.state is ApprovalState.PENDING:
+            if rec.approval_id not in self._pending:
+                self._per_session[rec.session_id] += 1
+            self._pending[rec.approval_id] = rec
+            return
+        if self._pending.pop(rec.approval_id, None) is not None:
+            left = self._per_session[rec.session_id] - 1
+            if left > 0:
+                self._per_session[rec.session_id] = left
+            else:
+                del self._per_session[rec.session_id]
+        self._orphaned.pop(rec.approval_id, None)
+
+    @property
+    def pending_count(self) -> int:
+        """Pending approvals held now."""
+        return len(self._pending)
 
     async def create(
         self,
@@ -88,7 +195,25 @@ class ApprovalBroker:
         timeout_s: float,
         always_allow_applies: bool = True,
     ) -> ApprovalRecord:
-        """Store a pending approval and tell the watchers."""
+        """Store a pending approval and tell the watchers; ``ResourceExhausted`` past the
+        pending limits (the caller's ASK then fails closed)."""
+        await self.load()
+        limits = self.limits
+        if len(self._pending) >= limits.max_pending:
+            raise ResourceExhausted(
+                f"{len(self._pending)} approvals are pending; the limit is "
+                f"{limits.max_pending} (max_pending_approvals): answer some first",
+                limit="max_pending_approvals",
+                value=str(limits.max_pending),
+            )
+        if self._per_session[session_id] >= limits.max_pending_per_session:
+            raise ResourceExhausted(
+                f"session {session_id!r} has {self._per_session[session_id]} pending "
+                f"approvals; the limit is {limits.max_pending_per_session} "
+                "(max_pending_approvals_per_session): answer some first",
+                limit="max_pending_approvals_per_session",
+                value=str(limits.max_pending_per_session),
+            )
         now = self._clock()
         rec = ApprovalRecord(
             approval_id=new_id("appr"),
@@ -107,32 +232,68 @@ class ApprovalBroker:
         return rec
 
     def _publish(self, rec: ApprovalRecord) -> None:
-        for session_id, queue in list(self._watchers):
-            if not session_id or session_id == rec.session_id:
-                queue.put_nowait(rec)
+        self._track(rec)
+        limit = self.limits.watch_queue
+        for watcher in self._watchers:
+            if watcher.overflowed or (watcher.session_id and watcher.session_id != rec.session_id):
+                continue
+            if len(watcher.queue) >= limit:
+                # Fallen behind: drop what it has not read; its stream ends with
+                # RESOURCE_EXHAUSTED and a reconnect gets the current backlog.
+                watcher.overflowed = True
+                watcher.queue.clear()
+            else:
+                watcher.queue.append(rec)
+            watcher.event.set()
         if rec.state is not ApprovalState.PENDING:
             event = self._answered.pop(rec.approval_id, None)
             if event is not None:
                 event.set()
 
     async def watch(self, session_id: str = "") -> AsyncGenerator[ApprovalRecord, None]:
-        """Yield the pending approvals now, then every change, until the caller stops."""
-        queue: asyncio.Queue[ApprovalRecord] = asyncio.Queue()
-        entry = (session_id, queue)
-        # Register before reading the backlog so nothing created in between is missed.
-        self._watchers.add(entry)
+        """Yield the pending approvals now, then every change, until the caller stops.
+
+        ``ResourceExhausted`` when ``max_watchers`` streams are open already, or when
+        this watcher falls ``watch_queue`` changes behind.
+        """
+        await self.load()
+        limits = self.limits
+        if len(self._watchers) >= limits.max_watchers:
+            raise ResourceExhausted(
+                f"{len(self._watchers)} approval watchers are connected; the limit is "
+                f"{limits.max_watchers} (max_approval_watchers)",
+                limit="max_approval_watchers",
+                value=str(limits.max_watchers),
+            )
+        watcher = _Watcher(session_id)
+        # Registering and taking the backlog happen in one step (no await between), so
+        # every change after the snapshot is queued and nothing is missed or doubled.
+        self._watchers.add(watcher)
+        backlog = [
+            rec for rec in self._pending.values() if not session_id or rec.session_id == session_id
+        ]
         try:
-            seen: set[str] = set()
-            for rec in await self._store.pending_approvals(session_id):
-                seen.add(rec.approval_id)
+            for rec in backlog:
+                if watcher.overflowed:
+                    break
                 yield rec
+            del backlog
             while True:
-                rec = await queue.get()
-                if rec.state is ApprovalState.PENDING and rec.approval_id in seen:
+                if watcher.overflowed:
+                    raise ResourceExhausted(
+                        f"this approval watcher fell more than {limits.watch_queue} changes "
+                        "behind (approval_watch_queue) and was dropped; reconnect to get the "
+                        "current backlog",
+                        limit="approval_watch_queue",
+                        value=str(limits.watch_queue),
+                    )
+                if not watcher.queue:
+                    watcher.event.clear()
+                    await watcher.event.wait()
                     continue
-                yield rec
+                yield watcher.queue.popleft()
         finally:
-            self._watchers.discard(entry)
+            self._watchers.discard(watcher)
 
     @property
     def watcher_count(self) -> int:
@@ -174,6 +335,22 @@ class ApprovalBroker:
                 f"allowed once, no session grant made: {rec.reason}; explicit ask rules and "
                 "hooks ask every time (they outrank allow rules)"
             )
+        if resolution is Resolution.ALWAYS_ALLOW:
+            # Refuse before answering: an ALWAYS_ALLOW past the rule limit must not become
+            # an answered approval without its grant.
+            await self._store.check_rule_capacity(rec.session_id)
+        left_at = self._orphaned.get(approval_id)
+        if left_at is not None:
+            note = "; ".join(
+                n
+                for n in (
+                    note,
+                    f"nobody is waiting for this answer now (the caller left "
+                    f"{max(0.0, self._clock() - left_at):.0f} s ago; unless it re-attaches "
+                    f"within {self.limits.reattach_s:g} s of leaving, the call will not run)",
+                )
+                if n
+            )
         state = ApprovalState.DENIED if resolution is Resolution.DENY else ApprovalState.ALLOWED
         won = await self._store.finish_approval(
             approval_id, state, resolver=resolver, resolution=resolution.value, reason=reason
@@ -200,28 +377,105 @@ class ApprovalBroker:
         self._publish(final)
         return Resolved(final, grant, note)
 
-    async def _expire(self, rec: ApprovalRecord) -> bool:
-        if await self._store.finish_approval(
-            rec.approval_id, ApprovalState.EXPIRED, reason="approval timed out"
-        ):
+    async def _expire(self, rec: ApprovalRecord, reason: str = "approval timed out") -> bool:
+        if await self._store.finish_approval(rec.approval_id, ApprovalState.EXPIRED, reason=reason):
             await self._store.record_outcome(rec.session_id, denied=True)
             self._publish(await self._store.get_approval(rec.approval_id))
             return True
         return False
 
     async def wait(self, approval_id: str) -> ApprovalRecord:
-        """Wait for the answer; past the deadline the approval expires (a denial)."""
-        while True:
-            # Register before reading, so an answer landing in between still wakes us.
-            event = self._answered.setdefault(approval_id, asyncio.Event())
-            rec = await self._store.get_approval(approval_id)
-            if rec.state is not ApprovalState.PENDING:
-                return rec
-            left = rec.expire_time - self._clock()
-            if left <= 0:
-                await self._expire(rec)
+        """Wait for the answer; past the deadline the approval expires (a denial).
+
+        When the server starts stopping, the wait ends at once with ``DependencyUnavailable``
+        (UNAVAILABLE): the approval stays pending and the caller re-attaches to another
+        replica or after the restart, instead of holding the shutdown's grace period.
+        """
+        await self.load()
+        self._waiters[approval_id] += 1
+        self._orphaned.pop(approval_id, None)
+        stop = stopping()
+        try:
+            while True:
+                if stop.is_set():
+                    raise DependencyUnavailable(
+                        "the decision service is shutting down; the approval is still "
+                        "pending: call AwaitApproval again (another replica, or after the "
+                        "restart)",
+                        approval_id=approval_id,
+                    )
+                # Register before reading, so an answer landing in between still wakes us.
+                event = self._answered.setdefault(approval_id, asyncio.Event())
+                rec = await self._store.get_approval(approval_id)
+                if rec.state is not ApprovalState.PENDING:
+                    return rec
+                left = rec.expire_time - self._clock()
+                if left <= 0:
+                    await self._expire(rec)
+                    continue
+                answered = asyncio.ensure_future(event.wait())
+                stopped = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait(
+                        {answered, stopped}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    answered.cancel()
+                    stopped.cancel()
+        finally:
+            self._waiters[approval_id] -= 1
+            if self._waiters[approval_id] <= 0:
+                del self._waiters[approval_id]
+                if approval_id in self._pending and not stop.is_set():
+                    # The caller gave up or was cut off: it has ``reattach_s`` to come back.
+                    self._orphaned[approval_id] = self._clock()
+
+    def waiting(self, approval_id: str) -> int:
+        """How many callers are waiting for ``approval_id`` now."""
+        return self._waiters.get(approval_id, 0)
+
+    async def sweep(self) -> tuple[int, int, int]:
+        """Expire overdue approvals, mark abandoned ones, delete old answered ones.
+
+        Returns (expired, abandoned, deleted). Overdue approvals expire even when nobody
+        waits for them, so the backlog watchers see holds only live questions.
+        """
+        await self.load()
+        now = self._clock()
+        expired = abandoned = deleted = 0
+        for rec in [r for r in self._pending.values() if r.expire_time <= now]:
+            expired += await self._expire(rec)
+        cutoff = now - self.limits.reattach_s
+        for approval_id in [a for a, t in self._orphaned.items() if t <= cutoff]:
+            orphan = self._pending.get(approval_id)
+            if orphan is None or self._waiters.get(approval_id):
+                self._orphaned.pop(approval_id, None)
                 continue
+            abandoned += await self._expire(orphan, ABANDONED_REASON)
+        before = now - self.limits.retention_s
+        while True:
+            batch = await self._store.delete_finished_approvals(before)
+            deleted += batch
+            if batch < 5_000:
+                break
+            await asyncio.sleep(0)  # let calls run between batches
+        return expired, abandoned, deleted
+
+    async def run_sweeper(self) -> None:
+        """Sweep every ``sweep_s`` until cancelled; a failed sweep is logged and retried."""
+        while True:
+            await asyncio.sleep(self.limits.sweep_s)
             try:
-                await asyncio.wait_for(event.wait(), timeout=left)
-            except TimeoutError:
-                pass
+                expired, abandoned, deleted = await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                log.exception("approval sweep failed")
+                continue
+            if expired or abandoned or deleted:
+                log.info(
+                    "approvals swept: %d expired, %d abandoned, %d old ones deleted",
+                    expired,
+                    abandoned,
+                    deleted,
+                )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.decision.approvals import ApprovalBroker
+from stockade.decision.approvals import ApprovalBroker, ApprovalLimits
 from stockade.decision.engine import (
     CompiledPolicy,
     Decision,
@@ -74,11 +74,12 @@ class DecisionCore:
         *,
         default_mode: Mode | None = None,
         clock: Callable[[], float] = time.time,
+        approval_limits: ApprovalLimits | None = None,
     ) -> None:
         self.policies = policies
         self.store = store
         self.signer = signer
-        self.broker = ApprovalBroker(store, clock=clock)
+        self.broker = ApprovalBroker(store, clock=clock, limits=approval_limits)
         self._default_mode = default_mode
 
     @property

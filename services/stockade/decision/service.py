@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from stockade.decision.approvals import ApprovalLimits
 from stockade.decision.core import DecisionCore
 from stockade.decision.grants import (
     PRIVATE_KEY_NAME,
@@ -98,6 +99,19 @@ def describe_policy(policies: PolicyStore) -> str:
     )
 
 
+def approval_limits(settings: DecisionSettings) -> ApprovalLimits:
+    """The ask flow's bounds from the settings."""
+    return ApprovalLimits(
+        max_pending=settings.max_pending_approvals,
+        max_pending_per_session=settings.max_pending_approvals_per_session,
+        max_watchers=settings.max_approval_watchers,
+        watch_queue=settings.approval_watch_queue,
+        retention_s=settings.approval_retention_s,
+        reattach_s=settings.approval_reattach_s,
+        sweep_s=settings.approval_sweep_s,
+    )
+
+
 @dataclass
 class DecisionApp:
     """ServiceApp for the decision service."""
@@ -110,9 +124,17 @@ class DecisionApp:
         """Open the session database, load the policy, start reloading; close on exit."""
         s = self.settings
         policies = policy_store(s)
-        store = await SessionStore.open(Path(s.state_dir) / DB_NAME)
+        store = await SessionStore.open(
+            Path(s.state_dir) / DB_NAME,
+            cache_max_sessions=s.session_cache_max,
+            max_session_rules=s.max_session_rules,
+        )
         log.info("decision loaded %s; sessions in %s", describe_policy(policies), store_path(s))
-        core = DecisionCore(policies, store, signer_for(s))
+        core = DecisionCore(policies, store, signer_for(s), approval_limits=approval_limits(s))
+        # Pending approvals are read now, so those left by a restart start their
+        # re-attach window at once.
+        await core.broker.load()
+        sweeper = asyncio.create_task(core.broker.run_sweeper())
         watcher = asyncio.create_task(policies.watch(s.policy_poll_s))
         loop = asyncio.get_running_loop()
         sighup = False
@@ -127,7 +149,8 @@ class DecisionApp:
         finally:
             if sighup:
                 loop.remove_signal_handler(signal.SIGHUP)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in (watcher, sweeper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await store.close()

@@ -3,7 +3,15 @@
 Sessions with their mode and denial counters, session rules, scoped "always allow"
 grants and approvals all live in one database file and survive a restart. Reads that
 every decision needs (the session's mode, counters and compiled rules) are served from
-an in-memory cache that every write keeps current, so a plain ALLOW costs no SQL.
+an in-memory cache that every write keeps current, so a plain ALLOW costs no SQL. The
+cache is an LRU bounded by ``cache_max_sessions`` (a session falls out and is read back
+on its next call), so millions of sessions do not grow the service's memory.
+
+Approvals are indexed by state and by (session, call), and resolved or expired ones are
+deleted after a retention period (``delete_finished_approvals``), so a request costs the
+same after a million approvals as after ten. Older databases are upgraded in place when
+opened (columns added, indexes created). The SQL is kept portable (no SQLite-only syntax
+where a standard form exists) for the PostgreSQL store to come.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import json
 import sqlite3
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -22,7 +31,7 @@ import aiosqlite
 
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect, Rule, RuleIndex, Source, compile_rule
-from stockade.errors import ApprovalNotFound, InvalidArgument, SessionNotFound
+from stockade.errors import ApprovalNotFound, InvalidArgument, ResourceExhausted, SessionNotFound
 
 _SCHEMA = """
 PRAGMA journal_mode=WAL;
@@ -68,14 +77,34 @@ CREATE TABLE IF NOT EXISTS approvals (
   resolver TEXT NOT NULL DEFAULT '',
   resolution TEXT NOT NULL DEFAULT '',
   resolve_reason TEXT NOT NULL DEFAULT '',
-  always_allow_applies INTEGER NOT NULL DEFAULT 1
+  always_allow_applies INTEGER NOT NULL DEFAULT 1,
+  finish_time REAL
 );
+CREATE INDEX IF NOT EXISTS session_rules_session ON session_rules(session_id, seq);
+CREATE INDEX IF NOT EXISTS grants_session ON grants(session_id);
+CREATE INDEX IF NOT EXISTS approvals_session_call ON approvals(session_id, call_id);
+CREATE INDEX IF NOT EXISTS approvals_state_expiry ON approvals(state, expire_time);
 """
 
 _MIGRATIONS = (
-    # (table, column, definition): columns added after the first release of the schema.
-    ("approvals", "always_allow_applies", "INTEGER NOT NULL DEFAULT 1"),
+    # (table, column, definition, backfill): columns added after the first release of the
+    # schema, with the statement that fills them in for existing rows.
+    ("approvals", "always_allow_applies", "INTEGER NOT NULL DEFAULT 1", None),
+    (
+        "approvals",
+        "finish_time",
+        "REAL",
+        # Answered before the upgrade: the deadline is the latest the answer can have come.
+        "UPDATE approvals SET finish_time = expire_time WHERE state <> 'pending'",
+    ),
 )
+# Created after the migrations: they use columns older databases only have from then on.
+_LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS approvals_finished ON approvals(finish_time)",)
+
+DEFAULT_CACHE_MAX_SESSIONS = 10_000
+"""Sessions whose state is kept in memory (each costs about 2 KB, more with rules)."""
+DEFAULT_MAX_SESSION_RULES = 1_000
+"""Session rules plus live grants per session (each change recompiles them all)."""
 
 
 class ApprovalState(Enum):
@@ -164,27 +193,64 @@ def new_id(prefix: str) -> str:
 class SessionStore:
     """Sessions, session rules, grants and approvals in one SQLite file."""
 
-    def __init__(self, db: aiosqlite.Connection, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        *,
+        clock: Callable[[], float] = time.time,
+        cache_max_sessions: int = DEFAULT_CACHE_MAX_SESSIONS,
+        max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
+    ):
         self._db = db
         self._clock = clock
-        self._cache: dict[str, _Cached] = {}
+        # Least recently used first; bounded by ``cache_max_sessions``.
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self.cache_max_sessions = max(1, cache_max_sessions)
+        self.max_session_rules = max_session_rules
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, clock: Callable[[], float] = time.time
+        cls,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        cache_max_sessions: int = DEFAULT_CACHE_MAX_SESSIONS,
+        max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
     ) -> SessionStore:
-        """Open (and create if needed) the database at ``path``."""
+        """Open (and create if needed) the database at ``path``, upgrading an older schema
+        in place."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         db = await aiosqlite.connect(str(path))
         await db.executescript(_SCHEMA)
-        for table, column, definition in _MIGRATIONS:
+        for table, column, definition, backfill in _MIGRATIONS:
             async with db.execute(f"PRAGMA table_info({table})") as cur:
                 columns = {row[1] for row in await cur.fetchall()}
             if column not in columns:
                 await db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+                if backfill:
+                    await db.execute(backfill)
+        for statement in _LATE_INDEXES:
+            await db.execute(statement)
         await db.execute("PRAGMA foreign_keys=ON")
         await db.commit()
-        return cls(db, clock=clock)
+        return cls(
+            db,
+            clock=clock,
+            cache_max_sessions=cache_max_sessions,
+            max_session_rules=max_session_rules,
+        )
+
+    @property
+    def cached_sessions(self) -> int:
+        """How many sessions the in-memory cache holds now."""
+        return len(self._cache)
+
+    def _remember(self, session_id: str, entry: _Cached) -> None:
+        """Cache ``entry``, dropping the least recently used sessions past the bound."""
+        self._cache[session_id] = entry
+        self._cache.move_to_end(session_id)
+        while len(self._cache) > self.cache_max_sessions:
+            self._cache.popitem(last=False)
 
     async def close(self) -> None:
         """Close the database."""
@@ -214,6 +280,7 @@ class SessionStore:
         """The session, or None."""
         cached = self._cache.get(session_id)
         if cached is not None:
+            self._cache.move_to_end(session_id)
             return cached.record
         async with self._db.execute(
             "SELECT session_id, mode, create_time, consecutive_denials, total_denials "
@@ -223,8 +290,11 @@ class SessionStore:
             row = await cur.fetchone()
         if row is None:
             return None
+        cached = self._cache.get(session_id)
+        if cached is not None:  # another call read it meanwhile and may have moved on
+            return cached.record
         rec = SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4])
-        self._cache[session_id] = _Cached(rec)
+        self._remember(session_id, _Cached(rec))
         return rec
 
     async def get_session(self, session_id: str) -> SessionRecord:
@@ -255,7 +325,7 @@ class SessionStore:
     def _update_cached(self, rec: SessionRecord) -> SessionRecord:
         cached = self._cache.get(rec.session_id)
         if cached is None:
-            self._cache[rec.session_id] = _Cached(rec)
+            self._remember(rec.session_id, _Cached(rec))
         else:
             cached.record = rec
         return rec
@@ -298,12 +368,15 @@ class SessionStore:
                 row = await cur.fetchone()
             if row is not None:
                 return Rule(Effect(row[1]), row[2], Source.SESSION, row[3], row[0])
+        await self.check_rule_capacity(session_id)
+        # seq orders a session's rules; only the session's own maximum matters (indexed).
         await self._db.execute(
             "INSERT INTO session_rules (rule_id, session_id, seq, effect, pattern, reason, "
-            "request_id) VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_rules), "
-            "?, ?, ?, ?)",
-            (rule.rule_id, session_id, effect.value, rule.pattern, reason, request_id or None),
-        )
+            "request_id) VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_rules "
+            "WHERE session_id = ?), ?, ?, ?, ?)",
+            (rule.rule_id, session_id, session_id, effect.value, rule.pattern, reason,
+             request_id or None),
+        )  # fmt: skip
         await self._db.commit()
         self._invalidate(session_id)
         return rule
@@ -327,6 +400,24 @@ class SessionStore:
             rows = await cur.fetchall()
         return [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rows]
 
+    async def check_rule_capacity(self, session_id: str) -> None:
+        """``ResourceExhausted`` when the session holds ``max_session_rules`` rules and
+        grants already (every change recompiles them all, and every call matches them)."""
+        async with self._db.execute(
+            "SELECT (SELECT COUNT(*) FROM session_rules WHERE session_id = ?) + "
+            "(SELECT COUNT(*) FROM grants WHERE session_id = ?)",
+            (session_id, session_id),
+        ) as cur:
+            row = await cur.fetchone()
+        count = int(row[0]) if row else 0
+        if count >= self.max_session_rules:
+            raise ResourceExhausted(
+                f"session {session_id!r} holds {count} session rules and grants; the limit is "
+                f"{self.max_session_rules} (max_session_rules): remove some first",
+                limit="max_session_rules",
+                value=str(self.max_session_rules),
+            )
+
     def _invalidate(self, session_id: str) -> None:
         cached = self._cache.get(session_id)
         if cached is not None:
@@ -336,7 +427,10 @@ class SessionStore:
     async def session_rules(self, session_id: str, *, cwd: str = "/") -> RuleIndex:
         """The session's rules and live grants, compiled (cached until something changes)."""
         rec = await self.get_session(session_id)
-        cached = self._cache[rec.session_id]
+        cached = self._cache.get(rec.session_id)
+        if cached is None:  # a cache of one, and another session pushed this one out
+            cached = _Cached(rec)
+            self._remember(rec.session_id, cached)
         now = self._clock()
         if cached.index is not None and (cached.index_expiry is None or now < cached.index_expiry):
             return cached.index
@@ -365,6 +459,7 @@ class SessionStore:
         gid = new_id("grant")
         rule = Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", gid)
         compile_rule(rule, 0)
+        await self.check_rule_capacity(session_id)
         now = self._clock()
         await self._db.execute(
             "INSERT INTO grants (grant_id, session_id, pattern, remaining_uses, unlimited, "
@@ -500,15 +595,42 @@ class SessionStore:
         """
         try:
             cur = await self._db.execute(
-                "UPDATE approvals SET state = ?, resolver = ?, resolution = ?, resolve_reason = ? "
-                "WHERE approval_id = ? AND state = 'pending'",
-                (state.value, resolver, resolution, reason, approval_id),
+                "UPDATE approvals SET state = ?, resolver = ?, resolution = ?, resolve_reason = ?, "
+                "finish_time = ? WHERE approval_id = ? AND state = 'pending'",
+                (state.value, resolver, resolution, reason, self._clock(), approval_id),
             )
             await self._db.commit()
         except sqlite3.Error:
             await self._db.rollback()
             raise
         return cur.rowcount == 1
+
+    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
+        """Pending approvals whose deadline has passed (oldest deadline first)."""
+        async with self._db.execute(
+            _APPROVAL_SELECT + " WHERE state = 'pending' AND expire_time <= ? "
+            "ORDER BY expire_time LIMIT ?",
+            (now, limit),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [_approval(r) for r in rows]
+
+    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
+        """Delete up to ``limit`` answered or expired approvals finished before ``before``;
+        returns how many. Batched, so a large backlog never holds the database long."""
+        cur = await self._db.execute(
+            "DELETE FROM approvals WHERE approval_id IN (SELECT approval_id FROM approvals "
+            "WHERE finish_time < ? AND state <> 'pending' LIMIT ?)",
+            (before, limit),
+        )
+        await self._db.commit()
+        return max(cur.rowcount, 0)
+
+    async def count_approvals(self) -> int:
+        """All stored approvals (for tests and metrics)."""
+        async with self._db.execute("SELECT COUNT(*) FROM approvals") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
 
 
 _APPROVAL_SELECT = (

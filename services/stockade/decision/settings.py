@@ -89,6 +89,26 @@ class DecisionSettings(ServerSettings):
     """How long an approval waits for an answer (overrides the policy file; default 120)."""
     policy_poll_s: float = Field(1.0, gt=0)
     """How often the policy file is checked for changes (SIGHUP reloads at once)."""
+    session_cache_max: int = Field(10_000, gt=0)
+    """Sessions kept in memory (least recently used ones fall out and are read back)."""
+    max_session_rules: int = Field(1_000, gt=0)
+    """Session rules plus "always allow" grants per session (RESOURCE_EXHAUSTED past it)."""
+    max_pending_approvals: int = Field(10_000, gt=0)
+    """Pending approvals in the service; an ASK past it is RESOURCE_EXHAUSTED (a denial)."""
+    max_pending_approvals_per_session: int = Field(100, gt=0)
+    """Pending approvals per session."""
+    max_approval_watchers: int = Field(64, gt=0)
+    """WatchApprovals streams at once (RESOURCE_EXHAUSTED past it)."""
+    approval_watch_queue: int = Field(1_000, gt=0)
+    """Changes queued for one watcher; one that falls further behind is dropped
+    (RESOURCE_EXHAUSTED) and may reconnect for the current backlog."""
+    approval_retention_s: float = Field(86_400.0, gt=0)
+    """How long answered and expired approvals are kept before they are deleted."""
+    approval_reattach_s: float = Field(30.0, gt=0)
+    """How long a pending approval waits for its waiter to re-attach (after the waiter's
+    call ended or this service restarted) before it is marked abandoned (expired)."""
+    approval_sweep_s: float = Field(5.0, gt=0)
+    """How often overdue, abandoned and old approvals are swept."""
 
     auto_provider: Literal["none", "openai", "scripted"] = "none"
     """auto mode's classifier model (DEC-17): ``openai`` (an OpenAI-compatible endpoint),
