@@ -469,7 +469,7 @@ class ApprovalBroker:
                 expired, abandoned, deleted = await self.sweep()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the next sweep tries again
+            except Exception:  # the next sweep tries again
                 log.exception("approval sweep failed")
                 continue
             if expired or abandoned or deleted:

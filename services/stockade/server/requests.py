@@ -93,7 +93,7 @@ def guard_deserializer(
             return Malformed(_decode_problem(exc))
         except RecursionError:
             return Malformed("the request nests too deeply")
-        except Exception:  # noqa: BLE001 - any parse failure is the caller's malformed input
+        except Exception:  # any parse failure is the caller's malformed input
             return Malformed("the request is not a valid protobuf message of this RPC")
 
     return guarded
