@@ -1,7 +1,9 @@
 """Static checks of deploy/docker/Dockerfile and .dockerignore (no Docker daemon needed):
-multi-stage, wheel built in the builder, a final stage with a non-root numeric USER, no
-compilers or pip in the final stage, the `stockade serve` entrypoint, and a build context
-that carries the sources but never keys, venvs or git history."""
+multi-stage on a base pinned by digest, the locked dependencies installed (hashes
+checked) before the sources are copied, the wheel built in the builder, two runtime
+targets (`service`, and `executor`, the only one with git and ripgrep) each with a
+non-root numeric USER, no compilers or pip, the `stockade serve` entrypoint, and a build
+context that carries the sources but never keys, venvs or git history."""
 
 from __future__ import annotations
 
@@ -86,11 +88,66 @@ def stages() -> list[Stage]:
     return parse(DOCKERFILE.read_text())[1]
 
 
-def test_multi_stage_on_slim_python_311(stages: list[Stage]) -> None:
+def chain(stages: list[Stage], target: str | None = None) -> Stage:
+    """The instructions a target runs, its ancestor stages' first (``FROM base AS x``)."""
+    by_alias = {s.alias: s for s in stages if s.alias}
+    stage = by_alias[target] if target else stages[-1]
+    lineage = [stage]
+    while lineage[0].base in by_alias:
+        lineage.insert(0, by_alias[lineage[0].base])
+    merged = Stage(base=lineage[0].base, alias=stage.alias)
+    for part in lineage:
+        merged.instructions.extend(part.instructions)
+    return merged
+
+
+def test_multi_stage_on_slim_python_311_pinned_by_digest(stages: list[Stage]) -> None:
     assert len(stages) >= 2
+    aliases = {s.alias for s in stages}
     for stage in stages:
-        assert re.fullmatch(r"python:3\.11-slim(-\w+)?", stage.base), stage.base
+        if stage.base in aliases:
+            continue  # built on an earlier stage of this file
+        assert re.fullmatch(r"python:3\.11-slim(-\w+)?@sha256:[0-9a-f]{64}", stage.base), stage.base
     assert stages[0].alias == "builder"
+
+
+def test_locked_dependencies_are_installed_before_the_sources_are_copied(
+    stages: list[Stage],
+) -> None:
+    builder = stages[0]
+    keys = [(k, a) for k, a in builder.instructions if k in ("COPY", "RUN")]
+    lock_copy = next(i for i, (k, a) in enumerate(keys) if k == "COPY" and "requirements.lock" in a)
+    lock_install = next(
+        i for i, (k, a) in enumerate(keys) if k == "RUN" and "-r requirements.lock" in a
+    )
+    assert "--require-hashes" in keys[lock_install][1]
+    sources = [i for i, (k, a) in enumerate(keys) if k == "COPY" and "services" in a]
+    assert lock_copy < lock_install < min(sources)
+    # The project wheel is installed without re-resolving dependencies.
+    runs = " ".join(builder.args("RUN"))
+    assert re.search(r"pip install --no-deps /wheels/stockade-", runs)
+
+
+@pytest.mark.parametrize("target", ["service", "executor"])
+def test_both_targets_exist_and_the_executor_is_the_default(
+    stages: list[Stage], target: str
+) -> None:
+    assert target in {s.alias for s in stages}
+    assert stages[-1].alias == "executor"
+
+
+def test_git_and_ripgrep_are_only_in_the_executor_image(stages: list[Stage]) -> None:
+    def installed(stage: Stage) -> set[str]:
+        runs = " ".join(stage.args("RUN"))
+        found: set[str] = set()
+        for match in re.finditer(r"apt-get install ([^&;|]+)", runs):
+            found |= {w for w in shlex.split(match.group(1)) if not w.startswith("-")}
+        return found
+
+    tools = {"git", "ripgrep", "procps"}
+    assert tools <= installed(chain(stages, "executor"))
+    assert not tools & installed(chain(stages, "service"))
+    assert json.loads(chain(stages, "service").args("CMD")[-1]) != ["all"]
 
 
 def test_builder_builds_the_project_wheel_without_cache(stages: list[Stage]) -> None:
@@ -104,8 +161,9 @@ def test_builder_builds_the_project_wheel_without_cache(stages: list[Stage]) -> 
     assert no_cache, "pip must not leave a cache in the layers"
 
 
-def test_final_stage_has_no_build_tools_and_no_pip(stages: list[Stage]) -> None:
-    final = stages[-1]
+@pytest.mark.parametrize("target", ["service", "executor"])
+def test_final_stage_has_no_build_tools_and_no_pip(stages: list[Stage], target: str) -> None:
+    final = chain(stages, target)
     runs = " ".join(final.args("RUN"))
     installed: set[str] = set()
     for match in re.finditer(r"apt-get install ([^&;|]+)", runs):
@@ -123,8 +181,9 @@ def test_final_stage_has_no_build_tools_and_no_pip(stages: list[Stage]) -> None:
     assert not final.args("ADD")
 
 
-def test_final_stage_runs_as_a_fixed_non_root_user(stages: list[Stage]) -> None:
-    final = stages[-1]
+@pytest.mark.parametrize("target", ["service", "executor"])
+def test_final_stage_runs_as_a_fixed_non_root_user(stages: list[Stage], target: str) -> None:
+    final = chain(stages, target)
     users = final.args("USER")
     assert users, "final stage has no USER"
     user = users[-1].split(":")[0]
@@ -136,7 +195,7 @@ def test_final_stage_runs_as_a_fixed_non_root_user(stages: list[Stage]) -> None:
 
 
 def test_entrypoint_is_stockade_serve(stages: list[Stage]) -> None:
-    final = stages[-1]
+    final = chain(stages)
     entrypoint = json.loads(final.args("ENTRYPOINT")[-1])
     assert entrypoint[-2:] == ["stockade", "serve"]
     # An init (tini) as PID 1 forwards SIGTERM and reaps orphaned command processes.

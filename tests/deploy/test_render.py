@@ -105,7 +105,15 @@ def test_prod_image_is_pinned_and_dev_is_local(rendered: dict[str, list[Manifest
         if w["metadata"]["name"] in STOCKADE_SERVICES
         for c in w["spec"]["template"]["spec"]["containers"]
     }
-    assert prod_images == {"registry.example.com/stockade/stockade:0.1.0"}
+    assert prod_images == {
+        "registry.example.com/stockade/stockade:0.1.0",
+        "registry.example.com/stockade/stockade-executor:0.1.0",
+    }
+    # Only the executor runs the image with run_bash's tools.
+    for w in workloads(rendered["prod"]):
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            if c["image"].endswith("stockade-executor:0.1.0"):
+                assert w["metadata"]["name"] == "executor"
 
 
 def test_prod_adds_the_production_objects(rendered: dict[str, list[Manifest]]) -> None:
