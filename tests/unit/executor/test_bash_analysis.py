@@ -96,7 +96,9 @@ ALLOWED = [
     Case("true && false || true", A, ("true", "false", "true")),
     Case("env", A, ("env",)),
     Case("printenv HOME", A, ("printenv",)),
-    Case("env X=1 nice git status", A, ("git",)),
+    Case("env LC_ALL=C nice git status", A, ("git",)),
+    Case("LANG=C TZ=UTC date", A, ("date",)),
+    Case("GIT_PAGER=cat git log -n 3", A, ("git",)),
     Case("nice -n 5 ls", A, ("ls",)),
     Case("time ls", A, ("ls",)),
     Case("timeout 5 grep foo notes/hello.txt", A, ("grep",)),
@@ -124,7 +126,8 @@ ALLOWED = [
     Case("echo $'\\x72m -rf /'", A, ("echo",)),
     Case("python3 --version", A, ("python3",)),
     Case("git", A, ("git",)),
-    Case("export FOO=bar; echo $FOO", A, ("export", "echo")),
+    Case("export LANG=C.UTF-8; echo $LANG", A, ("export", "echo")),
+    Case("x=5; for f in a b; do echo $f $x; done", A, ("echo",)),
 ]
 
 # --- legitimate commands with side effects: ASK -----------------------------------------
@@ -492,7 +495,9 @@ REGRESSIONS = [
     Case('x=$(cat notes/hello.txt); declare "$x"', Q, ("cat", "declare"), "variable name"),
     Case('x=$(cat notes/hello.txt); test -v "$x"', Q, ("cat", "test"), "variable name"),
     Case('x=$(cat notes/hello.txt); let "y=$x"', Q, ("cat", "let"), "variable name"),
-    Case('export FOO="$BAR"', A, ("export",)),
+    Case('export FOO="$BAR"', Q, ("export",), "only harmless variables"),
+    Case("env X=1 nice git status", Q, ("git",), "only harmless variables"),
+    Case("export FOO=bar; echo $FOO", Q, ("export", "echo"), "only harmless variables"),
     Case('[ -f "$x" ] && echo yes', A, ("echo",)),
     # GNU getopt and git accept unambiguous prefixes of long options.
     Case("sort --compress-prog=sh notes/hello.txt", D, ("sort",), "another program"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stockade.executor.bash import lists
+from stockade.executor.bash.braces import MAX_BRACE_WORDS
 from stockade.executor.bash.explain import Finding, explain, risk_of
 from stockade.executor.bash.filevars import FILE_VARIABLES, written_file
 from stockade.executor.bash.options import (
@@ -37,6 +38,7 @@ from stockade.executor.bash.patterns import (
     credential_patterns,
 )
 from stockade.executor.bash.programs import sed_effects, strip_awk_literals
+from stockade.executor.confine.env import command_env
 from stockade.executor.paths import GIT_LAYOUT_MARKERS, PathSandbox, Root
 
 __all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
@@ -146,6 +148,9 @@ class _Judge:
         self.bases: list[str] = [sandbox.cwd]
         self.runtime_values: list[str] = []
         self.globs_expanded = 0
+        self.export_all = False
+        self.judged_names: set[tuple[str, str | None, bool]] = set()
+        self.integer_names: set[str] = set()
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.current = ""
         self._credentials = credential_patterns(self.home)
@@ -168,13 +173,16 @@ class _Judge:
     # --- the script --------------------------------------------------------------------
 
     def run(self) -> None:
+        self.shell_options()
         for raw in self.parsed.commands:
             self.command(raw)
         self.current = ""
         for redirect in self.parsed.redirects:
             self.redirect(redirect.op, redirect.target)
         for assignment in self.parsed.assignments:
-            self.assignment(assignment.name)
+            value = assignment.value.value if assignment.value is not None else None
+            exported = assignment.kind in ("prefix", "export")
+            self.assignment(assignment.name, value, exported=exported)
         for text in dict.fromkeys(self.parsed.evaluated_texts):
             self.deny(f"the text {_short(text, 40)!r} is evaluated by bash as code later")
         for name in dict.fromkeys(self.parsed.recursive_functions):
@@ -235,14 +243,28 @@ class _Judge:
                 return
 
     def arithmetic(self) -> None:
-        """Arithmetic on a value only known at run time runs the code in its subscripts."""
-        if not self.parsed.arithmetic_names:
+        """Arithmetic on a value that is not a literal number runs the code in its array
+        subscripts (``y='a[$(cmd)]'; echo $((y))``, EXE-8b): every variable bash evaluates
+        as arithmetic or as a name must hold a value known here without ``$``/backticks."""
+        names = dict.fromkeys((*self.parsed.arithmetic_names, *self.integer_names))
+        if not names:
             return
         dynamic = set(self.runtime_values)
+        values: dict[str, list[str]] = {}
         for assignment in self.parsed.assignments:
             if assignment.value is None or assignment.value.value is None:
                 dynamic.add(assignment.name)
-        for name in self.parsed.arithmetic_names:
+            else:
+                values.setdefault(assignment.name, []).append(assignment.value.value)
+        for name in names:
+            if name.isdigit() or name in ("_", "@", "*"):
+                self.ask(
+                    f"evaluates ${name} as arithmetic: a positional parameter or $_ holds "
+                    "text from elsewhere (a value like a[$(cmd)] would run cmd)",
+                    "high",
+                    immune=True,
+                )
+                return
             if name in dynamic:
                 self.ask(
                     f"evaluates ${name} as arithmetic or as a variable name, but its value is "
@@ -251,10 +273,106 @@ class _Judge:
                     immune=True,
                 )
                 return
+            for value in values.get(name, ()):
+                self.arithmetic_text(value, name)
 
-    def assignment(self, name: str) -> None:
-        if name in lists.DANGEROUS_ENV_VARS or name.startswith(lists.DANGEROUS_ENV_PREFIXES):
+    def arithmetic_text(self, text: str, name: str) -> None:
+        """A static ``text`` bash evaluates as arithmetic: code in a subscript runs."""
+        if _LITERAL_NUMBER.match(text) or not any(c in text for c in "$`"):
+            return
+        self.deny(
+            f"the value {_short(text, 30)!r} of {name} is evaluated as arithmetic, which runs "
+            "the command substitutions in its subscripts"
+        )
+
+    def shell_options(self) -> None:
+        """``set -a`` exports every later assignment; ``set -k`` moves ``NAME=value`` words
+        after a command name into its environment, where the analysis cannot follow them
+        (EXE-8b): the first is taken into account, the second refused."""
+        for raw in self.parsed.commands:
+            if raw.name.value not in ("set", "shopt") or raw.name.quoted:
+                continue
+            self.current = _short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
+            values = [a.value for a in _expanded(raw.args)]
+            shopt = raw.name.value == "shopt"
+            option_names: list[str | None] = []
+            takes_name = False
+            for value in values:
+                if takes_name:
+                    option_names.append(value)
+                    takes_name = False
+                    continue
+                if value is None:
+                    self.ask(f"{raw.name.value} with an option only known at run time", immune=True)
+                    continue
+                if value == "--" and not shopt:
+                    break  # the rest are positional parameters
+                if value.startswith("-") and len(value) > 1:
+                    letters = value[1:]
+                    if shopt:
+                        if "o" in letters:
+                            # `shopt -s -o keyword`: the names are set -o names.
+                            option_names.extend(v for v in values if v and v[0] not in "-+")
+                        continue
+                    takes_name = "o" in letters
+                    if "k" in letters:
+                        option_names.append("keyword")
+                    if "a" in letters:
+                        option_names.append("allexport")
+                elif value.startswith("+") and not shopt:
+                    if "o" in value[1:]:
+                        takes_name = True
+                        option_names.append(None)
+                elif not shopt:
+                    break  # `set x y`: positional parameters
+            turning_off = False
+            for option in option_names:
+                if option is None:
+                    turning_off = True
+                    continue
+                if turning_off:
+                    turning_off = False
+                    continue
+                if option == "keyword":
+                    self.deny(
+                        f"{raw.name.value} -k (keyword) moves NAME=value words after a command "
+                        "into its environment, which the analysis cannot follow"
+                    )
+                elif option == "allexport":
+                    self.export_all = True
+        self.current = ""
+
+    def assignment(self, name: str, value: str | None = None, *, exported: bool = True) -> None:
+        """Judge setting the variable ``name`` (EXE-8b rev 2: an allow-list of what a command
+        may set; anything else asks, variables that make commands run other code deny).
+
+        ``exported``: it reaches the environment of commands (a ``X=1 cmd`` prefix, ``env``,
+        ``export``, ``declare -x``). A plain ``x=1`` only sets a shell variable, which matters
+        only for the variables bash itself reads, the ones already in the command's
+        environment, and everything after ``set -a``."""
+        key = (name, value, exported)
+        if key in self.judged_names:
+            return  # `export X=1` is seen as an argument and as an assignment
+        self.judged_names.add(key)
+        verdict = lists.env_verdict(name, value)
+        if verdict == "allow":
+            return
+        if verdict == "deny":
             self.deny(f"sets {name}, which makes ordinary commands run other code")
+            return
+        if (
+            not exported
+            and not self.export_all
+            and name not in lists.SHELL_SPECIAL_VARS
+            and name not in _EXECUTOR_ENV
+        ):
+            return
+        place = "bash's own" if name in lists.SHELL_SPECIAL_VARS else "the environment's"
+        self.ask(
+            f"sets {name} ({place} variable): only harmless variables (LANG, LC_*, TZ, "
+            "COLUMNS, NO_COLOR ...) may be set without asking",
+            "medium",
+        )
 
     def redirect(self, op: str, target: Word | None) -> None:
         if target is None or op in ("<<", "<<<"):
@@ -274,11 +392,50 @@ class _Judge:
         self.current = _short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
         # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
         resolved = self.resolve_name(raw.name)
+        args = _expanded(raw.args)
+        if any(a.braces == () for a in raw.args):
+            self.deny(
+                f"a brace expansion makes more than {MAX_BRACE_WORDS} words (refused, not "
+                "judged word by word)"
+            )
         if resolved is None:
-            self.record(_word_text(raw.name), raw.args)
+            self.record(_word_text(raw.name), args)
             return
         name, by_path = resolved
-        self.words(name, by_path, list(raw.args), raw, stdin_args=False)
+        self.glob_options(args)
+        self.words(name, by_path, args, raw, stdin_args=False)
+
+    def glob_options(self, args: list[Word]) -> None:
+        """An unquoted glob that starts with a wildcard (``*``, ``?x``, ``[-]*``) can expand
+        to a word starting with ``-``, which the command reads as an option (a file named
+        ``-delete`` turns ``find *`` into a deletion): look at what it expands to now, and
+        ask when any match starts with ``-`` (EXE-8c)."""
+        for word in args:
+            if word.value == "--":
+                return
+            value = word.value
+            if not word.glob or value is None or not value or value[0] not in "*?[":
+                continue
+            if "/" in value.rstrip("/"):
+                head = value.split("/", 1)[0]
+                if not any(c in head for c in "*?["):
+                    continue
+            self.globs_expanded += 1
+            if self.globs_expanded > _MAX_GLOBS:
+                self.ask("too many globs to check each of them", immune=True)
+                return
+            for base in dict.fromkeys(self.bases):
+                pattern = os.path.join(globmod.escape(base), value)
+                for match in itertools.islice(globmod.iglob(pattern), _MAX_GLOB_MATCHES):
+                    relative = os.path.relpath(match, base)
+                    if relative.startswith("-"):
+                        self.ask(
+                            f"the glob {value} expands to {relative!r}, which the command "
+                            "reads as an option",
+                            "high",
+                            immune=True,
+                        )
+                        return
 
     def resolve_name(self, word: Word) -> tuple[str, bool] | None:
         """Normalise a command-name word; None (after a DENY) when it is obfuscated."""
@@ -363,7 +520,7 @@ class _Judge:
             if spec.assignments and "=" in value and not value.startswith("-"):
                 var = value.split("=", 1)[0]
                 if _VAR_NAME.match(var):
-                    self.assignment(var)
+                    self.assignment(var, value.split("=", 1)[1])
                     i += 1
                     continue
             if value.startswith("-") and value != "-":
@@ -569,6 +726,15 @@ class _Judge:
                     targets.append(value)
         elif name == "getopts" and len(values) >= 2:
             targets.append(values[1])
+        elif name == "wait":
+            # `wait -p VAR` assigns the job's pid to VAR (a subscript in its name runs code).
+            for k, value in enumerate(values[:-1]):
+                if value is not None and value.startswith("-") and value.endswith("p"):
+                    targets.append(values[k + 1])
+        elif name == "let":
+            for value in values:
+                if value is not None:
+                    self.integer_names.update(_IDENTIFIER.findall(value))
         self.runtime_values.extend(t.split("[", 1)[0] for t in targets if t is not None)
         for target in targets:
             if target is None:
@@ -579,9 +745,71 @@ class _Judge:
                 self.deny(f"{name} assigns {target!r}, whose subscript is evaluated as code")
                 return False
             before = len(self.findings)
-            self.assignment(base)
+            self.assignment(base, None, exported=False)
             if len(self.findings) > before:
                 return False
+        if name in _DECLARATION_BUILTINS:
+            return self.declaration(name, args)
+        if name == "compgen":
+            return self.compgen(args)
+        return True
+
+    def declaration(self, name: str, args: list[Word]) -> bool:
+        """``export``/``declare``/``local``/``readonly``/``typeset`` assign every argument of
+        the form NAME=value, quoted or not (``export 'GIT_CONFIG_COUNT=1'``, ``declare
+        "X=y"``, a brace expansion ``export {PATH,X}=/tmp``): judge each (EXE-8b)."""
+        flags = "".join(
+            w.value[1:]
+            for w in args
+            if w.value is not None and w.value.startswith("-") and len(w.value) > 1
+        )
+        exported = name == "export" or "x" in flags
+        if "f" in flags and (exported or name == "export"):
+            self.ask(f"{name} -f exports a function to the programs it runs", "high")
+        integer = "i" in flags
+        for word in args:
+            value = word.value
+            if value is None:
+                # `local -i y="$1"`: an integer variable with a value known at run time.
+                match = _DECLARED.match(word.text)
+                if match is not None and match.group(2) and integer:
+                    self.integer_names.add(match.group(1))
+                    self.runtime_values.append(match.group(1))
+                continue  # otherwise asked about above (a name only known at run time)
+            if value.startswith(("-", "+")) and len(value) > 1:
+                continue
+            match = _DECLARED.match(value)
+            if match is None:
+                self.deny(f"{name} argument {_short(value, 30)!r} is not a variable name")
+                return False
+            var = match.group(1)
+            assigned = value[match.end() :] if match.group(2) else None
+            if integer:
+                self.integer_names.add(var)
+            if assigned is not None and integer and not _LITERAL_NUMBER.match(assigned):
+                self.arithmetic_text(assigned, var)
+            self.assignment(var, assigned, exported=exported)
+        return True
+
+    def compgen(self, args: list[Word]) -> bool:
+        """``compgen -W WORDS`` / ``-X PATTERN`` expand their text again at run time, with
+        command substitution: ``compgen -W '$(id)'`` runs id (EXE-8b)."""
+        for k, word in enumerate(args):
+            value = word.value
+            if value is None or not value.startswith("-") or value == "--":
+                continue
+            letters = value[1:]
+            for option in ("W", "X", "G", "P", "S"):
+                if option not in letters:
+                    continue
+                position = letters.index(option)
+                attached = letters[position + 1 :]
+                text: str | None = attached if attached else None
+                if not attached:
+                    text = args[k + 1].value if k + 1 < len(args) else ""
+                if text is None or any(c in text for c in "$`"):
+                    self.deny(f"compgen -{option} expands its words again (code in them runs)")
+                    return False
         return True
 
     # --- categories ------------------------------------------------------------------------
@@ -1850,13 +2078,33 @@ _GIT_LONG = frozenset(
 )
 
 # Builtins whose arguments name variables (subscripts evaluated) or are arithmetic.
-_NAMING_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly", "let"})
+_NAMING_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly", "let", "unset"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DECLARATION_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly"})
+# NAME, NAME=value, NAME+=value, NAME[sub]=value (a subscript is judged as code elsewhere).
+_DECLARED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]]*\])?(\+?=)?")
+_LITERAL_NUMBER = re.compile(r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+(?:#[0-9a-zA-Z@_]+)?)\s*\Z")
+
+# Variables the executor puts in every command's environment (confine/env.py): assigning
+# one, even without `export`, changes what later commands get.
+_EXECUTOR_ENV = frozenset(command_env(cwd="/", tmp_dir="/"))
 _STATIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\+)?=")
 
 _READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
 _MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 
 _EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
+
+
+def _expanded(words: Sequence[Word]) -> list[Word]:
+    """``words`` after brace expansion: each braced word replaced by its items (EXE-8c)."""
+    out: list[Word] = []
+    for word in words:
+        if word.braces:
+            out.extend(word.braces)
+        else:
+            out.append(word)
+    return out
 
 
 def _matches_basename(path: str, patterns: Sequence[str]) -> bool:

@@ -199,7 +199,8 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes | None:
 def _word(w: Word | None) -> list[Any] | None:
     if w is None:
         return None
-    return [w.text, w.value, w.quoted, w.expanded, w.glob, w.home_path]
+    braces = None if w.braces is None else [_word(b) for b in w.braces]
+    return [w.text, w.value, w.quoted, w.expanded, w.glob, w.home_path, braces]
 
 
 def _redirect(r: Redirect) -> list[Any]:
@@ -207,7 +208,7 @@ def _redirect(r: Redirect) -> list[Any]:
 
 
 def _assignment(a: Assignment) -> list[Any]:
-    return [a.name, _word(a.value), a.raw]
+    return [a.name, _word(a.value), a.raw, a.kind]
 
 
 def encode_script(s: ParsedScript) -> bytes:
@@ -269,9 +270,10 @@ def _tuple_of(v: Any, item: Callable[[Any], Any]) -> tuple[Any, ...]:
 
 
 def _to_word(v: Any) -> Word:
-    text, value, quoted, expanded, glob, home = _items(v, 6)
+    text, value, quoted, expanded, glob, home, braces = _items(v, 7)
+    items = None if braces is None else _tuple_of(braces, _to_word)
     return Word(_str(text), _opt_str(value), _bool(quoted), _bool(expanded), _bool(glob),
-                _opt_str(home))  # fmt: skip
+                _opt_str(home), items)  # fmt: skip
 
 
 def _to_opt_word(v: Any) -> Word | None:
@@ -284,8 +286,8 @@ def _to_redirect(v: Any) -> Redirect:
 
 
 def _to_assignment(v: Any) -> Assignment:
-    name, value, raw = _items(v, 3)
-    return Assignment(_str(name), _to_opt_word(value), _str(raw))
+    name, value, raw, kind = _items(v, 4)
+    return Assignment(_str(name), _to_opt_word(value), _str(raw), _str(kind))
 
 
 def _to_command(v: Any) -> RawCommand:

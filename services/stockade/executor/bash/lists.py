@@ -14,6 +14,9 @@ from stockade.contract.shell import WRAPPERS, WrapperSpec
 
 __all__ = [
     "BENIGN_GIT_CONFIG_PREFIXES",
+    "ALLOWED_ENV_PREFIXES",
+    "ALLOWED_ENV_VALUES",
+    "ALLOWED_ENV_VARS",
     "CREDENTIAL_BASENAMES",
     "CREDENTIAL_PATHS",
     "DANGEROUS_ENV_PREFIXES",
@@ -34,6 +37,7 @@ __all__ = [
     "SAFE_COMMANDS",
     "SAFE_DEVICES",
     "SHELLS",
+    "SHELL_SPECIAL_VARS",
     "SYSTEM_BIN_DIRS",
     "VARIABLE_BUILTINS",
     "WRAPPERS",
@@ -42,6 +46,7 @@ __all__ = [
     "SafeSpec",
     "WrapperSpec",
     "WriteSpec",
+    "env_verdict",
 ]
 
 Operands = Literal["paths", "none", "pattern_then_paths", "filter_then_paths"]
@@ -498,7 +503,14 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         operands="none", value_options=_f("-d", "-n", "-O", "-s", "-u", "-c"), deny_options=_f("-C")
     ),
     # Prints completions; -C/-F run code (refused).
-    "compgen": SafeSpec(operands="none", deny_options=_f("-C", "-F")),
+    # -W/-X expand their words again (`compgen -W '$(id)'` runs id): judged in analysis.py.
+    "compgen": SafeSpec(
+        operands="none",
+        deny_options=_f("-C", "-F"),
+        value_options=_f("-W", "-X", "-G", "-P", "-S", "-A", "-o", "-V"),
+    ),
+    # `hash -p /bin/bash cat` makes `cat` run a shell (BASH_CMDS by another name).
+    "hash": SafeSpec(operands="none", deny_options=_f("-p")),
 }
 """Read-only commands (EXE-7's SAFE list, extended): ALLOW when every argument check passes."""
 
@@ -566,6 +578,7 @@ VARIABLE_BUILTINS = frozenset(
         "test",
         "[",
         "wait",
+        "compgen",
     }
 )
 """Builtins whose arguments name variables or arithmetic: a static argument with ``$(``
@@ -1184,16 +1197,175 @@ DANGEROUS_ENV_VARS = frozenset(
         "JDK_JAVA_OPTIONS",
         "LUA_INIT",
         "LUA_PATH",
+        # Shell behaviour and loader paths found since (EXE-8b rev 2).
+        "EXECIGNORE",
+        "SHELL",
+        "LOCPATH",
+        "NLSPATH",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "GOFLAGS",
+        "RUSTC_WRAPPER",
+        "CARGO_BUILD_RUSTC_WRAPPER",
+        "MAKEFLAGS",
+        "LESS",
+        "LESSKEY",
+        "MANOPT",
+        "TERMINFO",
+        "TERMCAP",
+        "R_PROFILE",
+        "R_PROFILE_USER",
+        "GEM_PATH",
+        "GEM_HOME",
+        "RUBYGEMS_GEMDEPS",
+        "PIP_CONFIG_FILE",
+        "NPM_CONFIG_USERCONFIG",
+        "COMPOSER_HOME",
+        "DOTNET_STARTUP_HOOKS",
+        "CORECLR_PROFILER_PATH",
     }
 )
-"""Variables whose value makes an ordinary command run other code: setting them is DENY."""
+"""Variables whose value makes an ordinary command run other code: setting them is DENY
+(compared on the upper-cased name too: ``npm_config_*`` and ``http_proxy`` are read in
+lower case)."""
 
 DANGEROUS_ENV_PREFIXES: tuple[str, ...] = (
     "LD_",  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT: the loader runs a library of choice
     "DYLD_",  # the same on macOS
-    "BASH_FUNC_",  # exported functions shadow commands
-    "GIT_CONFIG",  # GIT_CONFIG, GIT_CONFIG_GLOBAL, GIT_CONFIG_COUNT/KEY_n/VALUE_n
+    # BASH_CMDS[cat]=/bin/bash turns `cat` into a shell, BASH_ALIASES, BASH_ENV, BASH_FUNC_*
+    # (exported functions), BASH_LOADABLES_PATH, BASH_XTRACEFD, BASH_ARGV0 ...
+    "BASH_",
+    "GIT_",  # GIT_CONFIG_*, GIT_SSH_COMMAND, GIT_DIR, GIT_EXEC_PATH, GIT_TRACE=file ...
+    "PYTHON",  # PYTHONSTARTUP, PYTHONPATH, PYTHONWARNINGS (imports a module) ...
+    "NODE_",  # NODE_OPTIONS=--require, NODE_PATH
+    "PERL",  # PERL5OPT, PERL5LIB, PERLLIB, PERL5DB
+    "RUBY",  # RUBYOPT, RUBYLIB
+    "JAVA_",  # JAVA_TOOL_OPTIONS
+    "_JAVA",
+    "JDK_JAVA",
+    "LUA_",  # LUA_INIT runs code
+    "NPM_CONFIG_",  # npm_config_script_shell, npm_config_node_options (any case)
+    "PS",  # PS0..PS4: prompt strings are expanded ($(...) in PS4 runs under set -x)
+    "GLIBC_",  # GLIBC_TUNABLES (loader bugs)
+    "MALLOC_",
 )
+"""Prefixes of DANGEROUS_ENV_VARS, compared on the upper-cased name. ``PS`` is exact for
+``PS0``..``PS4`` only (see :func:`env_verdict`)."""
+
+ALLOWED_ENV_VARS = frozenset(
+    {
+        # Locale and time zone: change how text and dates are printed.
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        # Terminal size and colours.
+        "COLUMNS",
+        "LINES",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "CLICOLOR",
+        "CLICOLOR_FORCE",
+        "COLORTERM",
+        "TERM",
+        "GREP_COLOR",
+        "GREP_COLORS",
+        "LS_COLORS",
+        # Shell variables of everyday scripts (word splitting, getopts, read, time).
+        "IFS",
+        "OPTIND",
+        "OPTERR",
+        "REPLY",
+        "TIMEFORMAT",
+        # Flags that only quieten or change output of common tools.
+        "CI",
+        "DEBUG",
+        "VERBOSE",
+        "NODE_ENV",
+        "RUST_BACKTRACE",
+        "RUST_LOG",
+        "CARGO_TERM_COLOR",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONHASHSEED",
+        "PYTHONFAULTHANDLER",
+        "GIT_TERMINAL_PROMPT",
+    }
+)
+"""Variables a command may set in its environment without asking (EXE-8b rev 2: an allow-list
+replaces the deny-list). Anything else is ASK; DANGEROUS_ENV_VARS / _PREFIXES are DENY."""
+
+ALLOWED_ENV_PREFIXES: tuple[str, ...] = ("LC_",)
+"""Prefixes of ALLOWED_ENV_VARS (``LC_ALL``, ``LC_NUMERIC`` ...)."""
+
+ALLOWED_ENV_VALUES: dict[str, frozenset[str]] = {
+    # A pager that is `cat` (or none) runs no other program.
+    "PAGER": frozenset({"cat", ""}),
+    "GIT_PAGER": frozenset({"cat", ""}),
+    "MANPAGER": frozenset({"cat", ""}),
+    "SYSTEMD_PAGER": frozenset({"cat", ""}),
+}
+"""Otherwise-dangerous variables that are harmless with these exact values."""
+
+SHELL_SPECIAL_VARS = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "CDPATH",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "EXECIGNORE",
+        "FIGNORE",
+        "GLOBIGNORE",
+        "GLOBSORT",
+        "HISTFILE",
+        "HISTCONTROL",
+        "HISTIGNORE",
+        "HOSTFILE",
+        "INPUTRC",
+        "MAIL",
+        "MAILPATH",
+        "PROMPT_COMMAND",
+        "PROMPT_DIRTRIM",
+        "FUNCNEST",
+        "TMOUT",
+        "TMPDIR",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "POSIXLY_CORRECT",
+        "COMP_WORDBREAKS",
+        "READLINE_LINE",
+        "AUTO_RESUME",
+        "EPOCHREALTIME",
+        "SRANDOM",
+    }
+)
+"""Variables bash itself reads while it runs: setting one changes how later commands run
+even when it is not exported (``BASH_*`` and ``PS*`` are in the dangerous prefixes)."""
+
+
+def env_verdict(name: str, value: str | None) -> Literal["allow", "ask", "deny"]:
+    """How setting ``name`` (to ``value`` when known) in a command's environment is judged:
+    allowed names, ASK for anything not on the allow-list, DENY for variables that make
+    ordinary commands run other code."""
+    upper = name.upper()
+    allowed_values = ALLOWED_ENV_VALUES.get(name)
+    if allowed_values is not None and value is not None and value in allowed_values:
+        return "allow"
+    if name in ALLOWED_ENV_VARS or name.startswith(ALLOWED_ENV_PREFIXES):
+        return "allow"
+    if name in DANGEROUS_ENV_VARS or upper in DANGEROUS_ENV_VARS:
+        return "deny"
+    for prefix in DANGEROUS_ENV_PREFIXES:
+        if upper.startswith(prefix):
+            if prefix == "PS" and not (len(upper) == 3 and upper[2].isdigit()):
+                continue
+            return "deny"
+    return "ask"
+
 
 CREDENTIAL_PATHS: tuple[str, ...] = (
     # System secrets.

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from stockade.executor.bash.braces import Atom, TooMany, expand_atoms
+
 if TYPE_CHECKING:
     from stockade.executor.bash.isolated import IsolatedParser
 
@@ -78,6 +80,9 @@ class Word:
     """An unquoted glob character (``*``, ``?``, ``[``) or brace expansion is present."""
     home_path: str | None = None
     """For a word whose only expansion is ``$HOME``/``${HOME}``: the value with ``~``."""
+    braces: tuple[Word, ...] | None = None
+    """The words bash makes of this one by brace expansion (``{-c,x}`` is ``-c`` and ``x``),
+    None when it has none; ``()`` when there would be more than MAX_BRACE_WORDS."""
 
     @property
     def path_value(self) -> str | None:
@@ -107,6 +112,10 @@ class Assignment:
     """The assigned word (None for ``NAME=`` or an array)."""
     raw: str
     """The source text of the whole assignment."""
+    kind: str = "statement"
+    """Where it stands: ``statement`` (``X=1`` alone, ``${X:=1}``, ``for X in``), ``prefix``
+    (``X=1 cmd``: the command's environment), ``export`` (``export``/``declare -x``: the
+    environment of every later command) or ``declare`` (``declare``/``local`` without -x)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +244,13 @@ def _unescape_double(text: str) -> str:
     return "".join(out)
 
 
+_BARE, _QUOTED, _DYNAMIC = 0, 1, 2
+
+
 class _WordBuilder:
     """Accumulates the parts of one word."""
 
-    __slots__ = ("parts", "static", "quoted", "expanded", "glob", "home_parts")
+    __slots__ = ("parts", "static", "quoted", "expanded", "glob", "home_parts", "pieces", "brace")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -247,13 +259,19 @@ class _WordBuilder:
         self.quoted = False
         self.expanded = False
         self.glob = False
+        # (kind, text) in order, for brace expansion: unquoted source, a quoted value, or
+        # the source of a dynamic part.
+        self.pieces: list[tuple[int, str]] = []
+        self.brace = False
 
-    def literal(self, text: str) -> None:
+    def literal(self, text: str, kind: int = _QUOTED) -> None:
         self.parts.append(text)
+        self.pieces.append((kind, text))
         if self.home_parts is not None:
             self.home_parts.append(text)
 
-    def dynamic(self, home: bool = False) -> None:
+    def dynamic(self, home: bool = False, source: str = "") -> None:
+        self.pieces.append((_DYNAMIC, source))
         self.static = False
         self.expanded = True
         if self.home_parts is not None:
@@ -269,8 +287,11 @@ class _WordBuilder:
     def add(self, node: Node) -> None:
         kind = node.type
         if kind == "word":
-            value, escaped, glob = _unescape_bare(_text(node))
+            source = _text(node)
+            value, escaped, glob = _unescape_bare(source)
             self.literal(value)
+            self.pieces[-1] = (_BARE, source)
+            self.brace = self.brace or "{" in source
             self.quoted = self.quoted or escaped
             # An unquoted brace may start brace expansion (`{/etc/shadow,""}`): judged
             # like a glob, by expanding it.
@@ -291,33 +312,90 @@ class _WordBuilder:
                     if kind == "string":
                         self.literal("$")
                 else:
-                    self.dynamic(home=_is_home(child))
+                    self.dynamic(home=_is_home(child), source=_text(child))
         elif kind == "ansi_c_string":
             self.literal(_decode_ansi_c(_text(node)[2:-1]))
             self.quoted = True
         elif kind == "number":
-            self.literal(_text(node))
+            self.literal(_text(node), _BARE)
         elif kind == "concatenation":
             for child in node.children:
                 self.add(child)
         elif kind == "brace_expression":
-            self.literal(_text(node))
+            self.literal(_text(node), _BARE)
             self.glob = True
+            self.brace = True
         elif kind in ("simple_expansion", "expansion"):
-            self.dynamic(home=_is_home(node))
+            self.dynamic(home=_is_home(node), source=_text(node))
         elif kind == "$" and not node.is_named:
             self.literal("$")
         else:
             # Command/process substitution, arithmetic expansion, arrays, anything else:
             # the value is only known when the command runs.
-            self.dynamic()
+            self.dynamic(source=_text(node))
 
     def build(self, text: str) -> Word:
         value = "".join(self.parts) if self.static else None
         home = None
         if not self.static and self.home_parts:
             home = "".join(self.home_parts)
-        return Word(text, value, self.quoted, self.expanded, self.glob, home)
+        braces = self.expand_braces() if self.brace else None
+        return Word(text, value, self.quoted, self.expanded, self.glob, home, braces)
+
+    def expand_braces(self) -> tuple[Word, ...] | None:
+        """The words of brace expansion (EXE-8c), None when the braces are literal."""
+        atoms: list[Atom] = []
+        for kind, piece in self.pieces:
+            if kind == _BARE:
+                _bare_atoms(piece, atoms)
+            elif kind == _QUOTED:
+                atoms.append(("c", piece, False, True))
+            else:
+                atoms.append(("d", piece))
+        try:
+            items = expand_atoms(atoms)
+        except TooMany:
+            return ()
+        if len(items) == 1 and items[0] is atoms:
+            return None
+        return tuple(self._item_word(item) for item in items)
+
+    def _item_word(self, item: list[Atom]) -> Word:
+        texts: list[str] = []
+        dynamic = False
+        glob = False
+        quoted = False
+        for atom in item:
+            kind = atom[0]
+            if kind == "d":
+                dynamic = True
+                texts.append(str(atom[1]))
+            elif kind == "c":
+                texts.append(str(atom[1]))
+                glob = glob or bool(atom[2])
+                quoted = quoted or len(atom) > 3
+            else:
+                texts.append(kind)  # a brace or comma that stayed literal
+                glob = glob or kind == "{"
+        joined = "".join(texts)
+        return Word(joined, None if dynamic else joined, quoted, dynamic, glob)
+
+
+def _bare_atoms(source: str, out: list[Atom]) -> None:
+    """Atoms of unquoted source text: unescaped braces and commas are syntax."""
+    i, n = 0, len(source)
+    while i < n:
+        ch = source[i]
+        if ch == "\\":
+            if i + 1 < n and source[i + 1] != "\n":
+                out.append(("c", source[i + 1], False, True))
+            i += 2
+            continue
+        if ch in "{,}":
+            out.append((ch,))
+        else:
+            out.append(("c", ch, ch in _GLOB_CHARS))
+        i += 1
 
 
 def _is_home(node: Node) -> bool:
@@ -500,8 +578,13 @@ class _Walker:
                 # when every word is static (a glob names files: `a[$(cmd)]` is a file name).
                 words = [_word(c) for c in node.children_by_field_name("value")]
                 static = bool(words) and all(w.value is not None and not w.glob for w in words)
-                value = words[0] if static else None
-                self.assignments.append(Assignment(_text(variable), value, _text(node)[:40]))
+                name = _text(variable)
+                raw = _text(node)[:40]
+                if static:
+                    # Every value is judged (`for y in 1 'a[$(cmd)]'` feeds arithmetic).
+                    self.assignments.extend(Assignment(name, w, raw) for w in words)
+                else:
+                    self.assignments.append(Assignment(name, None, raw))
         elif kind == "expansion":
             self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
@@ -543,7 +626,7 @@ class _Walker:
                 name = _word(inner[0]) if inner else _word(child)
                 nested.append(child)
             elif kind == "variable_assignment":
-                prefix.append(self._make_assignment(child))
+                prefix.append(self._make_assignment(child, "prefix"))
                 nested.append(child)
             elif kind in _REDIRECT_NODES:
                 redirects.extend(self._make_redirects(child))
@@ -682,7 +765,7 @@ class _Walker:
         while stack:
             current = stack.pop()
             kind = current.type
-            if kind == "variable_name":
+            if kind in ("variable_name", "special_variable_name"):
                 self.arithmetic.append(_text(current))
             elif kind == "word" and _VARIABLE.match(_text(current)):
                 # A bare name in `$(( ))` (`x` in `i<x`) is a word to the grammar.
@@ -739,14 +822,18 @@ class _Walker:
         name = Word(_text(keyword), _text(keyword), False, False, False)
         args: list[Word] = []
         declares = node.type == "declaration_command"
+        exports = _text(keyword) == "export" or any(
+            c.type == "word" and _text(c).startswith("-") and "x" in _text(c) for c in children
+        )
+        kind = "export" if exports else "declare"
         for child in children[1:]:
             if not child.is_named:
                 continue
             if child.type == "variable_name" and declares:
                 # `export LD_PRELOAD` exports a value set elsewhere (e.g. `${X:=...}`).
-                self.assignments.append(Assignment(_text(child), None, _text(node)))
+                self.assignments.append(Assignment(_text(child), None, _text(node), kind))
             if child.type == "variable_assignment":
-                assignment = self._make_assignment(child)
+                assignment = self._make_assignment(child, kind)
                 self.assignments.append(assignment)
                 if assignment.value is not None and assignment.value.value is not None:
                     text = assignment.value.value
@@ -767,7 +854,7 @@ class _Walker:
                 self.evaluated.append(text)
         self._scan(node, depth + 1)
 
-    def _make_assignment(self, node: Node) -> Assignment:
+    def _make_assignment(self, node: Node, kind: str = "statement") -> Assignment:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         name = _text(name_node) if name_node is not None else ""
@@ -775,7 +862,7 @@ class _Walker:
             base = name_node.child_by_field_name("name")
             name = _text(base) if base is not None else name
         value = _word(value_node) if value_node is not None else None
-        return Assignment(name, value, _text(node))
+        return Assignment(name, value, _text(node), kind)
 
     def _make_redirects(self, node: Node) -> list[Redirect]:
         kind = node.type
@@ -910,12 +997,51 @@ _ISOLATED: list[IsolatedParser] = []
 _ISOLATED_LOCK = threading.Lock()
 
 
+# Control characters (EXE-8a). bash reads only space, TAB and newline as blanks: CR, FF,
+# VT and every other C0 control character and DEL are ordinary word characters to it
+# (checked in real bash, tests/unit/executor/test_bash_chars.py). tree-sitter-bash reads
+# CR, FF and VT as blanks, backslash-CR-LF as a line continuation and a `#` after them as
+# a comment, so `echo a\<CR><LF>bash -c id` would be judged `echo a bash -c id` while
+# bash runs a shell. No honest command needs a raw control character (`$'\r'` and
+# `printf '\t'` spell them), so all of them but TAB and newline are refused before
+# parsing, whatever the position (in quotes too: one rule, no guessing of contexts).
+# DEL and \x01 are also bash's own internal quoting markers (CTLNUL, CTLESC).
+_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+_CONTROL_NAMES = {
+    0: "NUL",
+    0x0B: "VT (vertical tab)",
+    0x0C: "FF (form feed)",
+    0x0D: "CR",
+    0x7F: "DEL",
+}
+
+
+def control_character(source: str) -> str | None:
+    """Why ``source`` is refused for a control character bash and the parser read
+    differently (EXE-8a), or None."""
+    bad = _CONTROL_CHARS.search(source)
+    if bad is None:
+        return None
+    code = ord(bad.group())
+    name = _CONTROL_NAMES.get(code, "a control character")
+    return (
+        f"{name} (U+{code:04X}) at offset {bad.start()}: bash and the parser read control "
+        "characters differently (bash takes CR, FF and VT as part of a word, the parser as "
+        "blanks); write them as $'\\r' or with printf"
+    )
+
+
 def parse(source: str) -> ParsedScript:
     """Parse ``source`` and collect its simple commands, redirects and assignments.
 
-    ASCII text is parsed here; anything else in a child process (see :mod:`.isolated`),
-    so that a crash of the C parser on unusual text costs a child, not the executor.
+    Text with a control character other than TAB and newline is refused (EXE-8a). ASCII
+    text is parsed here; anything else in a child process (see :mod:`.isolated`), so that
+    a crash of the C parser on unusual text costs a child, not the executor.
     """
+    control = control_character(source)
+    if control is not None:
+        return ParsedScript((), (), (), (), (), (), control)
     if source.isascii():
         return _parse_tree(source)
     refused = _refused_characters(source)
@@ -948,6 +1074,9 @@ def _isolated_parser() -> IsolatedParser:
 
 def parse_here(source: str) -> ParsedScript:
     """:func:`parse` in this process (what the isolated child runs)."""
+    control = control_character(source)
+    if control is not None:
+        return ParsedScript((), (), (), (), (), (), control)
     refused = _refused_characters(source)
     return refused if refused is not None else _parse_tree(source)
 
