@@ -186,7 +186,7 @@ ASKED = [
     Case("python3 <<EOF\nprint(1)\nEOF", Q, ("python3",), "here-document"),
     Case("chmod +x script.sh", Q, ("chmod",), "permissions"),
     Case("xargs rm < list.txt", Q, ("rm",), "stdin"),
-    Case("awk '{print > \"out.txt\"}' data.csv", Q, ("awk",), "redirects output"),
+    Case("awk '{print > \"out.txt\"}' data.csv", Q, ("awk",), "writes out.txt"),
 ]
 
 # --- destructive, escalating, persistent --------------------------------------------------
@@ -443,10 +443,11 @@ REGRESSIONS = [
     Case("awk 'BEGIN { i--/1; print | \"sh\"; x=1/1 }'", D, ("awk",), "pipes"),
     Case(
         "awk 'BEGIN { while ((getline l < \"/etc/shadow\") > 0) print l }'",
-        Q,
+        D,
         ("awk",),
-        "reads a file named in the program",
+        "credentials",
     ),
+    Case("awk 'BEGIN { getline l < f; print l }'", Q, ("awk",), "file named at run time"),
     Case("jq -n --rawfile x /etc/shadow '$x'", D, ("jq",), "credentials"),
     Case("jq -n --slurpfile x ~/.aws/credentials '$x'", D, ("jq",), "credentials"),
     Case("xxd -r dump.hex /tmp/out.bin", D, ("xxd",), "outside the allowed roots"),

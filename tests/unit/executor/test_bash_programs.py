@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stockade.executor.bash.programs import sed_effects, strip_awk_literals
+from stockade.executor.bash.programs import awk_effects, sed_effects, strip_awk_literals
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,63 @@ def test_sed_effects(
 )
 def test_awk_literals_are_blanked_as_awk_lexes_them(program: str, stripped: str) -> None:
     assert strip_awk_literals(program) == stripped
+
+
+@pytest.mark.parametrize(
+    ("program", "runs", "writes", "reads", "argv"),
+    [
+        ("{print $1}", False, (), (), False),
+        ("$3 > 100 {print $1}", False, (), (), False),  # a comparison, not a redirect
+        ("{ if ($1 > 3) print $2 }", False, (), (), False),
+        ("{ print (a > b) }", False, (), (), False),
+        ('{print "a > b | c"}', False, (), (), False),
+        ("/a|b/ {n++} END {print n}", False, (), (), False),
+        ('BEGIN{print ENVIRON["HOME"]}', False, (), (), False),
+        ('{print > "out.txt"}', False, ("out.txt",), (), False),
+        ('{print $1 >> "log"}', False, ("log",), (), False),
+        # A newline after a comma continues the statement: the redirect is print's.
+        ('BEGIN{printf "x",\n "y" > "/etc/passwd"}', False, ("/etc/passwd",), (), False),
+        ('BEGIN{print "x",\n\n "y" > "f"}', False, ("f",), (), False),
+        ('BEGIN{print "x" \\\n > "f"}', False, ("f",), (), False),
+        ('{printf("%s", $0) > "f"}', False, ("f",), (), False),
+        ("{print $1 > $2}", False, (None,), (), False),
+        (
+            'BEGIN { while ((getline line < "/etc/shadow") > 0) print line }',
+            False,
+            (),
+            ("/etc/shadow",),
+            False,
+        ),  # fmt: skip
+        ("BEGIN { getline x < f }", False, (), (None,), False),
+        ('BEGIN{ARGV[1]="/etc/shadow"; ARGC=2} {print}', False, (), (), True),
+        ("{ split($0, ARGV) }", False, (), (), True),
+        ('BEGIN { ENVIRON["X"] = 1 }', False, (), (), True),
+        ("BEGIN { ARGC++ }", False, (), (), True),
+        ('BEGIN{system("id")}', True, (), (), False),
+        ('BEGIN{system\n("id")}', True, (), (), False),
+        ('{ "date" | getline d }', True, (), (), False),
+        ('{ print |& "cat" }', True, (), (), False),
+        ('BEGIN{f="system"; @f("id")}', True, (), (), False),
+        ('@load "filefuncs"', True, (), (), False),
+        ('# print > "x"\n{print}', False, (), (), False),  # a comment
+    ],
+)
+def test_awk_effects_from_tokens(
+    program: str,
+    runs: bool,
+    writes: tuple[str | None, ...],
+    reads: tuple[str | None, ...],
+    argv: bool,
+) -> None:
+    effects = awk_effects(program)
+    assert (bool(effects.runs), effects.writes, effects.reads, effects.argv) == (
+        runs,
+        writes,
+        reads,
+        argv,
+    )
+    assert not effects.unknown
+
+
+def test_an_unterminated_awk_string_is_unknown() -> None:
+    assert awk_effects('{print "x}').unknown

@@ -37,7 +37,7 @@ from stockade.executor.bash.patterns import (
     compile_globs,
     credential_patterns,
 )
-from stockade.executor.bash.programs import sed_effects, strip_awk_literals
+from stockade.executor.bash.programs import awk_effects, sed_effects
 from stockade.executor.confine.env import command_env
 from stockade.executor.paths import GIT_LAYOUT_MARKERS, PathSandbox, Root
 
@@ -391,6 +391,13 @@ class _Judge:
     def command(self, raw: RawCommand) -> None:
         self.current = _short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
         # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
+        if raw.name.braces:
+            # `{rm,-rf,x}` is `rm -rf x` to bash: obfuscation, refused; recorded as bash
+            # will run it.
+            words = _expanded([raw.name, *raw.args])
+            self.deny(f"brace expansion in command position {raw.name.text!r}")
+            self.record(_word_text(words[0]), words[1:])
+            return
         resolved = self.resolve_name(raw.name)
         args = _expanded(raw.args)
         if any(a.braces == () for a in raw.args):
@@ -1180,17 +1187,30 @@ class _Judge:
             self.path(word, write=False)
 
     def awk_program(self, program: str) -> None:
-        code = strip_awk_literals(program)
-        if re.search(r"\bsystem\s*\(", code) or re.search(r"\bsystem\s*\(", program):
-            self.deny("the awk program calls system(), which runs shell commands")
-        if re.search(r"\|&|(?<!\|)\|(?!\|)", code):
-            self.deny("the awk program pipes to or from a shell command")
-        if re.search(r"@load|@include", code):
-            self.deny("the awk program loads extensions")
-        if re.search(r"\bprintf?\b[^;{}\n]*>", code):
-            self.effect("the awk program redirects output to a file")
-        if re.search(r"\bgetline\b[^;{}\n]*<", code):
-            self.effect("the awk program reads a file named in the program", immune=True)
+        """Judge an awk program from its tokens (EXE-8b: lexed, not regex-scanned)."""
+        effects = awk_effects(program)
+        for reason in dict.fromkeys(effects.runs):
+            self.deny(f"the awk program {reason}")
+        if effects.unknown:
+            self.effect("the awk program has text the analysis cannot read", immune=True)
+        for target in effects.writes:
+            if target is None:
+                self.effect("the awk program redirects output to a file named at run time",
+                            "high", immune=True)  # fmt: skip
+            elif self.path(literal(target), write=True, what="the awk program writes") is not None:
+                self.effect(f"the awk program writes {target}", "low")
+        for source in effects.reads:
+            if source is None:
+                self.ask("the awk program reads a file named at run time (getline <)",
+                         "high", immune=True)  # fmt: skip
+            else:
+                self.path(literal(source), write=False)
+        if effects.argv:
+            self.ask(
+                "the awk program changes ARGV, ARGC or ENVIRON (it reads files chosen at run time)",
+                "high",
+                immune=True,
+            )
 
     # --- git -----------------------------------------------------------------------------------
 
