@@ -661,7 +661,7 @@ class _Walker:
             # Recorded script-wide when the statement's redirect nodes are walked.
             redirects.extend(self._make_redirects(outer))
             late.extend(_words_after_redirect(outer))
-        for container in (node, *extra):
+        for container in (node, *(e for e in extra if e.type in _WORD_REDIRECTS)):
             split = _split_word(container) if self.error is None else None
             if split is not None:
                 self.error = f"the parser split one word in two near {_text(split)[:40]!r}"
@@ -957,14 +957,20 @@ def _split_word(node: Node) -> Node | None:
     for child in node.children:
         if not child.is_named or child.type == "comment":
             continue
+        if child.type == "heredoc_redirect":
+            end = -1  # its body and delimiter are lines of their own
+            continue
         if end >= 0 and _joined(node, end, child):
             return child
-        if child.type in ("file_redirect", "herestring_redirect"):
+        if child.type in _WORD_REDIRECTS:
             inner = _split_word(child)
             if inner is not None:
                 return inner
         end = child.end_byte
     return None
+
+
+_WORD_REDIRECTS = frozenset({"file_redirect", "herestring_redirect"})
 
 
 def _joined(command: Node, end: int, child: Node) -> bool:
