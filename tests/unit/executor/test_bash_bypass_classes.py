@@ -202,7 +202,9 @@ def test_environment_attacks_run_in_bash_and_are_denied(script: str, repo: Path)
         ("export FOO=1", "ask"),
         ("env FOO=1 ls", "ask"),
         ("set -a; FOO=1; ls", "ask"),  # exported by set -a
-        ("TMPDIR=/tmp ls", "ask"),
+        ("TMPDIR=/tmp ls", "deny"),  # a write outside the roots (filevars.py)
+        ("TMPDIR=./t ls", "ask"),
+        ("GIT_TRACE=1 git status", "allow"),
         ("PAGER=less git log", "deny"),
         ("LD_PRELOAD=/tmp/x.so ls", "deny"),
         ("env BASH_ENV=x ls", "deny"),

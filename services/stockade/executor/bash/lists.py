@@ -1357,6 +1357,9 @@ def env_verdict(name: str, value: str | None) -> Literal["allow", "ask", "deny"]
         return "allow"
     if name in ALLOWED_ENV_VARS or name.startswith(ALLOWED_ENV_PREFIXES):
         return "allow"
+    if upper.startswith("GIT_TRACE"):
+        # Traces go to stderr or to the file named, which filevars.py judges as a write.
+        return "allow"
     if name in DANGEROUS_ENV_VARS or upper in DANGEROUS_ENV_VARS:
         return "deny"
     for prefix in DANGEROUS_ENV_PREFIXES:
