@@ -12,6 +12,7 @@ with the result), then that the layer holds.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -362,3 +363,24 @@ async def test_run_bash_passes_memory_limit_and_socket_dirs(tmp_path: Path) -> N
     )
     assert policy.protect_git and policy.masked_dirs == ("/run/x",)
     assert ConfinementPolicy.from_dict(policy.to_dict()) == policy
+
+
+async def test_git_dirs_created_before_a_timeout_are_removed_too(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """The command plants a repository and then waits to be killed at its time limit,
+    so the worker never reaches its own clean-up: the launcher does it after the kill."""
+    repo = tmp_path / "ws"
+    repo.mkdir()
+    outcome = await launcher.run(
+        "git init -q planted && echo planted && sleep 600",
+        cwd=str(repo),
+        policy=_policy(repo, protect_git=True),
+        timeout_s=3,
+    )
+    assert outcome.timed_out and "planted" in outcome.stdout
+    deadline = asyncio.get_running_loop().time() + 60
+    while (repo / "planted" / ".git").exists():
+        assert asyncio.get_running_loop().time() < deadline, "the planted .git stayed"
+        await asyncio.sleep(0.1)
+    assert (repo / "planted").is_dir()  # only the git directory went

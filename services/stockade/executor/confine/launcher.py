@@ -31,7 +31,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from stockade.executor.confine import kernel, landlock, limits, worker
+from stockade.executor.confine import kernel, landlock, limits, masks, worker
 from stockade.executor.confine.policy import (
     CAPABILITIES,
     GIT_NEUTRALISED,
@@ -233,12 +233,18 @@ class LauncherServer:
         memory = ""
         if self.memory_root is not None:
             memory = self.memory_root.child(f"w{wid}", self.default_memory)
+        git_state = os.open(
+            os.path.join(self.base, f"w{wid}.git"),
+            os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+            0o600,
+        )
         slot = worker.Slot(
             tmp_dir=tmp_dir,
             cgroup=cgroup,
             cgroup_max=self.default_nproc,
             memory_cgroup=memory,
             memory_max=self.default_memory,
+            git_state_fd=git_state,
         )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         own_pidns = -1
@@ -255,7 +261,9 @@ class LauncherServer:
         if pid == 0:  # the worker: it must never return into the launcher's loop
             try:
                 ours.close()
-                prepared = worker.prepare(self.plan, (theirs.fileno(), self.plan.orig_net_fd))
+                prepared = worker.prepare(
+                    self.plan, (theirs.fileno(), self.plan.orig_net_fd, git_state)
+                )
                 worker.serve(theirs, self.plan, slot, prepared)
             finally:
                 os._exit(worker.SETUP_FAILED)
@@ -264,6 +272,7 @@ class LauncherServer:
             kernel.setns(own_pidns, kernel.CLONE_NEWPID)
             os.close(own_pidns)
         theirs.close()
+        os.close(git_state)
         # Before the executor learns of the worker, so the command starts inside.
         for group in dict.fromkeys(g for g in (cgroup, memory) if g):
             limits.enter(group, pid)
@@ -337,6 +346,7 @@ class LauncherServer:
             self._kill_descendants(w)
             self._kill_orphans()
         limits.remove_tree(w.slot.tmp_dir)
+        self._finish_git_cleanup(w)
         if w.slot.cgroup:
             self._kill_cgroup(w)
             limits.remove_cgroup(w.slot.cgroup)
@@ -344,6 +354,53 @@ class LauncherServer:
             for pid in limits.members(w.slot.memory_cgroup):
                 _kill_all([pid])
             limits.remove_cgroup(w.slot.memory_cgroup)
+
+    def _finish_git_cleanup(self, w: _Worker) -> None:
+        """A worker killed mid-command (time limit, cancel) could not remove the git
+        directories its command created: do it here, in a child confined by Landlock to
+        the command's writable roots (a symlink swapped in by a concurrent command cannot
+        lead the removal anywhere else)."""
+        path = os.path.join(self.base, f"w{w.wid}.git")
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(1 << 22)
+            os.unlink(path)
+        except OSError:
+            return
+        if not data:
+            return  # the worker finished the job itself (or had none)
+        try:
+            state = json.loads(data)
+            roots = [str(r) for r in state["roots"]]
+            known = [masks_identity(x) for x in state["known"]]
+        except (ValueError, KeyError, TypeError):
+            return
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                kernel.set_no_new_privs()
+                if self.plan.landlock_abi > 0:
+                    everything = landlock.fs_rights(self.plan.landlock_abi)
+                    landlock.restrict(
+                        [landlock.PathRule(r, everything) for r in roots],
+                        abi=self.plan.landlock_abi,
+                        deny_tcp=True,
+                    )
+                removed = masks.remove_new_git_control(known, roots)
+                if removed:
+                    print(
+                        "stockade-launcher: removed git control path(s) a killed command "
+                        "created: " + ", ".join(removed[:5]),
+                        file=sys.stderr,
+                    )
+                code = 0
+            finally:
+                os._exit(code)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
     def _kill_orphans(self) -> None:
         """Kill and reap our children that are not workers.
@@ -423,6 +480,13 @@ class LauncherServer:
         if self.memory_root is not None:
             self.memory_root.remove()
         limits.remove_tree(self.base)
+
+
+def masks_identity(item: object) -> masks.GitControl:
+    """A GitControl standing for one (dev, ino) of a saved snapshot."""
+    if not isinstance(item, list) or len(item) != 2:
+        raise ValueError("a saved identity is [dev, ino]")
+    return masks.GitControl("", (int(item[0]), int(item[1])), True)
 
 
 def _kill_all(pids: list[int]) -> None:

@@ -117,6 +117,10 @@ class Slot:
     """The worker's memory cgroup ("" when there is none; the pids one on cgroup v2)."""
     memory_max: int = 0
     """The memory limit the launcher already wrote there."""
+    git_state_fd: int = -1
+    """A file (in the launcher's private dir) where the worker leaves the git directories
+    it found before the command; emptied once it has removed what the command created.
+    If the worker is killed first (time limit, cancel), the launcher finishes the job."""
 
 
 @dataclass
@@ -239,6 +243,8 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         if prepared.problems:
             raise OSError(0, "; ".join(prepared.problems))
         layers, argv, env, policy, git_found = _confine(request, fds, plan, slot, prepared)
+        if policy.protect_git and slot.git_state_fd >= 0:
+            _save_git_state(slot.git_state_fd, policy, git_found)
         devnull = prepared.devnull
         pid = os.posix_spawn(
             argv[0],
@@ -265,9 +271,20 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     _kill_leftovers(plan.pid_namespace)
     if policy.protect_git:
         layers = _remove_new_git_control(layers, git_found, policy)
+        if slot.git_state_fd >= 0:
+            os.ftruncate(slot.git_state_fd, 0)  # done: nothing for the launcher to do
     # One report at the end (one wake-up of the executor): layers and exit code.
     _report(status, {"layers": [[x.name, x.active, x.detail] for x in layers], "code": code})
     os._exit(0)
+
+
+def _save_git_state(fd: int, policy: ConfinementPolicy, found: list[masks.GitControl]) -> None:
+    """Leave the pre-run git snapshot where the launcher finds it if we are killed."""
+    data = json.dumps(
+        {"roots": list(policy.writable_roots), "known": [list(g.identity) for g in found]}
+    ).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
 
 
 def _remove_new_git_control(
