@@ -25,6 +25,7 @@ from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall, SessionStore
+from stockade.decision.shadow import ShadowPolicy
 from stockade.errors import InvalidArgument
 
 
@@ -75,12 +76,15 @@ class DecisionCore:
         default_mode: Mode | None = None,
         clock: Callable[[], float] = time.time,
         approval_limits: ApprovalLimits | None = None,
+        shadow: ShadowPolicy | None = None,
     ) -> None:
         self.policies = policies
         self.store = store
         self.signer = signer
         self.broker = ApprovalBroker(store, clock=clock, limits=approval_limits)
         self._default_mode = default_mode
+        self.shadow = shadow
+        """A candidate policy decided beside the live one, never enforced (shadow mode)."""
 
     @property
     def policy(self) -> CompiledPolicy:
@@ -104,18 +108,18 @@ class DecisionCore:
         # Unknown sessions are created on first use, so an agent need not pre-register.
         session, _ = await self.store.create_session(call.session_id, self.default_mode)
         rules = await self.store.session_rules(session.session_id, cwd=policy.cwd)
-        decision = decide(
-            policy,
-            DecisionRequest(
-                tool_name=call.tool_name,
-                arguments=call.arguments,
-                mode=session.mode,
-                from_subagent=call.from_subagent,
-                facts=facts,
-                hook_signals=hook_signals,
-                session_rules=rules,
-            ),
+        request = DecisionRequest(
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            mode=session.mode,
+            from_subagent=call.from_subagent,
+            facts=facts,
+            hook_signals=hook_signals,
+            session_rules=rules,
         )
+        decision = decide(policy, request)
+        if self.shadow is not None:
+            decision = self.shadow.compare(decision, request, session.session_id)
         grant = None
         approval_id = ""
         always_allow_applies = False

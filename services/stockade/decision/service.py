@@ -24,6 +24,7 @@ from stockade.decision.policy import PolicyStore, rule_lists_doc
 from stockade.decision.servicer import AdminAuth, DecisionServicer
 from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
+from stockade.decision.shadow import ShadowPolicy
 from stockade.server import Registration
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -34,8 +35,9 @@ DB_NAME = "decision.db"
 log = logging.getLogger(__name__)
 
 
-def policy_store(settings: DecisionSettings) -> PolicyStore:
-    """The policy file plus the settings' rule lists and limits (ENV source)."""
+def policy_store(settings: DecisionSettings, path: Path | None = None) -> PolicyStore:
+    """The policy file (or ``path``, for the shadow policy) plus the settings' rule lists
+    and limits (ENV source)."""
     env = rule_lists_doc(
         settings.deny,
         settings.ask,
@@ -51,7 +53,7 @@ def policy_store(settings: DecisionSettings) -> PolicyStore:
         parse_mode(settings.default_mode) if "default_mode" in settings.model_fields_set else None
     )
     return PolicyStore(
-        settings.policy_file,
+        path if path is not None else settings.policy_file,
         env,
         cwd=settings.workspace,
         mode_override=override,
@@ -130,16 +132,32 @@ class DecisionApp:
             max_session_rules=s.max_session_rules,
         )
         log.info("decision loaded %s; sessions in %s", describe_policy(policies), store_path(s))
-        core = DecisionCore(policies, store, signer_for(s), approval_limits=approval_limits(s))
+        shadow = None
+        if s.shadow_policy_file is not None:
+            shadow_policies = policy_store(s, s.shadow_policy_file)
+            shadow = ShadowPolicy(shadow_policies)
+            log.info("decision shadow mode: candidate %s", describe_policy(shadow_policies))
+        core = DecisionCore(
+            policies, store, signer_for(s), approval_limits=approval_limits(s), shadow=shadow
+        )
         # Pending approvals are read now, so those left by a restart start their
         # re-attach window at once.
         await core.broker.load()
         sweeper = asyncio.create_task(core.broker.run_sweeper())
         watcher = asyncio.create_task(policies.watch(s.policy_poll_s))
+        tasks = [watcher, sweeper]
+        if shadow is not None:
+            tasks.append(asyncio.create_task(shadow.policies.watch(s.policy_poll_s)))
+
+        def reload_all() -> None:
+            policies.reload()
+            if shadow is not None:
+                shadow.policies.reload()
+
         loop = asyncio.get_running_loop()
         sighup = False
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGHUP, policies.reload)
+            loop.add_signal_handler(signal.SIGHUP, reload_all)
             sighup = True
         try:
             servicer = DecisionServicer(core, AdminAuth(s.admin_tokens, s.admin_identities))
@@ -149,7 +167,7 @@ class DecisionApp:
         finally:
             if sighup:
                 loop.remove_signal_handler(signal.SIGHUP)
-            for task in (watcher, sweeper):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -42,6 +42,10 @@ class DecisionSettings(ServerSettings):
     """TOML or YAML policy file (reloaded on change or SIGHUP)."""
     project_policy_file: Path | None = None
     """A second policy file whose rules have source PROJECT (after the managed file's)."""
+    shadow_policy_file: Path | None = None
+    """Shadow mode: a candidate policy (TOML or YAML, in place of ``policy_file``) decided
+    beside the live one on every call and never enforced; each verdict it would change is
+    logged, counted and noted in the call's audit row. Reloaded like the live file."""
     default_mode: str = Field(
         "default",
         validation_alias=AliasChoices("STOCKADE_DECISION_DEFAULT_MODE", "AGENT_PERMISSION_MODE"),
