@@ -19,6 +19,7 @@ promised is never silently skipped.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -258,6 +259,9 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
             setsigdef=RESET_SIGNALS,
             setsigmask=(),
         )
+        # A copy of stderr (not inherited: os.dup is close-on-exec) for a note after the
+        # command, such as git directories it created and that were removed.
+        note_fd = os.dup(fds[1]) if policy.protect_git else -1
         for fd in (devnull, fds[0], fds[1]):
             os.close(fd)
     except BaseException as exc:
@@ -270,7 +274,7 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     # executor sees the exit code, nothing of the command is left.
     _kill_leftovers(plan.pid_namespace)
     if policy.protect_git:
-        layers = _remove_new_git_control(layers, git_found, policy)
+        layers = _remove_new_git_control(layers, git_found, policy, note_fd)
         if slot.git_state_fd >= 0:
             os.ftruncate(slot.git_state_fd, 0)  # done: nothing for the launcher to do
     # One report at the end (one wake-up of the executor): layers and exit code.
@@ -288,11 +292,12 @@ def _save_git_state(fd: int, policy: ConfinementPolicy, found: list[masks.GitCon
 
 
 def _remove_new_git_control(
-    layers: list[Layer], before: list[masks.GitControl], policy: ConfinementPolicy
+    layers: list[Layer], before: list[masks.GitControl], policy: ConfinementPolicy, note_fd: int
 ) -> list[Layer]:
     """A git directory, ``.git`` file or bare layout the command made (through a program
     the analysis could not see into) is removed before anyone's git on the host reads
-    it; the mount-mask layer says what went."""
+    it; the git layer and the command's stderr say what went."""
+    removed: list[str] = []
     try:
         removed = masks.remove_new_git_control(before, policy.writable_roots)
         note = (
@@ -303,6 +308,18 @@ def _remove_new_git_control(
         )
     except OSError as exc:
         note = f"; could not check for git directories the command created: {exc}"
+    if note_fd >= 0:
+        if removed:
+            with contextlib.suppress(OSError):
+                os.write(
+                    note_fd,
+                    (
+                        "stockade: removed git repository data this command created (git "
+                        "directories are protected; a person's git would read their config "
+                        "and hooks): " + ", ".join(removed[:20]) + "\n"
+                    ).encode(),
+                )
+        os.close(note_fd)
     if not note:
         return layers
     return [
