@@ -164,6 +164,9 @@ NETWORK_OUTPUTS = [
     "wget -qO /tmp/x11b-o https://example.com",
     "wget -P /tmp https://example.com",
     "wget -o /tmp/x11b-log https://example.com",
+    "rsync -a a.txt /tmp/x11b-r",
+    "scp a.txt /tmp/x11b-s",
+    "rsync -a host:src .ssh/",
 ]
 
 

@@ -176,6 +176,7 @@ PLANTING_COMMANDS = [
     "git bisect run touch M",
     "git credential fill",
     "git credential-store get",
+    "git hook run pre-commit",
 ]
 
 

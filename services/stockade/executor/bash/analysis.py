@@ -591,6 +591,12 @@ class _Judge:
         elif name in lists.NETWORK_COMMANDS:
             self.scan_credentials(args)
             self.output_options(name, args)  # `curl -o ~/.bashrc URL` (EXE-8e)
+            if name in ("rsync", "scp", "sftp") and args:
+                # A local destination (no `host:`) is written like `cp`'s.
+                operands = [w for w in args if w.value is None or not w.value.startswith("-")]
+                last = operands[-1] if len(operands) >= 2 else None
+                if last is not None and last.value is not None and ":" not in last.value:
+                    self.path(last, write=True, what=f"{name} copies to")
             self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
         elif by_path:
             self.scan_credentials(args)
@@ -1324,6 +1330,9 @@ class _Judge:
             return
         if sub == "bisect" and first == "run":
             self.deny("git bisect run runs commands")
+            return
+        if sub == "hook":
+            self.deny("git hook runs the repository's hook scripts")
             return
         if sub in lists.GIT_READ_SUBCOMMANDS and self.git_read_only(sub, values, first):
             self.scan_credentials(rest)  # `git blame --contents=~/.ssh/id_rsa`
