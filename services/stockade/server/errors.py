@@ -12,11 +12,26 @@ from stockade.errors import StockadeError
 DOMAIN = "stockade"
 
 
+MAX_MESSAGE_CHARS = 1024
+"""Longest status message sent; longer ones are cut (they may quote the caller's input)."""
+MAX_METADATA_VALUE_CHARS = 256
+"""Longest ErrorInfo metadata value sent. A status travels in HTTP/2 trailers (16 KB by
+default): an error quoting a 1 MB id would reach the caller as RESOURCE_EXHAUSTED
+"metadata size exceeds hard limit" instead of the error itself."""
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}… [cut: {len(text):,} characters]"
+
+
 def status_for(exc: BaseException, *, request_id: str = "") -> grpc.Status:
     """The status a server returns for ``exc``; unknown exceptions become a bare INTERNAL."""
     if isinstance(exc, StockadeError):
-        code_name, reason, message = exc.code, exc.reason, exc.message
-        metadata = dict(exc.metadata)
+        code_name, reason = exc.code, exc.reason
+        message = _cut(exc.message, MAX_MESSAGE_CHARS)
+        metadata = {k: _cut(v, MAX_METADATA_VALUE_CHARS) for k, v in exc.metadata.items()}
     else:
         code_name, reason = "INTERNAL", "INTERNAL"
         message = "internal error" + (f" (request id {request_id})" if request_id else "")

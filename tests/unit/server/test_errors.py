@@ -113,3 +113,16 @@ def test_instrumentation_follows_the_tracer_provider() -> None:
     from stockade.tracing import tracing_enabled
 
     assert tracing_enabled() is False
+
+
+def test_a_status_quoting_huge_input_is_cut_to_fit_the_trailers() -> None:
+    from stockade.server.errors import MAX_MESSAGE_CHARS, MAX_METADATA_VALUE_CHARS, status_for
+
+    huge = "x" * (1 << 20)
+    status = status_for(errors.InvalidArgument(f"event {huge!r} is bad", event_id=huge))
+    assert len(status.details) <= MAX_MESSAGE_CHARS and "cut: 1,048,5" in status.details
+    total = sum(len(v) for _, v in status.trailing_metadata)
+    assert total < 16_384 - 1024
+    status = status_for(errors.InvalidArgument("short", field="f"))
+    assert status.details == "short"
+    assert MAX_METADATA_VALUE_CHARS < MAX_MESSAGE_CHARS
