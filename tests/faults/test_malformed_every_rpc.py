@@ -192,7 +192,7 @@ async def test_every_rpc_answers_invalid_argument(fault_stack: StartStack) -> No
             )
             resp = await health(health_pb2.HealthCheckRequest(), timeout=30)
             assert resp.status == health_pb2.HealthCheckResponse.SERVING
-    assert failures == [], '\n'.join(failures)
+    assert failures == [], "\n".join(failures)
     # Every RPC of the four services and of Health, with at least corrupt + truncated.
     methods = sum(len(s.methods) for group in SERVICES.values() for s in group)
     assert counted >= 2 * (methods + 4 * len(HEALTH.methods))
