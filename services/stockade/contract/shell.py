@@ -7,9 +7,17 @@ another command and how their options read (DEC-1 rev 2: they once did, and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["PRIVILEGE_WRAPPERS", "WRAPPERS", "WrapperSpec"]
+__all__ = [
+    "PRIVILEGE_WRAPPERS",
+    "SYSTEM_BIN_DIRS",
+    "WRAPPERS",
+    "WrapperSpec",
+    "canonical_option",
+    "split_option",
+]
 
 
 def _f(*options: str) -> frozenset[str]:
@@ -163,7 +171,10 @@ WRAPPERS: dict[str, WrapperSpec] = {
 PRIVILEGE_WRAPPERS: dict[str, WrapperSpec] = {
     "sudo": WrapperSpec(value_options=_f("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U")),
     "doas": WrapperSpec(value_options=_f("-u", "-C")),
-    "su": WrapperSpec(value_options=_f("-c", "-s", "-g", "-G", "--command", "--shell")),
+    # su -c STRING runs STRING through the target user's shell.
+    "su": WrapperSpec(
+        value_options=_f("-s", "-g", "-G", "--shell"), deny_options=_f("-c", "--command")
+    ),
     "pkexec": WrapperSpec(value_options=_f("--user")),
     "chroot": WrapperSpec(positionals=1, value_options=_f("--userspec", "--groups")),
 }
@@ -171,3 +182,36 @@ PRIVILEGE_WRAPPERS: dict[str, WrapperSpec] = {
 them outright; the decision rules look through them for DENY and ASK only, so a DENY on
 ``rm`` also catches ``sudo rm`` while an ALLOW on ``git status`` never allows
 ``sudo git status``."""
+
+
+SYSTEM_BIN_DIRS = frozenset(
+    {"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin"}
+)
+"""Directories whose programs are the system's: ``/usr/bin/ls`` is ``ls``; ``./ls`` is not."""
+
+
+def split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
+    """``--opt=v`` → (``--opt``, ``v``); ``-n5`` → (``-n``, ``5``) when -n takes a value."""
+    if value.startswith("--"):
+        option, eq, attached = value.partition("=")
+        return option, attached if eq else None
+    option = value[:2]
+    if option in takes_value and len(value) > 2:
+        return option, value[2:]
+    return option, None
+
+
+def canonical_option(option: str, known: Sequence[frozenset[str]]) -> str:
+    """GNU getopt (and git) accept any unambiguous prefix of a long option: `--compress-prog`
+    is `--compress-program`. Map a prefix to the known option it may stand for, trying the
+    sets in order (most dangerous first), so an abbreviation cannot dodge a check."""
+    if not option.startswith("--") or len(option) < 3:
+        return option
+    for options in known:
+        if option in options:
+            return option
+    for options in known:
+        matches = sorted(o for o in options if o.startswith(option))
+        if matches:
+            return matches[0]
+    return option

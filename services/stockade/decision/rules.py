@@ -22,6 +22,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from stockade.contract.shell import (
+    PRIVILEGE_WRAPPERS,
+    SYSTEM_BIN_DIRS,
+    WRAPPERS,
+    WrapperSpec,
+    canonical_option,
+    split_option,
+)
 from stockade.errors import InvalidPattern
 
 
@@ -73,23 +81,13 @@ BASH_TOOL = "run_bash"
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
 
-# Wrappers that run their argument as a command. The first group only changes how the
-# command runs, so an ALLOW rule may look through them; privilege and root changers are
-# looked through for DENY/ASK only (an ALLOW on `git status` must not allow `sudo git status`).
-_BENIGN_WRAPPERS = frozenset(
-    {"env", "command", "builtin", "exec", "nohup", "time", "nice", "ionice", "stdbuf", "timeout"}
-)
-_PRIVILEGE_WRAPPERS = frozenset({"sudo", "doas", "su", "pkexec", "chroot", "xargs", "setsid"})
-_ALL_WRAPPERS = _BENIGN_WRAPPERS | _PRIVILEGE_WRAPPERS
-_WRAPPER_OPTS_WITH_VALUE: Mapping[str, frozenset[str]] = {
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p", "--class", "--classdata"}),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"}),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "xargs": frozenset({"-I", "-n", "-P", "-L", "-s", "-d", "-E", "-a"}),
-}
+# The wrapper table is shared with the executor's bash analysis (stockade.contract.shell), so
+# the two sides read `time -f %e rm x` alike. DENY/ASK look through every wrapper, privilege
+# changers included (a DENY on `rm` catches `sudo rm`); ALLOW looks only through wrappers that
+# pass the command its arguments unchanged (`transparent`: time, nice, timeout, nohup ...),
+# never xargs, env or sudo, which change what the command gets (DEC-1 rev 2).
+_DENY_WRAPPERS: Mapping[str, WrapperSpec] = {**WRAPPERS, **PRIVILEGE_WRAPPERS}
+_ALLOW_WRAPPERS: Mapping[str, WrapperSpec] = {n: w for n, w in WRAPPERS.items() if w.transparent}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -110,16 +108,22 @@ def _plain_tokens(text: str) -> list[str] | None:
         tokens[0] = _unquote(tokens[0])
     if tokens:
         first = tokens[0]
-        if "/" in first or "=" in first or first in _ALL_WRAPPERS:
+        if "/" in first or "=" in first or first in _DENY_WRAPPERS:
             return None
     return tokens
 
 
 def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
-    """Return ``text`` with leading assignments and wrappers removed and the name's path cut.
+    """Return ``text`` with its command name normalised, for matching (DEC-1).
 
-    ``/tmp/git status``, ``env git status`` and ``GIT_DIR=x git status`` all become
-    ``git status``. Whitespace runs collapse to one space.
+    The DENY/ASK form (the default) removes leading ``VAR=value`` assignments and every
+    wrapper with its options (``env``, ``nice -n 5``, ``sudo -u root``, ``xargs`` ...) and
+    cuts the name's path: ``/tmp/git status``, ``env git status`` and ``GIT_DIR=x git
+    status`` all become ``git status``. The ALLOW form (``look_through_privilege=False``)
+    removes only wrappers that pass the command its arguments unchanged (``time -f %e``,
+    ``nice``, ``timeout 5``, ``nohup``) and cuts only a system directory (``/usr/bin/git``);
+    assignments, ``env``, ``xargs``, ``sudo`` and programs run from other paths stay, so an
+    ALLOW rule never matches more than it names. Whitespace runs collapse to one space.
     """
     plain = _plain_tokens(text)
     if plain is not None:
@@ -136,28 +140,116 @@ def _normalize_both(text: str) -> tuple[str, str]:
     return _look_through(text, True), _look_through(text, False)
 
 
-def _look_through(text: str, look_through_privilege: bool) -> str:
+def _look_through(text: str, deny_form: bool) -> str:
     """The slow path of ``normalize_command``: strip assignments and wrappers, cut the path."""
     tokens = _split_words(text) if _QUOTING.search(text) is not None else text.split()
-    if tokens and _QUOTING.search(tokens[0]) is not None:
-        tokens[0] = _unquote(tokens[0])
-    wrappers = _ALL_WRAPPERS if look_through_privilege else _BENIGN_WRAPPERS
-    changed = True
-    while tokens and changed:
-        changed = False
-        while tokens and _ASSIGNMENT.match(tokens[0]):
-            tokens.pop(0)
-            changed = True
+    wrappers = _DENY_WRAPPERS if deny_form else _ALLOW_WRAPPERS
+    # Each round removes at least one word, so this ends; the bound is for clarity.
+    for _ in range(len(tokens) + 1):
+        if deny_form:
+            while tokens and _ASSIGNMENT.match(tokens[0]):
+                tokens.pop(0)
         if not tokens:
             break
         tokens[0] = _unquote(tokens[0])
-        name = posixpath.basename(tokens[0]) or tokens[0]
-        if name in wrappers and len(tokens) > 1:
-            tokens = _skip_wrapper(name, tokens[1:])
-            changed = True
+        name = _command_name(tokens[0], deny_form)
+        spec = wrappers.get(name)
+        if spec is None or len(tokens) == 1:
+            break
+        inner = _wrapped(spec, tokens[1:], deny_form)
+        if inner is None:
+            break  # ALLOW form: the wrapper changes what the command gets; keep it
+        tokens = inner
     if tokens:
-        tokens[0] = posixpath.basename(tokens[0]) or tokens[0]
+        tokens[0] = _command_name(tokens[0], deny_form)
     return " ".join(tokens)
+
+
+def _command_name(word: str, deny_form: bool) -> str:
+    """The name a command word runs: its base name (DENY/ASK: any path, since a DENY on
+    ``rm`` must catch ``/tmp/rm``; ALLOW: only a system directory, since ``/tmp/git`` is not
+    the ``git`` an ALLOW rule names)."""
+    if "/" not in word:
+        return word
+    directory, _, base = word.rstrip("/").rpartition("/")
+    if not base:
+        return word
+    if deny_form or posixpath.normpath(directory or "/") in SYSTEM_BIN_DIRS:
+        return base
+    return word
+
+
+def _wrapped(spec: WrapperSpec, words: list[str], deny_form: bool) -> list[str] | None:
+    """The wrapped command's words after a wrapper's options and positionals (GNU getopt
+    conventions, like the executor's analysis), or None when the ALLOW form must not look
+    through: the wrapper sets variables, runs a string (``env -S``) or runs no command.
+
+    The DENY/ASK form looks through everything it can: a string-running option's value is
+    split into the command (``env -S 'rm -rf x'``, ``su -c 'rm x'``).
+    """
+    takes_value = spec.value_options | spec.chdir_options | spec.read_options
+    known = (spec.deny_options, spec.no_command_options, takes_value)
+    positionals = spec.positionals
+    i = 0
+    while i < len(words):
+        word = _unquote(words[i])
+        if word == "--":
+            i += 1
+            break
+        if spec.assignments and _ASSIGNMENT.match(word):
+            if not deny_form:
+                return None
+            i += 1
+            continue
+        if word.startswith("-") and word != "-":
+            step, command = _wrapper_option(spec, word, words, i, takes_value, known)
+            if command is not None:
+                return command if deny_form else None
+            if step == 0:  # an option after which the words are not a command
+                if not deny_form:
+                    return None
+                step = 1  # DENY/ASK over-match: still judge the words as a command
+            i += step
+            continue
+        if positionals > 0:
+            positionals -= 1
+            i += 1
+            continue
+        break
+    return words[i:]
+
+
+def _wrapper_option(
+    spec: WrapperSpec,
+    word: str,
+    words: list[str],
+    i: int,
+    takes_value: frozenset[str],
+    known: tuple[frozenset[str], ...],
+) -> tuple[int, list[str] | None]:
+    """Read the option ``word`` at ``words[i]``: (words it takes, the command it runs as a
+    string or None). A step of 0 means an option after which no command follows. Short
+    options may be bundled (``-Eu root``): the first that takes a value ends the bundle."""
+    if word.startswith("--"):
+        option, attached = split_option(word, takes_value | spec.deny_options)
+        options = [canonical_option(option, known)]
+    else:
+        options, attached = [], None
+        for k, ch in enumerate(word[1:], start=1):
+            options.append("-" + ch)
+            if options[-1] in takes_value or options[-1] in spec.deny_options:
+                attached = word[k + 1 :] or None
+                break
+    last = options[-1]
+    if any(o in spec.no_command_options for o in options):
+        return 0, None
+    if last in spec.deny_options:
+        value = attached if attached is not None else (words[i + 1] if i + 1 < len(words) else "")
+        rest = words[i + (1 if attached is not None else 2) :]
+        return 0, _split_words(_unquote(value)) + rest
+    if last in takes_value and attached is None:
+        return 2, None
+    return 1, None
 
 
 def _split_words(text: str) -> list[str]:
@@ -209,19 +301,6 @@ def _unquote(word: str) -> str:
             out.append(ch)
         i += 1
     return "".join(out)
-
-
-def _skip_wrapper(name: str, rest: list[str]) -> list[str]:
-    """Drop a wrapper's own options (and a timeout's duration) from the front of ``rest``."""
-    with_value = _WRAPPER_OPTS_WITH_VALUE.get(name, frozenset())
-    i = 0
-    while i < len(rest) and rest[i].startswith("-") and rest[i] != "--":
-        i += 2 if rest[i] in with_value else 1
-    if i < len(rest) and rest[i] == "--":
-        i += 1
-    if name == "timeout" and i < len(rest):
-        i += 1  # the duration
-    return rest[i:]
 
 
 _NEEDS_FOLDING = re.compile(r"//|/\.\.?(?:/|$)|/$")
@@ -380,21 +459,15 @@ class _PathMatcher:
 
     def __init__(self, content: str, *, exact: bool, cwd: str) -> None:
         self.exact = exact
-        parts = _split_glob(content)
+        raw, anchored = rule_path(content, cwd, exact=exact)
+        parts = _split_glob(raw)
         if all(p is not None for p in parts):
-            lit = "".join(p for p in parts if p is not None)
             # A bare DENY/ASK content is a substring of the path; a bare ALLOW equals it.
-            self.literal: str | None = normalize_path(lit, cwd) if exact else lit
+            self.literal: str | None = "".join(p for p in parts if p is not None)
             self.regex: re.Pattern[str] | None = None
             self.fn = _fast(self.literal, None, exact)
             return
         self.literal = None
-        raw = content
-        anchored = raw.startswith("/")
-        if not anchored and "/" in raw.rstrip("/") and not raw.startswith("**"):
-            if exact:
-                # ALLOW never matches more than written: a relative pattern means the cwd.
-                raw, anchored = posixpath.join(cwd or "/", raw), True
         body = _path_glob_regex(raw)
         if anchored:
             regex = body
@@ -410,6 +483,50 @@ class _PathMatcher:
             return path == self.literal if self.exact else self.literal in path
         assert self.regex is not None
         return self.regex.fullmatch(path) is not None
+
+
+def rule_path(content: str, cwd: str, *, exact: bool) -> tuple[str, bool]:
+    """A rule's path content normalised like call paths (DEC-1 rev 2), and whether it is
+    anchored at the root.
+
+    - ``/abs/...``: folded (``.``, ``..``, repeated and trailing slashes), anchored;
+    - ``./x``, ``../x``, ``.``, ``..``: relative to ``cwd``, folded, anchored, so
+      ``read_file(./.env)`` names the same file as ``read_file(/w/.env)`` for every effect;
+    - ALLOW (``exact``): a bare content or one with a ``/`` is relative to ``cwd`` too (an
+      ALLOW never matches more than written: ``read_file(README.md)`` is the one in the
+      working directory); only ``**/x`` and slash-free globs (``*.py``) match at any depth;
+    - DENY/ASK: ``x/y`` matches those trailing components at any depth and a pattern without
+      ``/`` matches the base name at any depth (a bare one is a substring), so a protective
+      rule written relative catches the file wherever it is.
+
+    Folding never removes a wildcard component (``**/..`` stays), which only makes such a
+    pattern match less, never more. Escaped stars (``\\*``) are kept as written.
+    """
+    dotted = content in (".", "..") or content.startswith(("./", "../"))
+    if content.startswith("/"):
+        return _fold(content), True
+    if dotted or (exact and ("/" in content.rstrip("/") or "*" not in content)):
+        if exact and content.startswith("**"):
+            return _fold(content), False
+        return _fold(posixpath.join(cwd or "/", content)), True
+    return _fold(content), False
+
+
+def _fold(path: str) -> str:
+    """Fold ``.``, ``..`` (after a wildcard-free component) and repeated or trailing slashes."""
+    absolute = path.startswith("/")
+    out: list[str] = []
+    for comp in path.split("/"):
+        if comp in ("", "."):
+            continue
+        if comp == ".." and out and out[-1] != ".." and "*" not in out[-1]:
+            out.pop()
+        elif comp == ".." and absolute and not out:
+            continue  # /.. is /
+        else:
+            out.append(comp)
+    folded = "/".join(out)
+    return "/" + folded if absolute else folded or "."
 
 
 def _path_glob_regex(glob: str) -> str:

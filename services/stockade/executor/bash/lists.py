@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stockade.contract.shell import WRAPPERS, WrapperSpec
+from stockade.contract.shell import SYSTEM_BIN_DIRS, WRAPPERS, WrapperSpec
 
 __all__ = [
     "BENIGN_GIT_CONFIG_PREFIXES",
@@ -1456,8 +1456,3 @@ SAFE_DEVICES = frozenset(
     }
 )
 """Devices that redirections and arguments may use freely."""
-
-SYSTEM_BIN_DIRS = frozenset(
-    {"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin"}
-)
-"""Directories whose programs are the system's: ``/usr/bin/ls`` is ``ls``; ``./ls`` is not."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from stockade.contract.shell import canonical_option as canonical
+from stockade.contract.shell import split_option
 from stockade.executor.bash.parser import Word
 
 __all__ = [
@@ -22,33 +24,6 @@ __all__ = [
 def literal(value: str) -> Word:
     """A static word made by the analysis (an option value split off ``--opt=value``)."""
     return Word(value, value, False, False, any(c in "*?[{" for c in value))
-
-
-def split_option(value: str, takes_value: frozenset[str]) -> tuple[str, str | None]:
-    """``--opt=v`` → (``--opt``, ``v``); ``-n5`` → (``-n``, ``5``) when -n takes a value."""
-    if value.startswith("--"):
-        option, eq, attached = value.partition("=")
-        return option, attached if eq else None
-    option = value[:2]
-    if option in takes_value and len(value) > 2:
-        return option, value[2:]
-    return option, None
-
-
-def canonical(option: str, known: Sequence[frozenset[str]]) -> str:
-    """GNU getopt (and git) accept any unambiguous prefix of a long option: `--compress-prog`
-    is `--compress-program`. Map a prefix to the known option it may stand for, trying the
-    sets in order (most dangerous first), so an abbreviation cannot dodge a check."""
-    if not option.startswith("--") or len(option) < 3:
-        return option
-    for options in known:
-        if option in options:
-            return option
-    for options in known:
-        matches = sorted(o for o in options if o.startswith(option))
-        if matches:
-            return matches[0]
-    return option
 
 
 def options_of(
