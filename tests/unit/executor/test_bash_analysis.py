@@ -114,7 +114,10 @@ ALLOWED = [
     Case("[[ -f notes/hello.txt ]] && echo yes", A, ("echo",)),
     Case("[ -d notes ] || echo missing", A, ("echo",)),
     Case('for f in notes/*.txt; do wc -l "$f"; done', Q, ("wc",), "only known at run time"),
-    Case("for f in a b; do echo $f; done", A, ("echo",)),
+    # Each value the loop gives is judged (and reported) in turn.
+    Case("for f in a b; do echo $f; done", A, ("echo", "echo")),
+    Case("for f in a.txt /etc/shadow; do cat \"$f\"; done", D, ("cat", "cat"), "credentials"),
+    Case("for o in -n -e; do head $o 1 notes/hello.txt; done", A, ("head", "head")),
     Case("case $x in a) echo a;; *) echo other;; esac", A, ("echo", "echo")),
     Case("x=5; echo $((x + 1))", A, ("echo",)),
     Case("((i++))", A, ()),
@@ -127,7 +130,7 @@ ALLOWED = [
     Case("python3 --version", A, ("python3",)),
     Case("git", A, ("git",)),
     Case("export LANG=C.UTF-8; echo $LANG", A, ("export", "echo")),
-    Case("x=5; for f in a b; do echo $f $x; done", A, ("echo",)),
+    Case("x=5; for f in a b; do echo $f $x; done", A, ("echo", "echo")),
 ]
 
 # --- legitimate commands with side effects: ASK -----------------------------------------

@@ -150,6 +150,7 @@ class _Judge:
         self.globs_expanded = 0
         self.export_all = False
         self.judged_names: set[tuple[str, str | None, bool]] = set()
+        self.static_values: dict[str, list[str] | None] | None = None
         self.integer_names: set[str] = set()
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.current = ""
@@ -409,8 +410,54 @@ class _Judge:
             self.record(_word_text(raw.name), args)
             return
         name, by_path = resolved
-        self.glob_options(args)
-        self.words(name, by_path, args, raw, stdin_args=False)
+        for variant in self.variants(args):
+            self.glob_options(variant)
+            self.words(name, by_path, variant, raw, stdin_args=False)
+
+    def variants(self, args: list[Word]) -> list[list[Word]]:
+        """``args`` with each ``$f``/``"$f"`` whose every value is known here (a loop over
+        static words: ``for f in a.txt b.txt; do wc -l "$f"; done``) replaced by each value
+        in turn; ``[args]`` when there is none or too many combinations."""
+        if all(a.value is not None for a in args):
+            return [args]
+        choices: list[tuple[int, list[Word]]] = []
+        combinations = 1
+        for k, word in enumerate(args):
+            if word.value is not None:
+                continue
+            match = _SIMPLE_REFERENCE.fullmatch(word.text)
+            if match is None:
+                continue
+            quoted = word.text.startswith('"')
+            values = self.known_values(match.group(1) or match.group(2), quoted)
+            if values is None:
+                continue
+            choices.append((k, values))
+            combinations *= len(values)
+        if not choices or combinations > _MAX_VARIANTS:
+            return [args]
+        out: list[list[Word]] = []
+        for picked in itertools.product(*(values for _, values in choices)):
+            variant = list(args)
+            for (k, _), word in zip(choices, picked, strict=True):
+                variant[k] = word
+            out.append(variant)
+        return out
+
+    def known_values(self, name: str, quoted: bool) -> list[Word] | None:
+        """The words ``$name`` can become, when the script gives every value it can hold."""
+        if self.static_values is None:
+            self.static_values = _static_values(self.parsed)
+        values = self.static_values.get(name)
+        if not values or name in self.runtime_values:
+            return None
+        words: list[Word] = []
+        for value in values:
+            if not quoted and (not value or any(c in value for c in " \t\n")):
+                return None  # word splitting: one value, several words (or none)
+            glob = not quoted and any(c in value for c in "*?[")
+            words.append(Word(value, value, quoted, False, glob))
+        return words
 
     def glob_options(self, args: list[Word]) -> None:
         """An unquoted glob that starts with a wildcard (``*``, ``?x``, ``[-]*``) can expand
@@ -739,6 +786,10 @@ class _Judge:
                     targets.append(value)
         elif name == "getopts" and len(values) >= 2:
             targets.append(values[1])
+        if name == "read" and not targets:
+            targets.append("REPLY")  # `read` alone reads into REPLY
+        elif name in ("mapfile", "readarray") and not targets:
+            targets.append("MAPFILE")
         elif name == "wait":
             # `wait -p VAR` assigns the job's pid to VAR (a subscript in its name runs code).
             for k, value in enumerate(values[:-1]):
@@ -2123,6 +2174,58 @@ _READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
 _MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 
 _EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
+
+
+_SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
+_MAX_VARIANTS = 16
+
+# Builtins that may set a variable named in their arguments.
+_SETTERS = frozenset(
+    {
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "printf",
+        "wait",
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+        "let",
+        "unset",
+        "compgen",
+    }  # fmt: skip
+)
+
+
+def _static_values(parsed: ParsedScript) -> dict[str, list[str] | None]:
+    """Every value each variable is given in the script, None for a variable that is also
+    given one only known at run time (or appended to, or set by a builtin)."""
+    values: dict[str, list[str] | None] = {}
+    for assignment in parsed.assignments:
+        name = assignment.name
+        current = values.get(name, [])
+        raw = assignment.raw
+        word = assignment.value
+        if (
+            current is None
+            or word is None
+            or word.value is None
+            or word.glob
+            or raw.startswith((name + "+=", name + "["))
+        ):
+            values[name] = None
+        else:
+            current.append(word.value)
+            values[name] = current
+    for command in parsed.commands:
+        if command.name.value in _SETTERS:
+            for word in command.args:
+                target = (word.value or word.text).split("=", 1)[0].split("[", 1)[0]
+                values[target] = None
+    return values
 
 
 def _expanded(words: Sequence[Word]) -> list[Word]:

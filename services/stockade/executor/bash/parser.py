@@ -599,6 +599,10 @@ class _Walker:
                     self.assignments.extend(Assignment(name, w, raw) for w in words)
                 else:
                     self.assignments.append(Assignment(name, None, raw))
+                if node.children and node.children[0].type == "select":
+                    # select puts the line it reads in REPLY (and maybe nothing in NAME).
+                    self.assignments.append(Assignment("REPLY", None, raw))
+                    self.assignments.append(Assignment(name, None, raw))
         elif kind == "expansion":
             self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
