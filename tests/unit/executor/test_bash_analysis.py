@@ -116,7 +116,7 @@ ALLOWED = [
     Case('for f in notes/*.txt; do wc -l "$f"; done', Q, ("wc",), "only known at run time"),
     # Each value the loop gives is judged (and reported) in turn.
     Case("for f in a b; do echo $f; done", A, ("echo", "echo")),
-    Case("for f in a.txt /etc/shadow; do cat \"$f\"; done", D, ("cat", "cat"), "credentials"),
+    Case('for f in a.txt /etc/shadow; do cat "$f"; done', D, ("cat", "cat"), "credentials"),
     Case("for o in -n -e; do head $o 1 notes/hello.txt; done", A, ("head", "head")),
     Case("case $x in a) echo a;; *) echo other;; esac", A, ("echo", "echo")),
     Case("x=5; echo $((x + 1))", A, ("echo",)),

@@ -74,7 +74,7 @@ READ_ONLY = [
     "sort -t, -k2 -n data.csv",
     "echo hello",
     "echo $HOME",
-    "echo \"$PWD\"",
+    'echo "$PWD"',
     "printf '%s\\n' a b c",
     "date",
     "date -u +%Y-%m-%dT%H:%M:%SZ",
