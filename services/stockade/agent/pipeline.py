@@ -606,7 +606,11 @@ class ExecutionPipeline:
         )
         status = x_pb2.EXECUTION_STATUS_ERROR if answer.is_error else x_pb2.EXECUTION_STATUS_OK
         return Outcome(
-            status, c_pb2.VERDICT_ALLOW, answer.content, answer.content if answer.is_error else ""
+            status,
+            c_pb2.VERDICT_ALLOW,
+            answer.content,
+            answer.content if answer.is_error else "",
+            outcome_unknown=answer.outcome_unknown,
         )
 
     # ------------------------------------------------------------ finish

@@ -31,6 +31,8 @@ class RemoteResult:
     """The result text for the model."""
     is_error: bool
     """True when the tool (or the call to it) failed."""
+    outcome_unknown: bool = False
+    """The agent stopped waiting (deadline): the provider may have run the tool."""
 
 
 class ToolProviderClient:
@@ -81,6 +83,13 @@ class ToolProviderClient:
             )
         except grpc.aio.AioRpcError as exc:
             detail = exc.details() or ""
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return RemoteResult(
+                    f"Error: outcome unknown: tool provider {self.address} did not answer in "
+                    f"time ({detail}); the tool may have run",
+                    True,
+                    outcome_unknown=True,
+                )
             return RemoteResult(
                 f"Error: tool provider {self.address} failed ({exc.code().name}: {detail})", True
             )

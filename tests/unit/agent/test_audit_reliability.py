@@ -153,3 +153,35 @@ def test_openai_tool_call_with_too_deep_arguments_fails_alone() -> None:
     assert call.arguments == {} and "nested deeper" in call.invalid
     flat = _tool_call(1, "c2", "read_file", '{"file_path": "a [{ b"}')
     assert flat.arguments == {"file_path": "a [{ b"} and not flat.invalid
+
+
+async def test_a_remote_tool_the_agent_gave_up_on_is_outcome_unknown() -> None:
+    import grpc
+
+    from stockade.agent.remote_tools import ToolProviderClient
+    from stockade.v1 import tool_provider_pb2 as tp_pb2
+    from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
+
+    release = asyncio.Event()
+
+    class Hanging(tp_grpc.ToolProviderServicer):
+        async def CallTool(
+            self, request: tp_pb2.CallToolRequest, context: Any
+        ) -> tp_pb2.CallToolResponse:
+            await release.wait()
+            return tp_pb2.CallToolResponse(content="late")
+
+    server = grpc.aio.server()
+    tp_grpc.add_ToolProviderServicer_to_server(Hanging(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        client = ToolProviderClient(f"127.0.0.1:{port}")
+        result = await client.call_tool(
+            session_id="s1", call_id="c1", tool_name="slow", arguments={}, timeout_s=0.3
+        )
+        assert result.is_error and result.outcome_unknown
+        assert "outcome unknown" in result.content
+    finally:
+        release.set()
+        await server.stop(None)
