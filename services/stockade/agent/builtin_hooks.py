@@ -35,7 +35,7 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
-from stockade.agent.redaction import redact, redact_value
+from stockade.contract.redaction import redact, redact_value
 from stockade.audit.bounds import (
     MAX_JSON_DEPTH,
     bound_json_text,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stockade.agent.redaction import redact, redact_text
+from stockade.contract.redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stockade.agent.redaction import redact, redact_text, redact_value
+from stockade.contract.redaction import redact, redact_text, redact_value
 
 PEM = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"

@@ -1,4 +1,5 @@
-"""Secret masking for tool output and logged arguments (AGT-4 Redaction hook).
+"""Secret masking for tool output, logged arguments and pages that show calls (the agent's
+Redaction hook, the audit trail, the console).
 
 Secrets that a tool reads (a private key in ``~/.ssh``, an ``.env`` with cloud keys, an
 HTTP log with a bearer token) must not reach the model, nor the audit log. Each pattern
@@ -108,3 +109,26 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_value(item) for item in value]
     return value
+
+
+_SECRET_KEY = re.compile(
+    r"(?i)(pass(?:word|wd|phrase)?|secret|token|api[_-]?key|authori[sz]ation|credential"
+    r"|private[_-]?key|cookie|session[_-]?key)"
+)
+"""Argument names whose values are secrets whatever they look like."""
+
+
+def redact_arguments(value: Any) -> Any:
+    """Tool arguments for display: every string masked as ``redact_value`` does, and the
+    whole value of a key whose name says it holds a secret (``password``, ``api_key``,
+    ``token`` ...) replaced, since such a value need not look like any known secret."""
+    if isinstance(value, Mapping):
+        return {
+            key: "[REDACTED:by_name]"
+            if isinstance(key, str) and _SECRET_KEY.search(key) and value[key] not in ("", None)
+            else redact_arguments(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_arguments(item) for item in value]
+    return redact_value(value)

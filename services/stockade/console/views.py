@@ -1,0 +1,293 @@
+"""What the pages show, as plain frozen dataclasses built from the services' messages.
+
+Every argument and output passes through the shared redaction (``stockade.contract``)
+here, once, so no template can show a secret by forgetting to mask it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format, timestamp_pb2
+
+from stockade.contract.redaction import redact_arguments, redact_text
+from stockade.v1 import audit_service_pb2 as a_pb2
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+
+MAX_SHOWN_CHARS = 4000
+"""Longest argument text shown in a page (the rest is cut with a marker)."""
+
+
+def _name(enum: Any, value: int, prefix: str) -> str:
+    try:
+        return str(enum.Name(value)).removeprefix(prefix).lower()
+    except ValueError:
+        return "unknown"
+
+
+def when(ts: timestamp_pb2.Timestamp) -> dt.datetime | None:
+    """A protobuf time as an aware UTC datetime (None when unset)."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.ToDatetime(tzinfo=dt.UTC)
+
+
+def shown_arguments(args: Any) -> str:
+    """Arguments as indented JSON with secrets masked, cut to ``MAX_SHOWN_CHARS``."""
+    text = json.dumps(redact_arguments(args), indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) > MAX_SHOWN_CHARS:
+        text = text[:MAX_SHOWN_CHARS] + f"\n… ({len(text) - MAX_SHOWN_CHARS} more characters)"
+    return text
+
+
+@dataclass(frozen=True)
+class RuleView:
+    """One rule."""
+
+    rule_id: str
+    effect: str
+    pattern: str
+    source: str
+    reason: str
+
+
+def rule_view(rule: c_pb2.Rule) -> RuleView:
+    """A rule message as a view."""
+    return RuleView(
+        rule.rule_id,
+        _name(c_pb2.RuleEffect, rule.effect, "RULE_EFFECT_"),
+        rule.pattern,
+        _name(c_pb2.RuleSource, rule.source, "RULE_SOURCE_"),
+        rule.reason,
+    )
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """One approval as the approvals page shows it."""
+
+    approval_id: str
+    session_id: str
+    agent_name: str
+    tool_name: str
+    arguments: str
+    """Masked, indented JSON."""
+    reason: str
+    """Why it asks: the asking rule's reason or ``rule PATTERN requires approval``."""
+    risk: str
+    summary: str
+    state: str
+    """pending, allowed, denied or expired."""
+    resolver: str
+    create_time: dt.datetime | None
+    expire_time: dt.datetime | None
+    always_allow_applies: bool
+    from_subagent: bool
+
+    @property
+    def pending(self) -> bool:
+        """Still waiting for an answer."""
+        return self.state == "pending"
+
+
+def approval_view(a: d_pb2.Approval) -> ApprovalView:
+    """An approval message as a view (arguments masked)."""
+    return ApprovalView(
+        approval_id=a.approval_id,
+        session_id=a.session_id,
+        agent_name=a.call.agent_name or "lead",
+        tool_name=a.call.tool_name,
+        arguments=shown_arguments(json_format.MessageToDict(a.call.arguments)),
+        reason=redact_text(a.reason),
+        risk=_name(c_pb2.RiskLevel, a.explanation.risk, "RISK_LEVEL_"),
+        summary=redact_text(a.explanation.summary),
+        state=_name(d_pb2.ApprovalState, a.state, "APPROVAL_STATE_"),
+        resolver=a.resolver,
+        create_time=when(a.create_time),
+        expire_time=when(a.expire_time),
+        always_allow_applies=a.always_allow_applies,
+        from_subagent=a.call.from_subagent,
+    )
+
+
+@dataclass(frozen=True)
+class GrantView:
+    """One "always allow" grant."""
+
+    grant_id: str
+    session_id: str
+    rule: RuleView
+    remaining_uses: int
+    """0 means unlimited."""
+    expire_time: dt.datetime | None
+    create_time: dt.datetime | None
+    resolver: str
+
+
+def grant_view(g: d_pb2.SessionGrant) -> GrantView:
+    """A session grant message as a view."""
+    return GrantView(
+        g.grant_id,
+        g.session_id,
+        rule_view(g.rule),
+        g.remaining_uses,
+        when(g.expire_time) if g.HasField("expire_time") else None,
+        when(g.create_time),
+        g.resolver,
+    )
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A decision session."""
+
+    session_id: str
+    mode: str
+    """The mode's name as the CLI and policy files write it (``acceptEdits`` ...)."""
+    create_time: dt.datetime | None
+    consecutive_denials: int
+    total_denials: int
+
+
+MODES: dict[str, int] = {
+    "default": c_pb2.PERMISSION_MODE_DEFAULT,
+    "acceptEdits": c_pb2.PERMISSION_MODE_ACCEPT_EDITS,
+    "plan": c_pb2.PERMISSION_MODE_PLAN,
+    "dontAsk": c_pb2.PERMISSION_MODE_DONT_ASK,
+    "bypassPermissions": c_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS,
+}
+"""Mode names (as in policy files) and their protobuf values."""
+_MODE_NAMES = {v: k for k, v in MODES.items()}
+
+
+def session_view(s: d_pb2.Session) -> SessionView:
+    """A session message as a view."""
+    return SessionView(
+        s.session_id,
+        _MODE_NAMES.get(s.mode, "unknown"),
+        when(s.create_time),
+        s.consecutive_denials,
+        s.total_denials,
+    )
+
+
+@dataclass(frozen=True)
+class ConflictView:
+    """A rule the winner overrode."""
+
+    rule: str
+    note: str
+
+
+@dataclass(frozen=True)
+class AuditRowView:
+    """One audit row with its full decision."""
+
+    sequence: int
+    time: dt.datetime | None
+    session_id: str
+    agent_name: str
+    tool_name: str
+    call_id: str
+    status: str
+    verdict: str
+    rule: str
+    rule_source: str
+    conflicts: tuple[ConflictView, ...]
+    policy_version: str
+    approver: str
+    """Who settled the call's approval, when one did (empty otherwise)."""
+    arguments: str
+    output_preview: str
+    termination_reason: str
+    trace_id: str
+    row_hash: str
+
+
+def _conflicts(raw: str) -> tuple[ConflictView, ...]:
+    if not raw:
+        return ()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return (ConflictView(redact_text(raw[:500]), "(not JSON)"),)
+    out: list[ConflictView] = []
+    for item in data if isinstance(data, list) else []:
+        if isinstance(item, dict):
+            # The agent writes {"pattern", "effect", "source", "note"} per overridden rule.
+            effect = str(item.get("effect", "")).removeprefix("RULE_EFFECT_").lower()
+            source = str(item.get("source", "")).removeprefix("RULE_SOURCE_").lower()
+            rule = " ".join(p for p in (effect, str(item.get("pattern", ""))) if p)
+            if source:
+                rule += f" ({source})"
+            out.append(ConflictView(redact_text(rule), redact_text(str(item.get("note", "")))))
+        else:
+            out.append(ConflictView(redact_text(str(item)), ""))
+    return tuple(out[:50])
+
+
+def _arguments(raw: str) -> str:
+    if not raw:
+        return ""
+    try:
+        return shown_arguments(json.loads(raw))
+    except ValueError:
+        return redact_text(raw[:MAX_SHOWN_CHARS])
+
+
+def audit_row_view(r: a_pb2.AuditRecord) -> AuditRowView:
+    """An audit record as a view (arguments and output masked again: defence in depth)."""
+    e = r.event
+    return AuditRowView(
+        sequence=r.sequence,
+        time=when(e.time),
+        session_id=e.session_id,
+        agent_name=e.agent_name,
+        tool_name=e.tool_name,
+        call_id=e.call_id,
+        status=_name(a_pb2.AuditStatus, e.status, "AUDIT_STATUS_"),
+        verdict=_name(c_pb2.Verdict, e.verdict, "VERDICT_") if e.verdict else "",
+        rule=redact_text(e.matched_rule),
+        rule_source=_name(c_pb2.RuleSource, e.rule_source, "RULE_SOURCE_") if e.rule_source else "",
+        conflicts=_conflicts(e.conflict_log),
+        policy_version=e.policy_version,
+        approver=_approver(e),
+        arguments=_arguments(e.arguments_json),
+        output_preview=redact_text(e.output_preview),
+        termination_reason=redact_text(e.termination_reason),
+        trace_id=e.trace_id,
+        row_hash=r.row_hash,
+    )
+
+
+def _approver(e: a_pb2.AuditEvent) -> str:
+    """The resolver named by the event, for audit events that carry one."""
+    for field in ("resolver", "approver"):
+        if field in e.DESCRIPTOR.fields_by_name:
+            return str(getattr(e, field))
+    return ""
+
+
+@dataclass(frozen=True)
+class VerifyView:
+    """The hash chain's state."""
+
+    ok: bool
+    rows_checked: int
+    first_broken_sequence: int
+    detail: str
+    head_sequence: int
+    head_hash: str
+    error: str = ""
+    """Set when the check could not run (the audit service was unreachable ...)."""
+
+
+def verify_view(v: a_pb2.VerifyLogResponse) -> VerifyView:
+    """A VerifyLog answer as a view."""
+    return VerifyView(
+        v.ok, v.rows_checked, v.first_broken_sequence, v.detail, v.head_sequence, v.head_hash
+    )
