@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := $(VENV)/buf/node_modules/.bin/buf
 
-.PHONY: help venv lock proto proto-check lint test demo bench render certs clean
+.PHONY: help venv lock chromium proto proto-check lint test demo bench render certs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -38,6 +38,12 @@ $(BUF):
 	@echo "==> make: installing buf $(BUF_VERSION) (npm package @bufbuild/buf) into $(VENV)/buf"
 	npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/buf @bufbuild/buf@$(BUF_VERSION)
 
+CHROMIUM ?= /usr/bin/chromium
+chromium: ## Install Debian's chromium (the console's browser tests drive it) when missing
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for the console's browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	  || { echo "could not install chromium: run 'apt-get install -y chromium' as root" >&2; exit 1; }
+
 proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
 	$(BIN)/python -m stockade.protogen --out clients
 
@@ -58,7 +64,7 @@ lint: $(STAMP) $(BUF) ## ruff, mypy strict, buf lint and buf breaking (against m
 	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#ref=$$base,subdir=protos"; \
 	else echo "buf breaking: no local main branch to compare with, skipped"; fi
 
-test: $(STAMP) lint proto-check ## Lint, generated-code check and the whole test suite
+test: $(STAMP) chromium lint proto-check ## Lint, generated-code check and the whole test suite
 	$(BIN)/pytest -q
 
 demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripted agent session
@@ -68,7 +74,7 @@ bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as rati
 	$(BIN)/python -m tests.bench
 
 certs: $(STAMP) ## Create a dev CA, per-service mTLS certificates and grant keys in .stockade/certs
-	$(BIN)/python -m stockade.devcerts --out .stockade/certs --services decision,executor,audit,agent,papers
+	$(BIN)/python -m stockade.devcerts --out .stockade/certs --services decision,executor,audit,agent,papers,console
 
 render: $(STAMP) ## Render the Kubernetes overlays with kubectl kustomize
 	@for o in deploy/k8s/overlays/*/; do echo "--- $$o"; kubectl kustomize "$$o" >/dev/null && echo ok; done

@@ -1,7 +1,7 @@
 """Development certificates: a private CA, one mTLS key pair per service, an admin client
 certificate and the Ed25519 grant-signing key pair.
 
-``python -m stockade.devcerts --out DIR [--services decision,executor,audit,agent]``
+``python -m stockade.devcerts --out DIR [--services decision,executor,audit,agent,console]``
 writes, with the ``cryptography`` package only (no openssl binary):
 
 - ``ca.crt`` / ``ca.key`` — the development CA (ECDSA P-256);
@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-DEFAULT_SERVICES: tuple[str, ...] = ("decision", "executor", "audit", "agent")
+DEFAULT_SERVICES: tuple[str, ...] = ("decision", "executor", "audit", "agent", "console")
 DEFAULT_NAMESPACE = "stockade"
 ADMIN_NAME = "admin"
 CA_NAME = "ca"

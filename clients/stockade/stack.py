@@ -22,8 +22,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICES = ("decision", "executor", "audit", "agent")
-EXTRAS = ("papers",)
-"""Optional processes: the example ToolProvider."""
+EXTRAS = ("papers", "console")
+"""Optional processes: the example ToolProvider and the approval console."""
+HTTP_SERVICES = frozenset({"console"})
+"""Services that speak HTTP on a loopback TCP port (browsers cannot use unix sockets)."""
 
 
 class StackError(RuntimeError):
@@ -48,8 +50,14 @@ class LocalStack:
         self.common_env = dict(common_env or {})
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.addresses = {
-            name: f"unix://{self.sock_dir}/{name}.sock" for name in (*SERVICES, *EXTRAS)
+            name: f"unix://{self.sock_dir}/{name}.sock"
+            for name in (*SERVICES, *EXTRAS)
+            if name not in HTTP_SERVICES
         }
+        self.console_listen = "127.0.0.1:0"
+        """Where the console listens (port 0: a free port, read from its ready file)."""
+        self.console_url = ""
+        """The console's address once it serves (``http://127.0.0.1:PORT``)."""
         # The decision service signs grants with the private key; the executor holds
         # only the public key (DEC-12).
         from stockade.decision.grants import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
@@ -68,7 +76,7 @@ class LocalStack:
         prefix = f"STOCKADE_{name.upper()}_"
         env = {k: v for k, v in os.environ.items() if not k.startswith("STOCKADE_")}
         env.update(self.common_env)
-        env[f"{prefix}LISTEN"] = self.addresses[name]
+        env[f"{prefix}LISTEN"] = self.console_listen if name == "console" else self.addresses[name]
         env[f"{prefix}STATE_DIR"] = str(self.base_dir / "state" / name)
         env.setdefault("OTEL_SDK_DISABLED", "true")
         if name == "decision":
@@ -78,6 +86,11 @@ class LocalStack:
             workspace = self.extra_env.get("executor", {}).get("STOCKADE_EXECUTOR_WORKSPACE")
             if workspace:
                 env.setdefault("STOCKADE_DECISION_WORKSPACE", workspace)
+        if name == "console":
+            env["STOCKADE_CONSOLE_DECISION_ADDR"] = self.addresses["decision"]
+            env["STOCKADE_CONSOLE_AUDIT_ADDR"] = self.addresses["audit"]
+            env["STOCKADE_CONSOLE_DECISION_ADMIN_TOKEN"] = self.admin_token
+            env["STOCKADE_READY_FILE"] = str(self._ready_file(name))
         if name == "executor":
             env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)
         if name == "agent":
@@ -98,8 +111,10 @@ class LocalStack:
         """Start one service process without waiting for it."""
         if name in self.procs and self.procs[name].returncode is None:
             raise StackError(f"{name} is already running")
-        sock = Path(self.addresses[name][len("unix://") :])
-        sock.unlink(missing_ok=True)
+        if name in HTTP_SERVICES:
+            self._ready_file(name).unlink(missing_ok=True)
+        else:
+            Path(self.addresses[name][len("unix://") :]).unlink(missing_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -114,13 +129,36 @@ class LocalStack:
         self.procs[name] = proc
         return proc
 
+    def _ready_file(self, name: str) -> Path:
+        return self.base_dir / "state" / f"{name}.ready"
+
     async def health(self, name: str, *, timeout_s: float = 1.0) -> int:
         """The overall health status of a service (a HealthCheckResponse.ServingStatus)."""
+        if name in HTTP_SERVICES:
+            return await self._http_health(name, timeout_s)
         async with grpc.aio.insecure_channel(self.addresses[name]) as ch:
             resp = await health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
             )
             return int(resp.status)
+
+    async def _http_health(self, name: str, timeout_s: float) -> int:
+        """SERVING once the console wrote its address and ``/healthz`` answers 200."""
+        import httpx
+
+        ready = self._ready_file(name)
+        if not ready.exists():
+            return int(health_pb2.HealthCheckResponse.NOT_SERVING)
+        url = ready.read_text().strip().partition("=")[2]
+        try:
+            async with httpx.AsyncClient(timeout=timeout_s) as client:
+                resp = await client.get(f"{url}/healthz")
+        except httpx.HTTPError:
+            return int(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if resp.status_code != 200:
+            return int(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.console_url = url
+        return int(health_pb2.HealthCheckResponse.SERVING)
 
     async def wait_serving(self, name: str, *, timeout_s: float = 30.0) -> None:
         """Poll health until SERVING; fail early (with the log's tail) if the process died."""

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from stockade import devcerts
 
-SERVICES = ("decision", "executor", "audit", "agent")
+SERVICES = ("decision", "executor", "audit", "agent", "console")
 
 
 def _cert(path: Path) -> x509.Certificate:

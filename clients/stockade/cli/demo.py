@@ -7,6 +7,11 @@ calls, an ASK answered by an automated resolver watching approvals, a DENY by a 
 rule, a dangerous bash command refused by the executor's analysis, a subagent with the
 read-only "explore" profile, and an ASK nobody answers, which times out into a DENY.
 The transcript ends with the session's audit trail and the hash-chain check.
+
+The approval console runs too, on a free loopback port (printed with a login token): with
+``--no-bot`` nobody answers automatically, approvals wait five minutes for a person to
+answer them in the page, and the services stay up after the run until Ctrl-C, so the
+decision can be found in the console's audit page.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import secrets
 import shutil
+import signal
 import sys
 from importlib import resources
 from pathlib import Path
@@ -205,7 +213,47 @@ async def print_audit(address: str, style: Style) -> bool:
     return verified.ok
 
 
-async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, style: Style) -> int:
+PERSON_WAIT_S = 300
+"""With --no-bot: how long an approval waits for a person in the console."""
+
+
+def console_person() -> str:
+    """The demo's console user: the login name, as the console accepts names."""
+    name = re.sub(r"[^A-Za-z0-9._@+\-]", "", os.environ.get("USER", ""))[:64]
+    return name if name and name[0].isalnum() else "demo-user"
+
+
+def console_env(person: str, token: str, listen: str) -> dict[str, str]:
+    """The console's settings in the demo: one admin, signing in with ``token``."""
+    return {
+        "STOCKADE_CONSOLE_LISTEN": listen,
+        "STOCKADE_CONSOLE_LOGIN_TOKENS": f"{person}={token}",
+        "STOCKADE_CONSOLE_ADMINS": person,
+    }
+
+
+async def wait_for_signal() -> None:
+    """Until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def run_demo(
+    state_dir: Path,
+    script: Path | None,
+    policy: Path | None,
+    style: Style,
+    *,
+    bot: bool = True,
+    console_listen: str = "127.0.0.1:0",
+) -> int:
     """Run the demo; returns the exit code."""
     workspace, scripts, policy_file = prepare(state_dir, script, policy)
     # The stack turns the services' telemetry off unless asked: a user who chose an
@@ -215,6 +263,7 @@ async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, st
         for v in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT")
     )
     common = {"OTEL_SDK_DISABLED": os.environ.get("OTEL_SDK_DISABLED", "false")} if chosen else {}
+    person, login_token = console_person(), secrets.token_urlsafe(18)
     stack = LocalStack(
         state_dir,
         common_env=common,
@@ -222,14 +271,26 @@ async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, st
             "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
             "decision": {"STOCKADE_DECISION_POLICY_FILE": str(policy_file)},
             "agent": {"STOCKADE_AGENT_SCRIPT_DIR": str(scripts)},
+            "console": console_env(person, login_token, console_listen),
         },
     )
     stack.extra_env["agent"]["STOCKADE_AGENT_TOOL_PROVIDERS"] = stack.addresses["papers"]
+    if not bot:
+        # A person needs longer than the policy's four seconds to read and answer.
+        stack.extra_env["decision"]["STOCKADE_DECISION_APPROVAL_TIMEOUT_S"] = str(PERSON_WAIT_S)
+        stack.extra_env["agent"]["STOCKADE_AGENT_APPROVAL_WAIT_S"] = str(PERSON_WAIT_S + 10)
     print(style("Stockade demo", "1"), f"- state in {state_dir}")
     resolver: asyncio.Task[None] | None = None
     try:
-        print("  starting decision, executor, audit, agent and the papers tool provider ...")
-        await stack.start([*SERVICES, "papers"])
+        print(
+            "  starting decision, executor, audit, agent, the papers tool provider and the "
+            "console ..."
+        )
+        await stack.start([*SERVICES, "papers", "console"])
+        print(
+            f"  console: {style(stack.console_url, '36;1')}  "
+            f"(sign in as {person} with token {login_token})"
+        )
         async with aio_channel(stack.addresses["executor"]) as ch:
             caps = await ch.unary_unary(
                 "/stockade.v1.ExecutorService/GetCapabilities",
@@ -241,11 +302,17 @@ async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, st
         print(f"  executor confinement active: {', '.join(active)}")
         if inactive:
             print(f"  {style('inactive', '33')}: {'; '.join(inactive)}")
-        ready = asyncio.Event()
-        resolver = asyncio.create_task(
-            auto_resolver(stack.addresses["decision"], stack.admin_token, style, ready)
-        )
-        await asyncio.wait_for(ready.wait(), 10)
+        if bot:
+            ready = asyncio.Event()
+            resolver = asyncio.create_task(
+                auto_resolver(stack.addresses["decision"], stack.admin_token, style, ready)
+            )
+            await asyncio.wait_for(ready.wait(), 10)
+        else:
+            print(
+                f"  {style('no bot', '33')}: answer the approvals in the console "
+                f"(each waits {PERSON_WAIT_S} s)"
+            )
         print()
         async with aio_channel(stack.addresses["agent"]) as ch:
             async for event in AgentClient(ch).run_turn(
@@ -256,10 +323,17 @@ async def run_demo(state_dir: Path, script: Path | None, policy: Path | None, st
                 line = describe(event, style)
                 if line:
                     print(line)
-        resolver.cancel()
+        if resolver is not None:
+            resolver.cancel()
         # Stopping the agent drains its audit events before the trail is read.
         await stack.stop("agent")
         ok = await print_audit(stack.addresses["audit"], style)
+        if not bot:
+            print(
+                f"\n  the console stays up at {stack.console_url} (its audit page shows who "
+                "approved); Ctrl-C stops everything"
+            )
+            await wait_for_signal()
     except (StackError, grpc.aio.AioRpcError) as exc:
         print(f"stockade demo: {exc}", file=sys.stderr)
         return 1
@@ -291,7 +365,16 @@ def run(args: argparse.Namespace) -> int:
     telemetry = setup_telemetry("demo")
     try:
         state_dir = Path(args.state_dir).resolve()
-        code = asyncio.run(run_demo(state_dir, args.script, args.policy, style))
+        code = asyncio.run(
+            run_demo(
+                state_dir,
+                args.script,
+                args.policy,
+                style,
+                bot=not args.no_bot,
+                console_listen=args.console_listen,
+            )
+        )
     finally:
         telemetry.shutdown()
     if "console" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower():
@@ -306,8 +389,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="start the four services and run a scripted agent session",
         description=(
             "Start decision, executor, audit, agent (and the example papers tool provider) "
-            "as separate processes with embedded SQLite under --state-dir, run a scripted "
-            "session with an automated approval resolver, and print the transcript and the "
+            "as separate processes with embedded SQLite under --state-dir, and the approval "
+            "console; run a scripted session with an automated approval resolver (or, with "
+            "--no-bot, a person answering in the console), and print the transcript and the "
             "audit trail."
         ),
     )
@@ -317,4 +401,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--policy", type=Path, help="a custom policy file (TOML) for the decision service"
     )
     p.add_argument("--no-color", action="store_true", help="plain output")
+    p.add_argument(
+        "--no-bot",
+        action="store_true",
+        help="no automated resolver: answer the approvals yourself in the console (they wait "
+        f"{PERSON_WAIT_S} s); the services stay up after the run until Ctrl-C",
+    )
+    p.add_argument(
+        "--console-listen",
+        default="127.0.0.1:0",
+        help="where the console listens (default: a free loopback port, printed)",
+    )
     p.set_defaults(func=run)

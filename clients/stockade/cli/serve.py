@@ -1,4 +1,4 @@
-"""``stockade serve {decision|executor|audit|agent|all}``."""
+"""``stockade serve {decision|executor|audit|agent|papers|console|all}``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from stockade.server import ServiceApp, SettingsError, load_settings, serve
 
 SERVICES = ("decision", "executor", "audit", "agent")
-EXTRAS = ("papers",)
+EXTRAS = ("papers", "console")
 
 
 def build_app(name: str, **overrides: Any) -> ServiceApp:
@@ -72,8 +72,23 @@ def _all_apps() -> list[ServiceApp]:
     return [build_app(n, **overrides) if n == "executor" else build_app(n) for n in SERVICES]
 
 
+def run_console() -> int:
+    """Serve the approval console (an HTTP service, not a gRPC one)."""
+    from stockade.console.server import run as run_http
+    from stockade.console.settings import ConsoleSettings
+
+    try:
+        settings = load_settings(ConsoleSettings)
+    except SettingsError as exc:
+        print(f"stockade serve: {exc}", file=sys.stderr)
+        return 2
+    return run_http(settings)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve one service, or all four in one process (the agent last, stopped first)."""
+    if args.service == "console":
+        return run_console()
     from stockade.server.envcheck import check_environment
 
     try:
@@ -92,8 +107,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a service until SIGTERM/SIGINT",
         description=(
             "Run one Stockade service, or all four in one process ('papers' is the example "
-            "tool provider). Settings come from STOCKADE_<SERVICE>_* environment variables "
-            "(see README, Configuration)."
+            "tool provider, 'console' the approval web console). Settings come from "
+            "STOCKADE_<SERVICE>_* environment variables (see README, Configuration)."
         ),
     )
     p.add_argument("service", choices=[*SERVICES, *EXTRAS, "all"], help="which service to run")

@@ -77,9 +77,19 @@ async def serve(settings: ConsoleSettings) -> None:
 
 
 def run(settings: ConsoleSettings) -> int:
-    """Process entry point. Returns the exit code."""
+    """Process entry point: the strict environment check every service makes (an unknown
+    ``STOCKADE_*`` variable stops it, naming the closest known one), then serve."""
+    import sys
+
+    from stockade.server.envcheck import check_environment
+    from stockade.server.settings import SettingsError
     from stockade.server.telemetry import setup_logging
 
+    try:
+        check_environment(os.environ, [ConsoleSettings])
+    except SettingsError as exc:
+        print(f"stockade console: {exc}", file=sys.stderr)
+        return 2
     setup_logging(settings.log_level)
     asyncio.run(serve(settings))
     return 0

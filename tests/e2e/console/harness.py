@@ -174,11 +174,16 @@ class Stack:
 
     async def screenshot(self, page: Page, name: str) -> Path:
         """Save a full-page screenshot under artifacts/console and print where."""
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        path = ARTIFACTS / f"{name}.png"
-        await page.screenshot(path=str(path), full_page=True)
-        print(f"screenshot: {path}")
-        return path
+        return await screenshot(page, name)
+
+
+async def screenshot(page: Page, name: str) -> Path:
+    """Save a full-page screenshot under artifacts/console and print where."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
 
 
 async def until(check: Any, *, timeout_s: float = 30.0, what: str = "condition") -> Any:
