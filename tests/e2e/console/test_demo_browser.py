@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from playwright.async_api import async_playwright
+
 from tests.e2e.console.harness import CHROMIUM_ARGS, chromium_path, screenshot, until
 
 CONSOLE_LINE = re.compile(
