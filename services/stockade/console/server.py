@@ -83,7 +83,7 @@ def run(settings: ConsoleSettings) -> int:
 
     from stockade.server.envcheck import check_environment
     from stockade.server.settings import SettingsError
-    from stockade.server.telemetry import setup_logging
+    from stockade.server.telemetry import setup_logging, setup_telemetry
 
     try:
         check_environment(os.environ, [ConsoleSettings])
@@ -91,5 +91,13 @@ def run(settings: ConsoleSettings) -> int:
         print(f"stockade console: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level)
-    asyncio.run(serve(settings))
+    telemetry = setup_telemetry("console")
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:
+        # A port in use, a folder it cannot write: the one line that names it.
+        print(f"stockade console: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        telemetry.shutdown()
     return 0
