@@ -102,8 +102,9 @@ class ApprovalFeed:
         while True:
             try:
                 call = self._stub.WatchApprovals(
-                    d_pb2.WatchApprovalsRequest(), metadata=self._metadata
+                    d_pb2.WatchApprovalsRequest(), metadata=self._metadata, wait_for_ready=True
                 )
+                await call.wait_for_connection()  # raises AioRpcError if it fails
                 if not first:
                     self.reconnects += 1
                 first = False

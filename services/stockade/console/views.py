@@ -158,6 +158,7 @@ MODES: dict[str, int] = {
     "acceptEdits": c_pb2.PERMISSION_MODE_ACCEPT_EDITS,
     "plan": c_pb2.PERMISSION_MODE_PLAN,
     "dontAsk": c_pb2.PERMISSION_MODE_DONT_ASK,
+    "auto": c_pb2.PERMISSION_MODE_AUTO,
     "bypassPermissions": c_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS,
 }
 """Mode names (as in policy files) and their protobuf values."""

@@ -452,6 +452,9 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     async def WatchApprovals(
         self, request: d_pb2.WatchApprovalsRequest, context: Context
     ) -> AsyncIterator[d_pb2.WatchApprovalsResponse]:
+        # Headers go out at once, so a watcher knows its stream is established even while
+        # nothing is pending (the console reports itself ready only then).
+        await context.send_initial_metadata(())
         async for rec in until_stopping(self.core.broker.watch(request.session_id)):
             yield d_pb2.WatchApprovalsResponse(approval=approval_to_pb(rec))
 

@@ -1,0 +1,102 @@
+"""What pages show: secrets masked in arguments and audit rows, whatever their form."""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import struct_pb2
+
+from stockade.console.views import MAX_SHOWN_CHARS, approval_view, audit_row_view, shown_arguments
+from stockade.contract.redaction import redact_arguments
+from stockade.v1 import audit_service_pb2 as a_pb2
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+
+SECRETS = [
+    "AKIAIOSFODNN7EXAMPLE",
+    "ghp_" + "a" * 36,
+    "xoxb-1234567890-abcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl",
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
+]
+
+
+def test_arguments_are_masked_by_pattern_and_by_name() -> None:
+    args = {
+        "command": f"curl -H 'Authorization: Bearer {'t' * 30}' https://x",
+        "password": "hunter2-is-not-a-pattern",
+        "API_KEY": "plainlookingvalue",
+        "nested": {"client_secret": "abc", "list": [*SECRETS, {"token": "zzz"}]},
+        "harmless": "hello",
+        "empty_token": "",
+    }
+    shown = shown_arguments(args)
+    for secret in [*SECRETS, "hunter2-is-not-a-pattern", "plainlookingvalue", "t" * 30, "zzz"]:
+        assert secret not in shown, secret
+    data = json.loads(shown)
+    assert data["harmless"] == "hello" and data["empty_token"] == ""
+    assert data["password"] == "[REDACTED:by_name]"
+
+
+def test_long_arguments_are_cut_with_a_marker() -> None:
+    shown = shown_arguments({"content": "x" * (MAX_SHOWN_CHARS * 2)})
+    assert len(shown) < MAX_SHOWN_CHARS + 100 and "more characters" in shown
+
+
+def test_redact_arguments_keeps_shapes() -> None:
+    assert redact_arguments([1, True, None, {"a": 2.5}]) == [1, True, None, {"a": 2.5}]
+
+
+def test_approval_view_masks_arguments_and_reason() -> None:
+    args = struct_pb2.Struct()
+    args.update({"command": "export AWS_SECRET_ACCESS_KEY=" + "A" * 40, "token": "abc"})
+    view = approval_view(
+        d_pb2.Approval(
+            approval_id="appr-1",
+            session_id="s",
+            call=c_pb2.ToolCall(tool_name="run_bash", arguments=args, agent_name=""),
+            reason="asks because password=supersecretvalue",
+            state=d_pb2.APPROVAL_STATE_PENDING,
+        )
+    )
+    assert "A" * 40 not in view.arguments and "abc" not in view.arguments
+    assert "supersecretvalue" not in view.reason
+    assert view.pending and view.agent_name == "lead"
+
+
+def test_audit_row_shows_the_whole_decision_masked() -> None:
+    conflicts = json.dumps(
+        [
+            {"pattern": "run_bash", "effect": "RULE_EFFECT_ASK", "source": "RULE_SOURCE_TOOL",
+             "note": "DENY (P0) wins over ASK"},
+        ]
+    )  # fmt: skip
+    row = audit_row_view(
+        a_pb2.AuditRecord(
+            sequence=7,
+            row_hash="ab" * 32,
+            event=a_pb2.AuditEvent(
+                session_id="s",
+                tool_name="run_bash",
+                status=a_pb2.AUDIT_STATUS_DENIED,
+                verdict=c_pb2.VERDICT_DENY,
+                matched_rule="run_bash(rm *)",
+                rule_source=c_pb2.RULE_SOURCE_MANAGED,
+                conflict_log=conflicts,
+                policy_version="pv-123",
+                arguments_json=json.dumps({"command": "echo " + SECRETS[0]}),
+                output_preview="token=" + "q" * 20,
+            ),
+        )
+    )
+    assert row.status == "denied" and row.verdict == "deny" and row.rule_source == "managed"
+    assert row.conflicts[0].rule == "ask run_bash (tool)"
+    assert row.conflicts[0].note == "DENY (P0) wins over ASK"
+    assert row.policy_version == "pv-123"
+    assert SECRETS[0] not in row.arguments and "q" * 20 not in row.output_preview
+
+
+def test_audit_rows_with_odd_conflict_logs_still_render() -> None:
+    for raw in ("not json", json.dumps({"a": 1}), json.dumps(["plain", 3])):
+        row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(conflict_log=raw)))
+        assert isinstance(row.conflicts, tuple)
