@@ -60,6 +60,27 @@ def rendered() -> dict[str, list[Manifest]]:
     return {name: render(DEPLOY / "k8s" / "overlays" / name) for name in OVERLAYS}
 
 
+@pytest.fixture(scope="session")
+def console_rendered(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
+    """The prod overlay plus the opt-in console component, as an operator combines them."""
+    import os
+
+    here = tmp_path_factory.mktemp("console-overlay")
+    k8s = DEPLOY / "k8s"
+    (here / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "namespace: stockade\n"
+        f"resources: [{os.path.relpath(k8s / 'overlays' / 'prod', here)}]\n"
+        f"components: [{os.path.relpath(k8s / 'components' / 'console', here)}]\n"
+        "images:\n"
+        "  - name: stockade\n"
+        "    newName: registry.example.com/stockade/stockade\n"
+        "    newTag: 0.1.0\n"
+    )
+    return render(here)
+
+
 def pod_spec(obj: Manifest) -> Manifest:
     """The pod spec of a workload of any kind."""
     spec = obj["spec"]

@@ -5,21 +5,17 @@ and audit services only and let only the auth proxy reach it."""
 
 from __future__ import annotations
 
-import os
-
 import kubernetes_validate
 import pytest
 
 from stockade.console.settings import ConsoleSettings
 
 from .conftest import (
-    DEPLOY,
     GRPC_PORTS,
     Manifest,
     env_of,
     main_container,
     pod_spec,
-    render,
     workload,
 )
 from .test_network_policies import DNS, INTERNET, METADATA, STRANGER, Endpoint, Policies, _pod
@@ -30,22 +26,9 @@ AUTH_PROXY = Endpoint(labels={"app.kubernetes.io/name": "auth-proxy"})
 
 
 @pytest.fixture(scope="module")
-def objs(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
-    """prod + the console component, as an operator's overlay would combine them."""
-    here = tmp_path_factory.mktemp("console-overlay")
-    k8s = DEPLOY / "k8s"
-    (here / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
-        "kind: Kustomization\n"
-        "namespace: stockade\n"
-        f"resources: [{os.path.relpath(k8s / 'overlays' / 'prod', here)}]\n"
-        f"components: [{os.path.relpath(k8s / 'components' / 'console', here)}]\n"
-        "images:\n"
-        "  - name: stockade\n"
-        "    newName: registry.example.com/stockade/stockade\n"
-        "    newTag: 0.1.0\n"
-    )
-    return render(here)
+def objs(console_rendered: list[Manifest]) -> list[Manifest]:
+    """prod + the console component (conftest)."""
+    return console_rendered
 
 
 def test_every_object_validates(objs: list[Manifest]) -> None:
