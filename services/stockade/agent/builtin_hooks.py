@@ -35,7 +35,6 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
-from stockade.contract.redaction import redact, redact_value
 from stockade.audit.bounds import (
     MAX_JSON_DEPTH,
     bound_json_text,
@@ -43,6 +42,7 @@ from stockade.audit.bounds import (
     cut_marker,
     value_depth_exceeds,
 )
+from stockade.contract.redaction import redact, redact_value
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
 
