@@ -10,6 +10,7 @@ a failure becomes a ``BackendError`` with a message fit for a page (no stack, no
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
+VERIFY_REUSE_S = 10.0
+"""How long one hash-chain check is shown before the next page load checks again."""
 ON_BEHALF_OF = "x-stockade-on-behalf-of"
 """Metadata naming the person a delegate (the console) acts for."""
 
@@ -50,13 +53,13 @@ EFFECTS = {
     "ask": c_pb2.RULE_EFFECT_ASK,
     "allow": c_pb2.RULE_EFFECT_ALLOW,
 }
-STATUSES = {
-    "ok": a_pb2.AUDIT_STATUS_OK,
-    "fail": a_pb2.AUDIT_STATUS_FAIL,
-    "denied": a_pb2.AUDIT_STATUS_DENIED,
-    "cancelled": a_pb2.AUDIT_STATUS_CANCELLED,
-    "session_stop": a_pb2.AUDIT_STATUS_SESSION_STOP,
+STATUSES: dict[str, int] = {
+    name.removeprefix("AUDIT_STATUS_").lower(): number
+    for name, number in a_pb2.AuditStatus.items()
+    if number != a_pb2.AUDIT_STATUS_UNSPECIFIED
 }
+"""Audit outcomes the filter offers: every status the contract defines (ok, fail, denied,
+cancelled, session_stop, and the decision records and unknown outcomes where defined)."""
 
 
 class BackendError(Exception):
@@ -144,6 +147,7 @@ class Backend:
             (("authorization", f"Bearer {admin_token}"),) if admin_token else ()
         )
         self._deadline = deadline_s
+        self._verified: tuple[float, VerifyView] | None = None
 
     @property
     def credentials(self) -> tuple[tuple[str, str], ...]:
@@ -261,7 +265,7 @@ class Backend:
         req = a_pb2.QueryRequest(
             session_id=f.session_id,
             tool_name=f.tool_name,
-            status=STATUSES.get(f.status, a_pb2.AUDIT_STATUS_UNSPECIFIED),
+            status=STATUSES.get(f.status, a_pb2.AUDIT_STATUS_UNSPECIFIED),  # type: ignore[arg-type]
             agent_name=f.agent_name,
             page_size=page_size,
             page_token=token,
@@ -274,12 +278,20 @@ class Backend:
         return AuditPage(tuple(audit_row_view(r) for r in resp.records), resp.next_page_token)
 
     async def verify(self) -> VerifyView:
-        """The hash chain's state; an unreachable service is reported, not raised."""
+        """The hash chain's state; an unreachable service is reported, not raised.
+
+        VerifyLog reads the whole log, so one answer serves every audit page shown within
+        ``VERIFY_REUSE_S`` (people paging through the trail do not each re-read it)."""
+        now = time.monotonic()
+        if self._verified is not None and now - self._verified[0] < VERIFY_REUSE_S:
+            return self._verified[1]
         try:
             resp = await self.audit.VerifyLog(a_pb2.VerifyLogRequest(), timeout=self._deadline)
         except grpc.aio.AioRpcError as err:
             return VerifyView(False, 0, 0, "", 0, "", error=_error("audit", err).message)
-        return verify_view(resp)
+        view = verify_view(resp)
+        self._verified = (now, view)
+        return view
 
     async def recent_sessions(self, limit: int = 200) -> list[str]:
         """Session ids seen in the newest audit rows, newest first (the decision service

@@ -266,11 +266,18 @@ def audit_row_view(r: a_pb2.AuditRecord) -> AuditRowView:
 
 
 def _approver(e: a_pb2.AuditEvent) -> str:
-    """The resolver named by the event, for audit events that carry one."""
-    for field in ("resolver", "approver"):
-        if field in e.DESCRIPTOR.fields_by_name:
-            return str(getattr(e, field))
-    return ""
+    """Who settled the call through an approval: the decision service's decision record
+    carries its settlement as JSON in ``output_preview`` (``{"by": "approval", "resolver":
+    IDENTITY, …}``). Read before masking: an identity such as ``token:NAME`` is no secret."""
+    raw = e.output_preview
+    if not raw.startswith("{"):
+        return ""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return ""
+    resolver = data.get("resolver") if isinstance(data, dict) else None
+    return resolver[:256] if isinstance(resolver, str) else ""
 
 
 @dataclass(frozen=True)

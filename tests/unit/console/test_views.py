@@ -100,3 +100,12 @@ def test_audit_rows_with_odd_conflict_logs_still_render() -> None:
     for raw in ("not json", json.dumps({"a": 1}), json.dumps(["plain", 3])):
         row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(conflict_log=raw)))
         assert isinstance(row.conflicts, tuple)
+
+
+def test_the_approver_comes_from_the_decision_records_settlement() -> None:
+    settled = json.dumps({"by": "approval", "approval": "appr-1", "resolver": "token:console-ui"})
+    row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(output_preview=settled)))
+    assert row.approver == "token:console-ui"  # an identity, not masked as a token
+    for preview in ("", "plain output", "{not json", json.dumps(["x"]), '{"resolver": 5}'):
+        row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(output_preview=preview)))
+        assert row.approver == "", preview
