@@ -112,6 +112,7 @@ class LocalStack:
         if name in self.procs and self.procs[name].returncode is None:
             raise StackError(f"{name} is already running")
         if name in HTTP_SERVICES:
+            self._ready_file(name).parent.mkdir(parents=True, exist_ok=True)
             self._ready_file(name).unlink(missing_ok=True)
         else:
             Path(self.addresses[name][len("unix://") :]).unlink(missing_ok=True)

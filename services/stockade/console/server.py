@@ -67,6 +67,7 @@ async def serve(settings: ConsoleSettings) -> None:
     log.info("console serving on %s", url)
     ready = os.environ.get("STOCKADE_READY_FILE")
     if ready:
+        Path(ready).parent.mkdir(parents=True, exist_ok=True)
         tmp = f"{ready}.tmp"
         Path(tmp).write_text(f"console={url}\n")
         os.replace(tmp, ready)
