@@ -30,7 +30,12 @@ def enum_word(enum: EnumDescriptor, number: int) -> str:
     if value is None:
         return str(number)
     prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
-    return value.name.removeprefix(prefix).lower()
+    word = value.name.removeprefix(prefix).lower()
+    if enum.name == "PermissionMode":
+        # Modes are spelled as the CLI and the policy files take them: acceptEdits, dontAsk.
+        head, *rest = word.split("_")
+        word = head + "".join(part.capitalize() for part in rest)
+    return word
 
 
 def plain(msg: Message) -> dict[str, Any]:
