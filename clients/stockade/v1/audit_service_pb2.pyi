@@ -310,6 +310,7 @@ class QueryRequest(_message.Message):
     END_TIME_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Filter by session."""
     tool_name: _builtins.str
@@ -322,6 +323,8 @@ class QueryRequest(_message.Message):
     """Maximum rows per page (default 100, maximum 1000)."""
     page_token: _builtins.str
     """Token from a previous response."""
+    verdict: _common_pb2.Verdict.ValueType
+    """Filter by the decision's verdict (ALLOW, ASK, DENY); UNSPECIFIED matches any."""
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
         """Rows at or after this time."""
@@ -341,10 +344,11 @@ class QueryRequest(_message.Message):
         end_time: _timestamp_pb2.Timestamp | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        verdict: _common_pb2.Verdict.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "end_time", b"end_time", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "start_time", b"start_time", "status", b"status", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "end_time", b"end_time", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "start_time", b"start_time", "status", b"status", "tool_name", b"tool_name", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -150,6 +150,7 @@ def filters_from_proto(request: a_pb2.QueryRequest) -> QueryFilters:
         tool_name=request.tool_name,
         status=_enum_name(a_pb2.AuditStatus, request.status, _STATUS_PREFIX, "status"),
         agent_name=request.agent_name,
+        verdict=_enum_name(common_pb2.Verdict, request.verdict, _VERDICT_PREFIX, "verdict"),
         start_ns=start.seconds * 1_000_000_000 + start.nanos
         if request.HasField("start_time")
         else None,

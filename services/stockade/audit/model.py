@@ -150,6 +150,8 @@ class QueryFilters:
     status: str = ""
     #: Only this agent.
     agent_name: str = ""
+    #: Only this verdict name (``VERDICTS``).
+    verdict: str = ""
     #: Rows whose event time is at or after this (ns since the epoch).
     start_ns: int | None = None
     #: Rows whose event time is before this (ns since the epoch).

@@ -304,7 +304,7 @@ class AuditStore:
         before = decode_token(page_token, filters)
         clauses: list[str] = []
         params: list[Any] = []
-        for column in ("session_id", "tool_name", "status", "agent_name"):
+        for column in ("session_id", "tool_name", "status", "agent_name", "verdict"):
             value = getattr(filters, column)
             if value:
                 clauses.append(f"{column} = ?")

@@ -53,6 +53,11 @@ EFFECTS = {
     "ask": c_pb2.RULE_EFFECT_ASK,
     "allow": c_pb2.RULE_EFFECT_ALLOW,
 }
+VERDICTS = {
+    "allow": c_pb2.VERDICT_ALLOW,
+    "ask": c_pb2.VERDICT_ASK,
+    "deny": c_pb2.VERDICT_DENY,
+}
 STATUSES: dict[str, int] = {
     name.removeprefix("AUDIT_STATUS_").lower(): number
     for name, number in a_pb2.AuditStatus.items()
@@ -118,6 +123,7 @@ class AuditFilters:
     tool_name: str = ""
     status: str = ""
     agent_name: str = ""
+    verdict: str = ""
     since: dt.datetime | None = None
     until: dt.datetime | None = None
 
@@ -267,6 +273,7 @@ class Backend:
             tool_name=f.tool_name,
             status=STATUSES.get(f.status, a_pb2.AUDIT_STATUS_UNSPECIFIED),  # type: ignore[arg-type]
             agent_name=f.agent_name,
+            verdict=VERDICTS.get(f.verdict, c_pb2.VERDICT_UNSPECIFIED),
             page_size=page_size,
             page_token=token,
         )

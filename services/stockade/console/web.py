@@ -31,6 +31,7 @@ from stockade.console.backend import (
     EFFECTS,
     RESOLUTIONS,
     STATUSES,
+    VERDICTS,
     AuditFilters,
     Backend,
     BackendError,
@@ -113,6 +114,7 @@ class ConsoleWeb:
         env.globals["Role"] = Role
         env.globals["MODES"] = list(MODES)
         env.globals["STATUSES"] = list(STATUSES)
+        env.globals["VERDICTS"] = list(VERDICTS)
         env.globals["EFFECTS"] = list(EFFECTS)
         env.globals["CSRF_FIELD"] = CSRF_FIELD
 
@@ -387,11 +389,15 @@ class ConsoleWeb:
         status = q.get("status", "")
         if status and status not in STATUSES:
             raise HTTPException(400, f"status must be one of {', '.join(STATUSES)}")
+        verdict = q.get("verdict", "")
+        if verdict and verdict not in VERDICTS:
+            raise HTTPException(400, f"verdict must be one of {', '.join(VERDICTS)}")
         filters = AuditFilters(
             session_id=_valid_id(q["session"], "session") if q.get("session") else "",
             tool_name=q.get("tool", "")[:128],
             status=status,
             agent_name=q.get("agent", "")[:128],
+            verdict=verdict,
             since=_utc(q.get("since", ""), "since"),
             until=_utc(q.get("until", ""), "until"),
         )
