@@ -123,3 +123,33 @@ async def test_differences_are_counted(tmp_path: Path, monkeypatch: pytest.Monke
     assert dict(getattr(diff, "attributes", {})) == {"live": "allow", "candidate": "deny"}
     assert sum(getattr(p, "value", 0) for p in points["stockade.decision.shadow.decisions"]) == 3
     provider.shutdown()
+
+
+async def test_a_different_deciding_rule_is_a_difference_too(tmp_path: Path) -> None:
+    live, candidate = tmp_path / "live.toml", tmp_path / "candidate.toml"
+    live.write_text('[permissions]\nallow = ["read_file"]\n')
+    candidate.write_text('[permissions]\nallow = ["read_file(**/*.txt)"]\n')
+    generate_keypair(tmp_path / "keys")
+    signer = GrantSigner(load_private_key(tmp_path / "keys" / "grant_signing_key.pem"))
+    store = await SessionStore.open(tmp_path / "d.db")
+    try:
+        core = DecisionCore(
+            PolicyStore(live, cwd="/w"),
+            store,
+            signer,
+            shadow=ShadowPolicy(PolicyStore(candidate, cwd="/w")),
+        )
+        out = await core.decide(
+            CallInput(
+                session_id="s1",
+                call_id="c1",
+                tool_name="read_file",
+                arguments={"file_path": "a.txt"},
+            ),
+            Facts(),
+        )
+    finally:
+        await store.close()
+    assert out.decision.verdict is Effect.ALLOW
+    [note] = [c.note for c in out.decision.conflicts if c.note.startswith("shadow policy")]
+    assert "would allow (live allow) by 'read_file(**/*.txt)'" in note

@@ -42,13 +42,32 @@ def build_app(name: str, **overrides: Any) -> ServiceApp:
     return AgentApp(load_settings(AgentSettings))
 
 
+def _write_public_half(private_key: Path, public: Path) -> None:
+    """Write the public half of the Ed25519 signing key ``private_key`` to ``public``."""
+    from cryptography.hazmat.primitives import serialization
+
+    from stockade.decision.grants import load_private_key
+    from stockade.errors import StockadeError
+
+    try:
+        key = load_private_key(private_key)
+    except StockadeError as exc:
+        raise SettingsError(f"STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE: {exc.message}") from None
+    public.parent.mkdir(parents=True, exist_ok=True)
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
 def _all_apps() -> list[ServiceApp]:
     """The four apps of ``serve all``, with the grant keys wired between them.
 
     The executor accepts only calls with a grant the decision service signed (DEC-12).
     When neither key is configured, the decision service's key pair in its state folder
     is used and the executor is given its public half; a configured private key without
-    a configured public key is refused rather than guessed.
+    a configured public key gives the executor that key's public half.
     """
     from stockade.decision.grants import PUBLIC_KEY_NAME, generate_keypair
     from stockade.decision.settings import DecisionSettings
@@ -58,16 +77,15 @@ def _all_apps() -> list[ServiceApp]:
     executor = load_settings(ExecutorSettings)
     overrides: dict[str, Any] = {}
     if executor.grant_public_key_file is None and not executor.allow_ungranted:
-        if decision.grant_private_key_file is not None:
-            raise SettingsError(
-                "STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE is set but "
-                "STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE is not: give the executor the "
-                "matching public key"
-            )
         state = Path(decision.state_dir)
-        public = state / PUBLIC_KEY_NAME
-        if not public.is_file():
-            generate_keypair(state)
+        if decision.grant_private_key_file is not None:
+            # The configured signing key's public half, derived (never guessed).
+            public = state / "grant_public_key.from-configured-key.pem"
+            _write_public_half(decision.grant_private_key_file, public)
+        else:
+            public = state / PUBLIC_KEY_NAME
+            if not public.is_file():
+                generate_keypair(state)
         overrides["grant_public_key_file"] = public
     return [build_app(n, **overrides) if n == "executor" else build_app(n) for n in SERVICES]
 

@@ -2,12 +2,13 @@
 
 With ``STOCKADE_DECISION_SHADOW_POLICY_FILE`` set, every Decide is decided a second time
 under the candidate (same call, session mode, session rules, hook signals and executor
-findings), never enforced. When the candidate's verdict differs from the live one the
-difference is recorded three ways: a log line, the ``stockade.decision.shadow.differences``
-counter (by live and candidate verdict), and a conflict entry on the decision itself
-("shadow policy <version> would deny …"), which the agent writes into the call's audit
-row (``conflict_log``) — so the audit trail shows, call by call, what the rollout would
-change. It complements the after-the-fact ``stockade policy replay``.
+findings), never enforced. When the candidate's verdict, or the rule that decides,
+differs from the live one the difference is recorded three ways: a log line, the
+``stockade.decision.shadow.differences`` counter (by live and candidate verdict), and a
+conflict entry on the decision itself ("shadow policy <version> would deny …"), which the
+agent writes into the call's audit row (``conflict_log``) — so the audit trail shows,
+call by call, what the rollout would change. It complements the after-the-fact
+``stockade policy replay``.
 
 The shadow evaluation can never change the live outcome: any failure in it is logged and
 the live decision stands.
@@ -50,11 +51,15 @@ class ShadowPolicy:
             log.warning("shadow policy evaluation failed; live decision stands", exc_info=True)
             return live
         self._compared.add(1)
-        if candidate.verdict is live.verdict:
+        rule = candidate.winning_rule
+        same_rule = (rule.pattern, rule.source) == (
+            live.winning_rule.pattern,
+            live.winning_rule.source,
+        )
+        if candidate.verdict is live.verdict and same_rule:
             return live
         live_v, cand_v = live.verdict.value, candidate.verdict.value
         self._differences.add(1, {"live": live_v, "candidate": cand_v})
-        rule = candidate.winning_rule
         note = (
             f"shadow policy {candidate.policy_version} would {cand_v} "
             f"(live {live_v}) by {rule.pattern!r} [{rule.source.value}] at {candidate.step}: "
