@@ -310,3 +310,13 @@ def test_repository_writes_are_asked_when_configuration_unprotects_git(repo: Pat
         assert result.verdict == "ask", (command, result.reasons)
     assert analyze("echo x > .git/config", sandbox=sb).verdict == "deny"
     assert sb.check("p/HEAD", write=True).allowed  # layouts are a .git/** protection
+
+
+def test_object_access_reports_the_files_it_reads(repo: Path) -> None:
+    """`git show HEAD:.env` reads .env's committed copy: it is in paths_read, so a read rule
+    downstream (an ASK on reading .env) sees it like `cat .env`."""
+    result = analyze("git show HEAD:.env", sandbox=_sandbox(repo))
+    assert str(repo / ".env") in result.paths_read
+    result = analyze("git log -p -- README.md", sandbox=_sandbox(repo))
+    assert str(repo / "README.md") in result.paths_read
+    assert analyze("git log main", sandbox=_sandbox(repo)).paths_read == ()

@@ -1510,18 +1510,27 @@ class _Judge:
         """Object access (``REV:path``, ``:path``, pathspecs of ``show``, ``log -p``,
         ``grep``, ``archive`` ...) is judged against protected reads: the repository keeps
         a copy of every committed file, which the run-time masks cannot hide (DEC-16)."""
-        if not (self.denied_read_globs or self._credentials):
-            return
         top = self.git_top()
         unbounded = False
+        pathspecs = False
         for word in rest:
             value = word.value
             if value is None:
+                continue
+            if value == "--":
+                pathspecs = True
                 continue
             if value.startswith("-"):
                 if sub == "cat-file" and value.startswith("--batch"):
                     unbounded = True
                 continue
+            if sub in _GIT_CONTENT_SUBCOMMANDS and (pathspecs or ":" in value):
+                # Files whose committed copy is printed are reads of that file (for the
+                # policy's read rules downstream, e.g. an ASK on reading it).
+                name = _git_path_candidates(value)[0]
+                if name and not any(c in name for c in "*?[") and not name.startswith("/"):
+                    base = top if ":" in value and not name.startswith("./") else self.bases[-1]
+                    self.reads[os.path.normpath(os.path.join(base, name))] = None
             for name in _git_path_candidates(value):
                 for absolute in (
                     os.path.normpath(self.absolute(name)),
