@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from stockade.errors import StockadeError
+from stockade.executor.globs import validate_globs
 from stockade.executor.inspect import inspect_call
 from stockade.executor.paths import PathSandbox, Root
 
@@ -24,14 +25,33 @@ __all__ = ["bash_check", "path_check", "register"]
 USAGE_ERROR = 2
 
 
+def validate_globs_problem(globs: tuple[str, ...]) -> str:
+    """Why ``globs`` cannot be used (the executor settings' rule), or ""."""
+    try:
+        validate_globs(list(globs))
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 # --- bash-check ------------------------------------------------------------------------
 
 
-def bash_check(command: str, sandbox: PathSandbox, *, network: bool) -> dict[str, Any]:
+def bash_check(
+    command: str,
+    sandbox: PathSandbox,
+    *,
+    network: bool,
+    denied_read_globs: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The bash-check JSON object for one command."""
     try:
         inspection = inspect_call(
-            "run_bash", {"command": command}, sandbox=sandbox, network_enabled=network
+            "run_bash",
+            {"command": command},
+            sandbox=sandbox,
+            network_enabled=network,
+            denied_read_globs=denied_read_globs,
         )
     except StockadeError as exc:
         return {
@@ -81,11 +101,15 @@ def _bash_text(result: dict[str, Any], command: str) -> str:
 def _run_bash_check(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
     roots = [Root(os.path.abspath(r), True) for r in args.root] or [Root(cwd, True)]
-    sandbox = PathSandbox(roots, cwd)
+    denied = tuple(args.denied_read)
+    problem = validate_globs_problem(denied)
+    if problem:
+        args.parser.error(problem)
+    sandbox = PathSandbox(roots, cwd, denied_read_globs=denied)
     return _run(
         args,
         args.command,
-        lambda item: bash_check(item, sandbox, network=args.network),
+        lambda item: bash_check(item, sandbox, network=args.network, denied_read_globs=denied),
         _bash_text,
         lambda reason: {
             "verdict": "deny",
@@ -210,6 +234,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="an allowed (writable) root; repeatable; default: the working directory",
     )
     bash.add_argument("--cwd", metavar="DIR", help="working directory (default: current)")
+    bash.add_argument(
+        "--denied-read",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="a path nothing may read, as the executor's DENIED_READ_GLOBS (e.g. '**/.env'); "
+        "repeatable",
+    )
     bash.add_argument("--json", action="store_true", help="print one JSON object")
     bash.add_argument(
         "--batch",

@@ -320,3 +320,25 @@ def test_object_access_reports_the_files_it_reads(repo: Path) -> None:
     result = analyze("git log -p -- README.md", sandbox=_sandbox(repo))
     assert str(repo / "README.md") in result.paths_read
     assert analyze("git log main", sandbox=_sandbox(repo)).paths_read == ()
+
+
+def test_bash_check_cli_takes_denied_reads(repo: Path) -> None:
+    import sys
+
+    stockade = str(Path(sys.executable).parent / "stockade")
+    base = [stockade, "bash-check", "--json", "--root", str(repo)]
+    run = subprocess.run(
+        [*base, "--cwd", str(repo), "--denied-read", "**/.env", "--", "git show HEAD:.env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert '"verdict": "deny"' in run.stdout, run.stdout + run.stderr
+    plain = subprocess.run(
+        [*base, "--cwd", str(repo), "--", "git show HEAD:.env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert '"verdict": "allow"' in plain.stdout, plain.stdout + plain.stderr
