@@ -384,3 +384,33 @@ async def test_git_dirs_created_before_a_timeout_are_removed_too(
         assert asyncio.get_running_loop().time() < deadline, "the planted .git stayed"
         await asyncio.sleep(0.1)
     assert (repo / "planted").is_dir()  # only the git directory went
+
+
+async def test_a_repository_inside_a_masked_folder_is_never_taken_for_a_new_one(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A folder the policy masks hides its repository from the command; after a kill the
+    launcher, which sees the real folder, must still know that repository was there."""
+    repo = tmp_path / "ws"
+    vault = repo / "vault"
+    vault.mkdir(parents=True)
+    assert _host_git(vault, "init", "-q", ".").returncode == 0
+    (repo / "keep").mkdir()
+    assert _host_git(repo / "keep", "init", "-q", ".").returncode == 0
+    policy = _policy(repo, protect_git=True, masked_globs=("**/vault/**",))
+    quick = await launcher.run("ls vault; echo ok", cwd=str(repo), policy=policy, timeout_s=60)
+    assert quick.stdout.strip() == "ok", quick.stderr  # masked: empty, and the run works
+    killed = await launcher.run("sleep 600", cwd=str(repo), policy=policy, timeout_s=2)
+    assert killed.timed_out
+    # The killed worker left its snapshot in the launcher's private dir; the launcher
+    # removes the file once it has done the clean-up. Wait for that.
+    import glob as globmod
+
+    tmp_root = os.environ.get("TMPDIR") or "/tmp"
+    pattern = os.path.join(tmp_root, f"stockade-launcher-{launcher.pid}-*", "w*.git")
+    deadline = asyncio.get_running_loop().time() + 60
+    while any(os.path.getsize(p) for p in globmod.glob(pattern) if os.path.exists(p)):
+        assert asyncio.get_running_loop().time() < deadline, "the launcher never cleaned up"
+        await asyncio.sleep(0.05)
+    assert (vault / ".git" / "HEAD").exists()
+    assert (repo / "keep" / ".git" / "HEAD").exists()

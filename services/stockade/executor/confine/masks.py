@@ -127,6 +127,11 @@ def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip("/") + "/")
 
 
+def within(path: str, base: str) -> bool:
+    """Whether ``path`` is ``base`` or below it (by components)."""
+    return _within(path, base)
+
+
 def nested_read_only(readable: Sequence[str], writable: Sequence[str]) -> list[str]:
     """Read-only roots that lie inside a writable root."""
     rw = set(writable)

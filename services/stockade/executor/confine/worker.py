@@ -421,6 +421,11 @@ def _confine(
 
     # 2. Masks (needs the private mount namespace and capabilities, before Landlock).
     roots = tuple(dict.fromkeys(policy.readable_roots + policy.writable_roots))
+    if policy.protect_git:
+        # Before any mask: the snapshot must see what a person's git on the host sees (a
+        # repository inside a masked folder is still theirs, never "created" by the
+        # command when the launcher compares after a kill).
+        git_found = masks.find_git_control(policy.writable_roots)
     if plan.mount_namespace:
         files, dirs = masks.find_masked(roots, policy.masked_globs)
         count = masks.apply_masks(files, dirs, plan.empty_file)
@@ -436,8 +441,12 @@ def _confine(
         # read-only (EXE-3 rev 2): a person's git on the host reads them later.
         git_binds: list[str] = []
         if policy.protect_git:
-            git_found = masks.find_git_control(policy.writable_roots)
-            git_binds = masks.git_bind_targets(git_found, policy.writable_roots)
+            # What a mask now hides is out of the command's reach already.
+            git_binds = [
+                path
+                for path in masks.git_bind_targets(git_found, policy.writable_roots)
+                if not any(masks.within(path, d) for d in dirs)
+            ]
             masks.bind_read_only(git_binds)
         # Stockade's own unix sockets: a command must not call the services judging it.
         hidden = masks.hide_dirs(policy.masked_dirs, (*policy.writable_roots, cwd), plan.empty_file)
@@ -452,10 +461,8 @@ def _confine(
             )
         )
     else:
-        if policy.protect_git:
-            # No mount namespace: existing git dirs stay writable (the analysis's refusal
-            # holds alone), but what the command creates is still removed afterwards.
-            git_found = masks.find_git_control(policy.writable_roots)
+        # No mount namespace: existing git dirs stay writable (the analysis's refusal
+        # holds alone), but what the command creates is still removed afterwards.
         layers.append(Layer(MOUNT_MASK, False, plan.why(MOUNT_MASK)))
 
     # 3. Limits.
