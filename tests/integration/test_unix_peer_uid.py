@@ -126,3 +126,25 @@ def test_allowed_peer_uids_setting_is_validated(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("STOCKADE_ALLOWED_PEER_UIDS", "-3")
     with pytest.raises(SettingsError, match="ALLOWED_PEER_UIDS"):
         load_settings(ServerSettings)
+
+
+async def test_a_regular_file_at_the_socket_path_is_not_deleted(socket_dir: Path) -> None:
+    (socket_dir / "svc.sock").write_text("not a socket\n")
+    with pytest.raises(OSError):
+        await create_server("peer-test", ServerSettings(listen=f"unix://{socket_dir}/svc.sock"), [])
+    assert (socket_dir / "svc.sock").read_text() == "not a socket\n"
+    # Nothing is left behind: no private directory of the failed start.
+    assert [p.name for p in socket_dir.iterdir()] == ["svc.sock"]
+
+
+async def test_a_stale_socket_is_replaced(socket_dir: Path) -> None:
+    import socket as socketmod
+
+    stale = socketmod.socket(socketmod.AF_UNIX)
+    stale.bind(str(socket_dir / "svc.sock"))
+    stale.close()  # the path stays, nobody listens: what a crashed server leaves
+    running = await _serve(socket_dir)
+    try:
+        assert "STATUS 1" in await _client(f"unix://{socket_dir}/svc.sock", os.geteuid())
+    finally:
+        await stop_server(running)  # type: ignore[arg-type]

@@ -172,7 +172,12 @@ async def create_server(
         address = listen
     await server.start()
     if peer_listener is not None:
-        await peer_listener.start()
+        try:
+            await peer_listener.start()
+        except BaseException:
+            await server.stop(0)
+            await peer_listener.close()
+            raise
     running = RunningServer(
         name,
         server,

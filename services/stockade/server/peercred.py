@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 from collections.abc import Callable
@@ -109,8 +110,9 @@ class PeerCheckedListener:
         self._refusal.add_insecure_port(f"unix://{self.refusal_path}")
         await self._refusal.start()
         with contextlib.suppress(FileNotFoundError):
-            if not os.path.isdir(self.public_path):
+            if stat.S_ISSOCK(os.lstat(self.public_path).st_mode):
                 os.unlink(self.public_path)  # a stale socket of an earlier run
+            # Anything else there (a file, a directory) makes the bind fail, naming it.
         self._server = await asyncio.start_unix_server(self._accept, path=self.public_path)
 
     async def close(self) -> None:
@@ -127,8 +129,10 @@ class PeerCheckedListener:
             await asyncio.wait(list(self._tasks), timeout=5)
         if self._refusal is not None:
             await self._refusal.stop(0)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.public_path)
+        if self._server is not None:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(self.public_path).st_mode):
+                    os.unlink(self.public_path)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
