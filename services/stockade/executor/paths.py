@@ -157,17 +157,20 @@ def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
 
 
 def git_dir_layout(directory: str) -> bool:
-    """Whether ``directory`` holds the entries of a git directory (two of HEAD, objects,
-    refs, commondir): git would take it for a bare repository or a gitdir."""
-    found = 0
-    for name in GIT_LAYOUT_MARKERS:
+    """Whether ``directory`` holds the entries of a git directory: git takes a directory
+    for one only with a HEAD (``is_git_directory``), and with objects/, refs/ or a
+    ``commondir`` beside it. HEAD is looked up first: one lstat for almost every
+    directory (this runs for each ancestor of every write)."""
+    try:
+        os.lstat(os.path.join(directory, "HEAD"))
+    except OSError:
+        return False
+    for name in ("objects", "refs", "commondir"):
         try:
             os.lstat(os.path.join(directory, name))
         except OSError:
             continue
-        found += 1
-        if found >= 2:
-            return True
+        return True
     return False
 
 
