@@ -117,10 +117,75 @@ _PLANS: dict[str, tuple[_Check, ...]] = {}
 
 def check_request(message: Message) -> None:
     """Raise ``InvalidArgument`` if ``message`` holds an enum value its enum does not
-    define or a string past its bound."""
+    define or a string past its bound.
+
+    Every request runs the fast check (no strings built); only a request that fails it
+    runs the detailed one, which names the field with its path.
+    """
     descriptor: Any = message.DESCRIPTOR
+    fast = _FAST.get(descriptor)
+    if fast is None:
+        fast = _FAST[descriptor] = _fast_plan(descriptor, descriptor.name)
+    if _valid(message, fast):
+        return
     for check in _plan(descriptor, descriptor.name):
         check(message, "")
+
+
+# A fast plan: (kind, field name, argument, repeated) per field to look at; the argument
+# is the set of valid enum numbers, the length bound, or the sub-message's fast plan.
+_ENUM, _LEN, _MSG = 0, 1, 2
+_Fast = tuple[tuple[int, str, Any, bool], ...]
+_FAST: dict[Any, _Fast] = {}
+
+
+def _fast_plan(descriptor: Any, path: str, depth: int = 0) -> _Fast:
+    out: list[tuple[int, str, Any, bool]] = []
+    for field in descriptor.fields:
+        where = f"{path}.{field.name}"
+        repeated = bool(field.is_repeated)
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            valid = frozenset(v.number for v in field.enum_type.values)
+            out.append((_ENUM, field.name, valid, repeated))
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            limit = MAX_REQUEST_STRING_CHARS.get(where) or MAX_ID_CHARS.get(field.name)
+            if limit is not None:
+                out.append((_LEN, field.name, limit, repeated))
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            sub: Any = field.message_type
+            if sub.full_name in _SKIPPED_TYPES or sub.GetOptions().map_entry:
+                continue
+            if depth >= _MAX_PLAN_DEPTH:
+                continue
+            plan = _fast_plan(sub, where, depth + 1)
+            if plan:
+                out.append((_MSG, field.name, plan, repeated))
+    return tuple(out)
+
+
+def _valid(message: Any, plan: _Fast) -> bool:
+    for kind, name, arg, repeated in plan:
+        if kind == _MSG:
+            if repeated:
+                for item in getattr(message, name):
+                    if not _valid(item, arg):
+                        return False
+            elif message.HasField(name) and not _valid(getattr(message, name), arg):
+                return False
+            continue
+        value = getattr(message, name)
+        if kind == _ENUM:
+            if repeated:
+                if any(v not in arg for v in value):
+                    return False
+            elif value not in arg:
+                return False
+        elif repeated:
+            if any(len(v) > arg for v in value):
+                return False
+        elif len(value) > arg:
+            return False
+    return True
 
 
 def _plan(descriptor: Descriptor, path: str) -> tuple[_Check, ...]:
