@@ -3,7 +3,7 @@ four real service processes: corrupt and truncated bytes, invalid UTF-8 in a str
 field, nesting past the parser's limit, an enum value out of range and a 1 MB identifier —
 each, wherever the request type can carry it, answers INVALID_ARGUMENT with a message
 naming the problem; none answers UNKNOWN or INTERNAL, and every service still serves a
-good request afterwards.
+good request afterwards. Health and server reflection, which every server carries, too.
 
 The requests are built by hand from the descriptors (the protobuf API refuses to build most
 of them), so a new RPC or field is covered without editing this table.
@@ -18,6 +18,7 @@ import grpc
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from stockade.server.requests import MAX_ID_CHARS
 from stockade.v1 import (
@@ -35,6 +36,7 @@ SERVICES = {
     "agent": [agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"]],
 }
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 
 
 def _varint(n: int) -> bytes:
@@ -169,7 +171,7 @@ async def test_every_rpc_answers_invalid_argument(fault_stack: StartStack) -> No
     counted = 0
     for name, services in SERVICES.items():
         async with grpc.aio.insecure_channel(stack.addresses[name]) as channel:
-            for service in [*services, HEALTH]:
+            for service in [*services, HEALTH, REFLECTION]:
                 for method in service.methods:
                     for case in cases(method):
                         err = await _call(channel, service.full_name, method, case.data)
@@ -193,6 +195,6 @@ async def test_every_rpc_answers_invalid_argument(fault_stack: StartStack) -> No
             resp = await health(health_pb2.HealthCheckRequest(), timeout=30)
             assert resp.status == health_pb2.HealthCheckResponse.SERVING
     assert failures == [], "\n".join(failures)
-    # Every RPC of the four services and of Health, with at least corrupt + truncated.
+    # Every RPC of the four services, Health and reflection, each at least corrupt + truncated.
     methods = sum(len(s.methods) for group in SERVICES.values() for s in group)
-    assert counted >= 2 * (methods + 4 * len(HEALTH.methods))
+    assert counted >= 2 * (methods + 4 * (len(HEALTH.methods) + len(REFLECTION.methods)))
