@@ -426,6 +426,9 @@ class ApprovalBroker:
             self._waiters[approval_id] -= 1
             if self._waiters[approval_id] <= 0:
                 del self._waiters[approval_id]
+                # Nobody left to wake: drop the event (an AwaitApproval of an unknown or
+                # abandoned id must not leave one behind for ever).
+                self._answered.pop(approval_id, None)
                 if approval_id in self._pending and not stop.is_set():
                     # The caller gave up or was cut off: it has ``reattach_s`` to come back.
                     self._orphaned[approval_id] = self._clock()

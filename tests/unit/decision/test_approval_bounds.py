@@ -314,3 +314,20 @@ async def test_session_rule_limit(tmp_path: Path, clock: Clock) -> None:
         await store.add_rule("s2", Effect.ALLOW, "read_file(/b)")
     finally:
         await store.close()
+
+
+async def test_waits_leave_nothing_behind(store: SessionStore, clock: Clock) -> None:
+    from stockade.errors import ApprovalNotFound
+
+    broker = ApprovalBroker(store, clock=clock)
+    for i in range(50):
+        with pytest.raises(ApprovalNotFound):
+            await broker.wait(f"appr-bogus-{i}")
+    approval = await ask(broker)
+    waiter = asyncio.create_task(broker.wait(approval))
+    while not broker.waiting(approval):
+        await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert broker._answered == {} and broker.waiting(approval) == 0
