@@ -130,6 +130,8 @@ def check_request(message: Message) -> None:
         return
     for check in _plan(descriptor, descriptor.name):
         check(message, "")
+    # Both passes come from the same tables; should they ever disagree, refuse.
+    raise InvalidArgument("the request breaks a field limit (enum value or length)")
 
 
 # A fast plan: (kind, field name, argument, repeated) per field to look at; the argument
