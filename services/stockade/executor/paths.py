@@ -80,9 +80,10 @@ starting with ``/`` is anchored at the file-system root, any other matches at an
 
 GIT_LAYOUT_MARKERS: frozenset[str] = frozenset({"HEAD", "objects", "refs", "commondir"})
 """Entries that make a directory a git directory (git's ``is_git_directory``: HEAD, and
-objects/ and refs/ or a ``commondir`` naming where they are). A directory holding two of
-them is taken for a (bare) repository; git discovers it by itself when a person's shell
-is in it, whatever its name."""
+objects/ and refs/ or a ``commondir`` naming where they are). A directory with a HEAD and
+one of the others is taken for a (bare) repository (``git_dir_layout``): git discovers it
+by itself when a person's shell is in it, whatever its name. Writing one of them where
+another already is, is the step that would build one, and is refused."""
 
 _GIT_LAYOUT_ENTRIES: frozenset[str] = GIT_LAYOUT_MARKERS | frozenset(
     {"config", "config.worktree", "gitdir", "packed-refs", "hooks", "info", "worktrees", "modules"}

@@ -414,3 +414,19 @@ async def test_a_repository_inside_a_masked_folder_is_never_taken_for_a_new_one(
         await asyncio.sleep(0.05)
     assert (vault / ".git" / "HEAD").exists()
     assert (repo / "keep" / ".git" / "HEAD").exists()
+
+
+async def test_folders_named_like_git_parts_stay_writable(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "data" / "objects").mkdir(parents=True)
+    (ws / "data" / "refs").mkdir()
+    outcome = await launcher.run(
+        "echo x > data/objects/m.bin && echo x > data/refs/r && echo ok",
+        cwd=str(ws),
+        policy=_policy(ws, protect_git=True),
+        timeout_s=60,
+    )
+    assert outcome.stdout == "ok\n", outcome.stderr
+    assert (ws / "data" / "objects" / "m.bin").exists()

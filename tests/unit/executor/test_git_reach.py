@@ -342,3 +342,15 @@ def test_bash_check_cli_takes_denied_reads(repo: Path) -> None:
         timeout=120,
     )
     assert '"verdict": "allow"' in plain.stdout, plain.stdout + plain.stderr
+
+
+def test_folders_named_like_git_parts_are_not_a_repository(repo: Path) -> None:
+    """A project's own `objects/` and `refs/` folders (no HEAD) stay ordinary folders:
+    files inside are written as usual; only the HEAD that would make them a repository is
+    refused."""
+    (repo / "data" / "objects").mkdir(parents=True)
+    (repo / "data" / "refs").mkdir()
+    sb = _sandbox(repo)
+    assert sb.check("data/objects/model.bin", write=True).allowed
+    assert sb.check("data/notes.txt", write=True).allowed
+    assert not sb.check("data/HEAD", write=True).allowed

@@ -261,12 +261,12 @@ def find_sensitive() -> tuple[list[str], list[str]]:
 
 # --- git directories (EXE-3 rev 2) ---------------------------------------------------
 
-_GIT_MARKERS = ("HEAD", "objects", "refs", "commondir")
-
 
 def _layout(names: set[str]) -> bool:
-    """Whether a directory listing holds a git directory's layout (two of the markers)."""
-    return sum(1 for m in _GIT_MARKERS if m in names) >= 2
+    """Whether a directory listing holds a git directory's layout: git takes a directory
+    for one only with a HEAD, and objects/, refs/ or a commondir beside it (the same
+    test as the path sandbox's ``git_dir_layout``)."""
+    return "HEAD" in names and not names.isdisjoint(("objects", "refs", "commondir"))
 
 
 @dataclass(frozen=True)
