@@ -299,3 +299,55 @@ def test_ordinary_braces_and_globs_stay_allowed(workspace: Path) -> None:
     for script in ("cat {a,b}.txt", "ls *.txt", "wc -l *", "echo {1..5}", "head -n 1 {a,b}.txt"):
         verdict, reasons = _judge(script, workspace)
         assert verdict == "allow", (script, reasons)
+
+
+# --- found attacking the checker again (issue #11, last pass) -------------------------------
+
+
+def test_loop_values_are_not_trusted_when_the_script_changes_ifs(workspace: Path) -> None:
+    # A loop over static words is judged value by value, but IFS splits an unquoted value
+    # again: `.x/etc/shadow` with IFS=x is `.` and `/etc/shadow` to bash.
+    script = "IFS=x; for f in .x/etc/shadow; do printf '[%s]' $f; done"
+    done = subprocess.run(
+        [BASH, "--norc", "-c", script], cwd=workspace, env=ENV, capture_output=True, check=False
+    )
+    assert done.stdout == b"[.][/etc/shadow]"
+    for attack in (
+        "IFS=x; for f in .x/etc/shadow; do cat $f; done",
+        "for f in .x/etc/shadow; do IFS=x cat $f; done",
+        "read IFS; for f in .x/etc/shadow; do cat $f; done",
+    ):
+        assert _judge(attack, workspace)[0] != "allow", attack
+    # Quoted, the value is one word whatever IFS holds.
+    assert _judge('IFS=x; for f in a.txt; do cat "$f"; done', workspace)[0] == "allow"
+    assert _judge("for f in a.txt /etc/shadow; do cat $f; done", workspace)[0] == "deny"
+
+
+@pytest.mark.parametrize(
+    ("script", "verdict"),
+    [
+        ("env - LD_PRELOAD=/tmp/x.so ls", "deny"),  # `env -` is `env -i`, not a command
+        ("env - PATH=/tmp ls", "deny"),
+        ("env 'BASH_FUNC_ls%%=() { id; }' make", "deny"),  # env's names need not be valid
+        ("env BASH_FUNC_x%%=y make", "deny"),
+        ("LC_ALL=/tmp/x ls", "ask"),  # a locale loaded from a file
+        ("TZ=/etc/shadow date", "ask"),
+        ("LC_ALL=C.UTF-8 ls", "allow"),
+        ("unset f", "allow"),  # a name, not an expansion
+        ("export LANG=C", "allow"),
+    ],
+)
+def test_environment_forms_found_later(script: str, verdict: str, workspace: Path) -> None:
+    got, reasons = _judge(script, workspace)
+    assert got == verdict, (script, reasons)
+
+
+def test_ansi_c_strings_end_at_a_nul_as_in_bash(workspace: Path) -> None:
+    done = subprocess.run(
+        [BASH, "--norc", "-c", "printf '[%s]' $'a\\0b' $'/etc/shadow\\x00x' $'c\\c@d'"],
+        capture_output=True,
+        check=True,
+    )
+    assert done.stdout == b"[a][/etc/shadow][c]"
+    result = analyze("cat $'/etc/shadow\\x00x'", sandbox=_sandbox(workspace))
+    assert result.verdict == "deny" and "credentials" in " ".join(result.reasons)

@@ -451,6 +451,8 @@ class _Judge:
         values = self.static_values.get(name)
         if not values or name in self.runtime_values:
             return None
+        if not quoted and "IFS" in self.static_values:
+            return None  # the script changes how unquoted values split
         words: list[Word] = []
         for value in values:
             if not quoted and (not value or any(c in value for c in " \t\n")):
@@ -571,12 +573,16 @@ class _Judge:
             if value == "--":
                 i += 1
                 break
+            if name == "env" and value == "-":
+                i += 1  # `env -` is `env -i` (an empty environment), not a command
+                continue
             if spec.assignments and "=" in value and not value.startswith("-"):
-                var = value.split("=", 1)[0]
-                if _VAR_NAME.match(var):
-                    self.assignment(var, value.split("=", 1)[1])
-                    i += 1
-                    continue
+                # env takes any word with `=` as an assignment, valid shell name or not
+                # (`BASH_FUNC_ls%%=() { ...; }` defines a function for a bash child).
+                var, _, assigned = value.partition("=")
+                self.assignment(var, assigned)
+                i += 1
+                continue
             if value.startswith("-") and value != "-":
                 option, attached = split_option(value, takes_value)
                 if not value.startswith("--") and attached is None:

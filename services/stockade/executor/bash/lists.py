@@ -1347,6 +1347,31 @@ SHELL_SPECIAL_VARS = frozenset(
 even when it is not exported (``BASH_*`` and ``PS*`` are in the dangerous prefixes)."""
 
 
+# Allowed variables whose value, with a slash in it, is a file the C library or curses
+# loads (locale data, a zone file, a terminfo entry) rather than a name.
+_NAMES_A_FILE_WHEN_SLASHED = frozenset(
+    {
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_MESSAGES",
+        "LC_COLLATE",
+        "LC_NUMERIC",
+        "LC_TIME",
+        "LC_MONETARY",
+        "LC_ADDRESS",
+        "LC_IDENTIFICATION",
+        "LC_MEASUREMENT",
+        "LC_NAME",
+        "LC_PAPER",
+        "LC_TELEPHONE",
+    }  # fmt: skip
+)
+
+
 def env_verdict(name: str, value: str | None) -> Literal["allow", "ask", "deny"]:
     """How setting ``name`` (to ``value`` when known) in a command's environment is judged:
     allowed names, ASK for anything not on the allow-list, DENY for variables that make
@@ -1356,6 +1381,9 @@ def env_verdict(name: str, value: str | None) -> Literal["allow", "ask", "deny"]
     if allowed_values is not None and value is not None and value in allowed_values:
         return "allow"
     if name in ALLOWED_ENV_VARS or name.startswith(ALLOWED_ENV_PREFIXES):
+        if name in _NAMES_A_FILE_WHEN_SLASHED and (value is None or "/" in value):
+            # `LC_ALL=/tmp/x`, `TZ=/path`, `TERM=../x`: the C library loads that file.
+            return "ask"
         return "allow"
     if upper.startswith("GIT_TRACE"):
         # Traces go to stderr or to the file named, which filevars.py judges as a write.

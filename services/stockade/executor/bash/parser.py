@@ -199,7 +199,9 @@ def _decode_ansi_c(body: str) -> str:
         else:
             out.append("\\" + nxt)
             i += 2
-    return "".join(out)
+    # bash cuts the string at a NUL (`$'/etc/shadow\\0x'` is `/etc/shadow`; found by the
+    # differential test).
+    return "".join(out).split("\0", 1)[0]
 
 
 def _unescape_bare(text: str) -> tuple[str, bool, bool]:
@@ -869,8 +871,13 @@ class _Walker:
                     text = assignment.value.value
                     if "$(" in text or "`" in text:
                         self.evaluated.append(text)
-            is_assignment = child.type == "variable_assignment"
-            args.append(_assign_word(child) if is_assignment else _word(child))
+            if child.type == "variable_assignment":
+                args.append(_assign_word(child))
+            elif child.type == "variable_name":
+                text = _text(child)  # `unset f`, `export X`: a name, not an expansion
+                args.append(Word(text, text, False, False, False))
+            else:
+                args.append(_word(child))
         fn = self.fn_stack[-1] if self.fn_stack else None
         self.commands.append(RawCommand(name, tuple(args), (), (), fn))
         self._scan(node, depth + 1)
