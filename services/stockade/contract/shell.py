@@ -85,24 +85,21 @@ WRAPPERS: dict[str, WrapperSpec] = {
         value_options=_f("-i", "-o", "-e", "--input", "--output", "--error"), transparent=True
     ),
     # xargs runs CMD with arguments read from stdin (unknown when judging).
+    # -i[R], -e[EOF], -l[N] and --replace[=R], --eof[=EOF], --max-lines[=N] take their
+    # value only attached: `xargs -i sh -c id` runs sh (they are flags here, not options
+    # that swallow the next word).
     "xargs": WrapperSpec(
         value_options=_f(
             "-I",
-            "-i",
             "-n",
             "-P",
             "-L",
-            "-l",
             "-d",
             "-E",
-            "-e",
             "-s",
             "--max-args",
             "--max-procs",
-            "--max-lines",
             "--delimiter",
-            "--eof",
-            "--replace",
             "--max-chars",
             "--process-slot-var",
         ),

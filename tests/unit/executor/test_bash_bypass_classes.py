@@ -351,3 +351,24 @@ def test_ansi_c_strings_end_at_a_nul_as_in_bash(workspace: Path) -> None:
     assert done.stdout == b"[a][/etc/shadow][c]"
     result = analyze("cat $'/etc/shadow\\x00x'", sandbox=_sandbox(workspace))
     assert result.verdict == "deny" and "credentials" in " ".join(result.reasons)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "echo a | xargs -i sh -c 'touch PWNED'",
+        "echo a | xargs -l sh -c 'touch PWNED'",
+        "echo a | xargs -e sh -c 'touch PWNED'",
+        "echo a | xargs --replace sh -c 'touch PWNED'",
+        "echo a | xargs --eof sh -c 'touch PWNED'",
+        "echo a | xargs --max-lines sh -c 'touch PWNED'",
+    ],
+)
+def test_xargs_options_with_optional_values_do_not_swallow_the_command(
+    script: str, workspace: Path
+) -> None:
+    # -i/-e/-l (and their long forms) take a value only when it is attached: the next
+    # word is the command. Judged as a swallowed value, `sh -c` was allowed as `id`-like.
+    assert bash_runs_payload(script, workspace)
+    verdict, reasons = _judge(script, workspace)
+    assert verdict == "deny" and any("spawns a shell" in r for r in reasons), reasons
