@@ -372,3 +372,22 @@ def test_xargs_options_with_optional_values_do_not_swallow_the_command(
     assert bash_runs_payload(script, workspace)
     verdict, reasons = _judge(script, workspace)
     assert verdict == "deny" and any("spawns a shell" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "echo " + "{" * 3000 + "a,b" + "}" * 3000,
+        "echo " + "{a," * 3000 + "b" + "}" * 3000,
+        "echo " + "{a,b}" * 5000,
+        "echo " + "{,}" * 65,
+    ],
+    ids=["nested", "nested-lists", "many-groups", "65-groups"],
+)
+def test_huge_brace_expressions_are_refused_without_blowing_up(
+    script: str, workspace: Path
+) -> None:
+    # Found attacking the checker: thousands of groups overflowed the recursion (an
+    # exception out of analyze) or cost minutes. Past MAX_BRACE_GROUPS: refused.
+    verdict, reasons = _judge(script, workspace)
+    assert verdict == "deny" and "brace" in reasons[0], reasons

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stockade.executor.bash import lists
-from stockade.executor.bash.braces import MAX_BRACE_WORDS
+from stockade.executor.bash.braces import MAX_BRACE_GROUPS, MAX_BRACE_WORDS
 from stockade.executor.bash.explain import Finding, explain, risk_of
 from stockade.executor.bash.filevars import FILE_VARIABLES, written_file
 from stockade.executor.bash.options import (
@@ -403,8 +403,8 @@ class _Judge:
         args = _expanded(raw.args)
         if any(a.braces == () for a in raw.args):
             self.deny(
-                f"a brace expansion makes more than {MAX_BRACE_WORDS} words (refused, not "
-                "judged word by word)"
+                f"a brace expansion makes more than {MAX_BRACE_WORDS} words or has more than "
+                f"{MAX_BRACE_GROUPS} braces (refused, not judged word by word)"
             )
         if resolved is None:
             self.record(_word_text(raw.name), args)

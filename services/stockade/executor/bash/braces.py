@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_BRACE_WORDS", "Atom", "TooMany", "expand_atoms"]
+__all__ = ["MAX_BRACE_GROUPS", "MAX_BRACE_WORDS", "Atom", "TooMany", "expand_atoms"]
 
 MAX_BRACE_WORDS = 256
 """More results than this from one word are refused (a bound on the analysis's work)."""
@@ -34,10 +34,22 @@ class TooMany(Exception):
     """The expansion has more than MAX_BRACE_WORDS results."""
 
 
+MAX_BRACE_GROUPS = 64
+"""More unquoted ``{`` than this in one word is refused before expanding: the search for
+each group's end is linear, so thousands of nested braces would cost seconds (and the
+recursion would overflow the stack)."""
+
+
 def expand_atoms(atoms: list[Atom]) -> list[list[Atom]]:
     """The words of ``atoms`` after brace expansion (``[atoms]`` when there is none).
 
-    Raises :class:`TooMany` past MAX_BRACE_WORDS results."""
+    Raises :class:`TooMany` past MAX_BRACE_WORDS results or MAX_BRACE_GROUPS braces."""
+    if sum(1 for atom in atoms if atom[0] == "{") > MAX_BRACE_GROUPS:
+        raise TooMany
+    return _expand(atoms)
+
+
+def _expand(atoms: list[Atom]) -> list[list[Atom]]:
     start = 0
     n = len(atoms)
     while start < n:
@@ -52,7 +64,7 @@ def expand_atoms(atoms: list[Atom]) -> list[list[Atom]]:
         if commas:
             items = []
             for part in _split_commas(amble):
-                items.extend(expand_atoms(part))
+                items.extend(_expand(part))
                 if len(items) > MAX_BRACE_WORDS:
                     raise TooMany
         else:
@@ -61,7 +73,7 @@ def expand_atoms(atoms: list[Atom]) -> list[list[Atom]]:
             start = i + 1  # `{a}`, `{}`: literal braces; look further
             continue
         preamble = atoms[:i]
-        posts = expand_atoms(atoms[j + 1 :])
+        posts = _expand(atoms[j + 1 :])
         if len(items) * len(posts) > MAX_BRACE_WORDS:
             raise TooMany
         return [preamble + item + post for item in items for post in posts]
