@@ -276,8 +276,12 @@ def _approver(e: a_pb2.AuditEvent) -> str:
         data = json.loads(raw)
     except ValueError:
         return ""
-    resolver = data.get("resolver") if isinstance(data, dict) else None
-    return resolver[:256] if isinstance(resolver, str) else ""
+    if not isinstance(data, dict) or not isinstance(data.get("resolver"), str):
+        return ""
+    # "via": the trusted caller (the console) that answered on the person's behalf.
+    via = data.get("via")
+    shown = data["resolver"] + (f" via {via}" if isinstance(via, str) and via else "")
+    return str(shown)[:300]
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,9 @@ def test_the_approver_comes_from_the_decision_records_settlement() -> None:
     settled = json.dumps({"by": "approval", "approval": "appr-1", "resolver": "token:console-ui"})
     row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(output_preview=settled)))
     assert row.approver == "token:console-ui"  # an identity, not masked as a token
+    via = json.dumps({"by": "approval", "resolver": "alice@example.com", "via": "mtls:console"})
+    row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(output_preview=via)))
+    assert row.approver == "alice@example.com via mtls:console"
     for preview in ("", "plain output", "{not json", json.dumps(["x"]), '{"resolver": 5}'):
         row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(output_preview=preview)))
         assert row.approver == "", preview
