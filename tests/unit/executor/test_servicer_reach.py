@@ -109,3 +109,44 @@ async def test_memory_layer_and_read_only_git_through_the_service(
         )
     )
     assert "ALLOCATED" not in out, out  # 200 MiB does not fit in the 64 MiB limit
+
+
+async def test_a_command_cannot_reach_the_executors_own_unix_socket(tmp_path: Path) -> None:
+    """The executor listens on a unix socket; its own commands run as its uid (so the
+    peer-uid check would let them in), but the socket's directory is hidden from them."""
+    import tempfile
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="stockade-sock-"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    listen = f"unix://{sock_dir}/executor.sock"
+    settings = ExecutorSettings(listen=listen, workspace=ws, allow_ungranted=True)
+    probe = (
+        'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+        f"s.connect('{sock_dir}/executor.sock'); print('CONNECTED')\""
+    )
+    try:
+        async with executor_servicer(settings) as servicer:
+            running = await create_server(
+                "executor",
+                settings,
+                [
+                    Registration(
+                        x_grpc.add_ExecutorServiceServicer_to_server, servicer, SERVICE_NAME
+                    )
+                ],
+            )
+            try:
+                async with grpc.aio.insecure_channel(listen) as channel:
+                    stub = x_grpc.ExecutorServiceStub(channel)
+                    out, result = await _collect(
+                        stub.Execute(x_pb2.ExecuteRequest(call=_bash(probe, "u1")))
+                    )
+            finally:
+                await servicer.core.drain()
+                await stop_server(running)
+    finally:
+        subprocess.run(["rm", "-rf", str(sock_dir)], check=False)
+    assert result.status in (x_pb2.EXECUTION_STATUS_OK, x_pb2.EXECUTION_STATUS_ERROR), result
+    assert "CONNECTED" not in out, out
+    assert "No such file" in out or "Connection refused" in out or "denied" in out, out
