@@ -77,12 +77,15 @@ class DecisionClient:
         return response
 
     async def create_session(
-        self, session_id: str = "", mode: int = c_pb2.PERMISSION_MODE_UNSPECIFIED
+        self, session_id: str = "", mode: int = c_pb2.PERMISSION_MODE_UNSPECIFIED, task: str = ""
     ) -> d_pb2.Session:
-        """Create (or fetch, if it exists) a session."""
-        req = d_pb2.CreateSessionRequest(session_id=session_id, mode=mode)  # type: ignore[arg-type]
+        """Create (or fetch, if it exists) a session; a mode other than the default needs
+        the admin token this client was given."""
+        req = d_pb2.CreateSessionRequest(session_id=session_id, mode=mode, task=task)  # type: ignore[arg-type]
         resp: d_pb2.CreateSessionResponse = await with_retries(
-            lambda: self._stub.CreateSession(req, timeout=DEFAULT_DEADLINE_S)
+            lambda: self._stub.CreateSession(
+                req, timeout=DEFAULT_DEADLINE_S, metadata=self._metadata
+            )
         )
         return resp.session
 

@@ -365,6 +365,7 @@ class Session(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     CONSECUTIVE_DENIALS_FIELD_NUMBER: _builtins.int
     TOTAL_DENIALS_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session id."""
     mode: _common_pb2.PermissionMode.ValueType
@@ -373,6 +374,8 @@ class Session(_message.Message):
     """Denials in a row since the last non-denied decision."""
     total_denials: _builtins.int
     """Denials in the session so far."""
+    task: _builtins.str
+    """The task the session's creator stated; auto mode's classifier judges calls against it."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the session was created."""
@@ -385,10 +388,11 @@ class Session(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         consecutive_denials: _builtins.int = ...,
         total_denials: _builtins.int = ...,
+        task: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consecutive_denials", b"consecutive_denials", "create_time", b"create_time", "mode", b"mode", "session_id", b"session_id", "total_denials", b"total_denials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consecutive_denials", b"consecutive_denials", "create_time", b"create_time", "mode", b"mode", "session_id", b"session_id", "task", b"task", "total_denials", b"total_denials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -402,19 +406,25 @@ class CreateSessionRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Optional id; the server makes one when empty. Creating an existing id returns it."""
     mode: _common_pb2.PermissionMode.ValueType
     """Initial mode; UNSPECIFIED uses the configured default."""
+    task: _builtins.str
+    """The session's stated task (at most 4,000 characters), shown to auto mode's
+    classifier with every call it judges. Set when the session is created.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         mode: _common_pb2.PermissionMode.ValueType = ...,
+        task: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "session_id", b"session_id", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -263,6 +263,7 @@ class Classifier:
         budget_per_session: int = 50,
         cache_size: int = 4_096,
         clock: Callable[[], float] = time.monotonic,
+        on_verdict: Callable[[ClassifierVerdict], None] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise InvalidArgument("the classifier timeout must be positive")
@@ -276,9 +277,17 @@ class Classifier:
         self._cache: OrderedDict[str, tuple[Verdict, str]] = OrderedDict()
         self._cache_size = cache_size
         self._clock = clock
+        self._on_verdict = on_verdict
+        """Called with every verdict (metrics)."""
 
     async def classify(self, session_id: str, call: ClassifierCall) -> ClassifierVerdict:
         """Ask the model about one call (or answer from the cache)."""
+        verdict = await self._classify(session_id, call)
+        if self._on_verdict is not None:
+            self._on_verdict(verdict)
+        return verdict
+
+    async def _classify(self, session_id: str, call: ClassifierCall) -> ClassifierVerdict:
         key = call.cache_key(self.model_name, self.prompt)
         hit = self._cache.get(key)
         if hit is not None:

@@ -3,10 +3,17 @@ adapted to the one call the classifier makes, and built from the decision settin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from stockade.agent.providers.base import Message, Provider
 from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
 from stockade.agent.providers.scripted import ScriptedProvider, load_script
-from stockade.decision.classifier import DEFAULT_PROMPT, Classifier, validate_prompt
+from stockade.decision.classifier import (
+    DEFAULT_PROMPT,
+    Classifier,
+    ClassifierVerdict,
+    validate_prompt,
+)
 from stockade.decision.settings import DecisionSettings
 from stockade.errors import InvalidArgument
 
@@ -25,7 +32,10 @@ class ProviderModel:
         return turn.text
 
 
-def build_classifier(settings: DecisionSettings) -> tuple[Classifier | None, OpenAIProvider | None]:
+def build_classifier(
+    settings: DecisionSettings,
+    on_verdict: Callable[[ClassifierVerdict], None] | None = None,
+) -> tuple[Classifier | None, OpenAIProvider | None]:
     """The configured classifier (None when AUTO_PROVIDER is ``none``) and the HTTP provider
     to close at shutdown; raises InvalidArgument naming the setting that is wrong."""
     prompt = DEFAULT_PROMPT
@@ -81,5 +91,6 @@ def build_classifier(settings: DecisionSettings) -> tuple[Classifier | None, Ope
         timeout_s=settings.auto_timeout_s,
         budget_per_session=settings.auto_budget_per_session,
         cache_size=settings.auto_cache_size,
+        on_verdict=on_verdict,
     )
     return classifier, closable

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.decision.approvals import ApprovalBroker, ApprovalLimits
+from stockade.decision.auto import apply_verdict, classifier_call
+from stockade.decision.classifier import Classifier
 from stockade.decision.engine import (
     CompiledPolicy,
     Decision,
@@ -77,6 +79,7 @@ class DecisionCore:
         clock: Callable[[], float] = time.time,
         approval_limits: ApprovalLimits | None = None,
         shadow: ShadowPolicy | None = None,
+        classifier: Classifier | None = None,
     ) -> None:
         self.policies = policies
         self.store = store
@@ -85,6 +88,8 @@ class DecisionCore:
         self._default_mode = default_mode
         self.shadow = shadow
         """A candidate policy decided beside the live one, never enforced (shadow mode)."""
+        self.classifier = classifier
+        """auto mode's classifier (DEC-17); None: classifiable asks go to a person."""
 
     @property
     def policy(self) -> CompiledPolicy:
@@ -120,6 +125,8 @@ class DecisionCore:
         decision = decide(policy, request)
         if self.shadow is not None:
             decision = self.shadow.compare(decision, request, session.session_id)
+        if decision.classifiable and self.classifier is not None:
+            decision = await self._classify(call, facts, session.task, decision)
         grant = None
         approval_id = ""
         always_allow_applies = False
@@ -169,6 +176,16 @@ class DecisionCore:
             session.consecutive_denials, session.total_denials, policy
         )
         return Outcome(decision, halt, halt_reason, grant, approval_id, always_allow_applies)
+
+    async def _classify(
+        self, call: CallInput, facts: Facts, task: str, decision: Decision
+    ) -> Decision:
+        """DEC-17: put an ask no rule settled to the classifier; only a clean verdict
+        changes the decision (see ``stockade.decision.auto``)."""
+        assert self.classifier is not None
+        asked = classifier_call(call.tool_name, dict(call.arguments), facts, decision, task)
+        verdict = await self.classifier.classify(call.session_id, asked)
+        return apply_verdict(decision, verdict)
 
     @staticmethod
     def halt_state(consecutive: int, total: int, policy: CompiledPolicy) -> tuple[bool, str]:

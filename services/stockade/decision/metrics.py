@@ -21,6 +21,18 @@ class DecisionMetrics:
         self._halts = meter.create_counter(
             "stockade.decision.halts", unit="{decision}", description="Decisions carrying halt"
         )
+        self._classified = meter.create_counter(
+            "stockade.decision.classifier.verdicts",
+            unit="{verdict}",
+            description="auto mode classifier verdicts by outcome (allow, block, unsure, or "
+            "the failure that made it unsure: timeout, rate_limited, unreachable, malformed, "
+            "budget) and whether the cache answered",
+        )
+        self._classifier_latency = meter.create_histogram(
+            "stockade.decision.classifier.latency",
+            unit="ms",
+            description="Time the classifier's model took to answer (cache hits excluded)",
+        )
 
         # Attribute sets are few (verdict × step): built once and reused, never mutated,
         # so a decision does not allocate two dicts for its metrics.
@@ -44,3 +56,9 @@ class DecisionMetrics:
         self._latency.record(seconds * 1000.0, lat_attrs)
         if halt:
             self._halts.add(1)
+
+    def record_classifier(self, outcome: str, latency_s: float, *, cached: bool) -> None:
+        """Record one auto mode classification (DEC-17)."""
+        self._classified.add(1, {"outcome": outcome, "cached": cached})
+        if not cached:
+            self._classifier_latency.record(latency_s * 1000.0, {"outcome": outcome})

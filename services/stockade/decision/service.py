@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stockade.decision.approvals import ApprovalLimits
+from stockade.decision.classifier_model import build_classifier
 from stockade.decision.core import DecisionCore
 from stockade.decision.grants import (
     PRIVATE_KEY_NAME,
@@ -19,6 +20,7 @@ from stockade.decision.grants import (
     generate_keypair,
     load_private_key,
 )
+from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import parse_mode
 from stockade.decision.policy import PolicyStore, rule_lists_doc
 from stockade.decision.servicer import AdminAuth, DecisionServicer
@@ -137,8 +139,19 @@ class DecisionApp:
             shadow_policies = policy_store(s, s.shadow_policy_file)
             shadow = ShadowPolicy(shadow_policies)
             log.info("decision shadow mode: candidate %s", describe_policy(shadow_policies))
+        metrics = DecisionMetrics()
+        classifier, model_client = build_classifier(
+            s, lambda v: metrics.record_classifier(v.outcome, v.latency_s, cached=v.cached)
+        )
+        if classifier is not None:
+            log.info("decision auto mode classifier: %s", classifier.model_name)
         core = DecisionCore(
-            policies, store, signer_for(s), approval_limits=approval_limits(s), shadow=shadow
+            policies,
+            store,
+            signer_for(s),
+            approval_limits=approval_limits(s),
+            shadow=shadow,
+            classifier=classifier,
         )
         # Pending approvals are read now, so those left by a restart start their
         # re-attach window at once.
@@ -160,7 +173,9 @@ class DecisionApp:
             loop.add_signal_handler(signal.SIGHUP, reload_all)
             sighup = True
         try:
-            servicer = DecisionServicer(core, AdminAuth(s.admin_tokens, s.admin_identities))
+            servicer = DecisionServicer(
+                core, AdminAuth(s.admin_tokens, s.admin_identities), metrics
+            )
             yield [
                 Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)
             ]
@@ -172,3 +187,5 @@ class DecisionApp:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await store.close()
+            if model_client is not None:
+                await model_client.aclose()

@@ -263,6 +263,7 @@ def session_to_pb(s: SessionRecord) -> d_pb2.Session:
         mode=MODE_TO_PB[s.mode],
         create_time=_ts(s.create_time),
         consecutive_denials=s.consecutive_denials,
+        task=s.task,
         total_denials=s.total_denials,
     )
 
@@ -390,7 +391,9 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             if request.mode == c_pb2.PERMISSION_MODE_UNSPECIFIED
             else _mode(request.mode)
         )
-        rec, _ = await self.core.store.create_session(request.session_id or None, mode)
+        rec, _ = await self.core.store.create_session(
+            request.session_id or None, mode, task=request.task
+        )
         return d_pb2.CreateSessionResponse(session=session_to_pb(rec))
 
     async def GetSession(

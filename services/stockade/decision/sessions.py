@@ -90,6 +90,7 @@ _MIGRATIONS = (
     # (table, column, definition, backfill): columns added after the first release of the
     # schema, with the statement that fills them in for existing rows.
     ("approvals", "always_allow_applies", "INTEGER NOT NULL DEFAULT 1", None),
+    ("sessions", "task", "TEXT NOT NULL DEFAULT ''", None),
     (
         "approvals",
         "finish_time",
@@ -101,6 +102,8 @@ _MIGRATIONS = (
 # Created after the migrations: they use columns older databases only have from then on.
 _LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS approvals_finished ON approvals(finish_time)",)
 
+MAX_TASK_CHARS = 4_000
+"""A session's stated task: one paragraph for auto mode's classifier, not a document."""
 DEFAULT_CACHE_MAX_SESSIONS = 10_000
 """Sessions whose state is kept in memory (each costs about 2 KB, more with rules)."""
 DEFAULT_MAX_SESSION_RULES = 1_000
@@ -125,6 +128,8 @@ class SessionRecord:
     create_time: float
     consecutive_denials: int = 0
     total_denials: int = 0
+    task: str = ""
+    """The task the session's creator stated (auto mode's classifier sees it)."""
 
 
 @dataclass(frozen=True)
@@ -259,17 +264,23 @@ class SessionStore:
     # -- sessions -----------------------------------------------------------------------
 
     async def create_session(
-        self, session_id: str | None, mode: Mode
+        self, session_id: str | None, mode: Mode, *, task: str = ""
     ) -> tuple[SessionRecord, bool]:
         """Create a session (or return the existing one with that id); True if created."""
+        if len(task) > MAX_TASK_CHARS:
+            raise InvalidArgument(
+                f"task is {len(task):,} characters; the limit is {MAX_TASK_CHARS:,}",
+                argument="task",
+            )
         sid = session_id or new_id("ses")
         existing = await self.find_session(sid)
         if existing is not None:
             return existing, False
-        rec = SessionRecord(sid, mode, self._clock())
+        rec = SessionRecord(sid, mode, self._clock(), task=task)
         await self._db.execute(
-            "INSERT OR IGNORE INTO sessions (session_id, mode, create_time) VALUES (?, ?, ?)",
-            (sid, mode.value, rec.create_time),
+            "INSERT OR IGNORE INTO sessions (session_id, mode, create_time, task) "
+            "VALUES (?, ?, ?, ?)",
+            (sid, mode.value, rec.create_time, task),
         )
         await self._db.commit()
         found = await self.find_session(sid)
@@ -283,7 +294,7 @@ class SessionStore:
             self._cache.move_to_end(session_id)
             return cached.record
         async with self._db.execute(
-            "SELECT session_id, mode, create_time, consecutive_denials, total_denials "
+            "SELECT session_id, mode, create_time, consecutive_denials, total_denials, task "
             "FROM sessions WHERE session_id = ?",
             (session_id,),
         ) as cur:
@@ -293,7 +304,7 @@ class SessionStore:
         cached = self._cache.get(session_id)
         if cached is not None:  # another call read it meanwhile and may have moved on
             return cached.record
-        rec = SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4])
+        rec = SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4], row[5])
         self._remember(session_id, _Cached(rec))
         return rec
 
