@@ -12,7 +12,7 @@ a person, DENY for a subagent) with the classifier's note added to its reason.
 
 from __future__ import annotations
 
-from stockade.agent.redaction import redact_value
+from stockade.contract.redaction import redact_value
 from stockade.decision.classifier import ClassifierCall, ClassifierVerdict, Verdict
 from stockade.decision.engine import Conflict, Decision, Facts
 from stockade.decision.rules import Effect, Rule, Source
