@@ -33,6 +33,7 @@ from google.protobuf import json_format
 from stockade.client.agent import AgentClient
 from stockade.client.audit import AuditClient
 from stockade.client.base import aio_channel
+from stockade.client.decision import DecisionClient
 from stockade.stack import SERVICES, LocalStack, StackError
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2 as au_pb2
@@ -42,6 +43,9 @@ from stockade.v1 import decision_service_pb2_grpc as d_grpc
 from stockade.v1 import executor_service_pb2 as x_pb2
 
 SESSION = "demo-session"
+AUTO_SESSION = "demo-auto"
+"""The second session: auto mode, where a classifier model settles asks no rule settles."""
+AUTO_TASK = "Run the demo app and tidy up the project without losing work."
 RESOLVER = "demo-resolver"
 # What the automated resolver approves; everything else it leaves to time out.
 AUTO_APPROVE_TOOLS = frozenset({"file_write"})
@@ -52,7 +56,10 @@ WORKSPACE_FILES = {
         "Hello from the Stockade demo workspace.\nEvery tool call here was checked.\n"
     ),
     "notes/todo.md": "# Notes\n- TODO: write the summary\n",
-    "src/app.py": "def main() -> None:\n    # TODO: handle errors\n    print('hi')\n",
+    "src/app.py": (
+        "def main() -> None:\n    # TODO: handle errors\n    print('hi')\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    ),
     ".env": "DATABASE_PASSWORD=demo-secret-do-not-read\n",
 }
 
@@ -81,6 +88,9 @@ def prepare(state_dir: Path, script: Path | None, policy: Path | None) -> tuple[
     (scripts / "demo.yaml").write_text(
         script.read_text() if script else assets.joinpath("demo.yaml").read_text()
     )
+    # auto mode's session: the agent's script, and the scripted classifier's replies.
+    (scripts / "auto.yaml").write_text(assets.joinpath("auto.yaml").read_text())
+    (state_dir / "classifier.yaml").write_text(assets.joinpath("classifier.yaml").read_text())
     policy_file = state_dir / "policy.toml"
     policy_file.write_text(
         policy.read_text() if policy else assets.joinpath("policy.toml").read_text()
@@ -181,18 +191,22 @@ async def auto_resolver(address: str, token: str, style: Style, ready: asyncio.E
                 )
 
 
-async def print_audit(address: str, style: Style) -> bool:
-    """Print the session's audit rows, oldest first, and verify the hash chain."""
+async def print_audit(
+    address: str, style: Style, sessions: tuple[str, ...] = (SESSION, AUTO_SESSION)
+) -> bool:
+    """Print the sessions' audit rows, oldest first, and verify the hash chain."""
     client = AuditClient(address)
     try:
         rows = [
             r
-            async for r in client.query_all(au_pb2.QueryRequest(session_id=SESSION, page_size=200))
+            for session in sessions
+            async for r in client.query_all(au_pb2.QueryRequest(session_id=session, page_size=200))
         ]
         verified = await client.verify()
     finally:
         await client.close()
-    print("\n" + style("Audit trail", "1"), f"(session {SESSION})")
+    rows.sort(key=lambda r: r.sequence, reverse=True)
+    print("\n" + style("Audit trail", "1"), f"(sessions {', '.join(sessions)})")
     print(f"  {'seq':>4}  {'agent':<9} {'tool':<14} {'status':<13} {'verdict':<7} rule")
     for row in reversed(rows):
         e = row.event
@@ -211,6 +225,27 @@ async def print_audit(address: str, style: Style) -> bool:
             f"{verified.detail}"
         )
     return verified.ok
+
+
+async def run_auto_session(stack: LocalStack, style: Style) -> None:
+    """The second session, in auto mode (DEC-17): the scripted classifier allows one call,
+    blocks one, and is unsure of one, which then waits for a person."""
+    print(
+        "\n" + style("auto mode", "1"),
+        f"(session {AUTO_SESSION}): a classifier model settles the asks no rule settles",
+    )
+    async with aio_channel(stack.addresses["decision"]) as ch:
+        # A mode other than the default needs an admin caller (DEC-6).
+        await DecisionClient(ch, admin_token=stack.admin_token).create_session(
+            AUTO_SESSION, c_pb2.PERMISSION_MODE_AUTO, task=AUTO_TASK
+        )
+    async with aio_channel(stack.addresses["agent"]) as ch:
+        async for event in AgentClient(ch).run_turn(
+            a_pb2.RunTurnRequest(session_id=AUTO_SESSION, message=AUTO_TASK, script="auto")
+        ):
+            line = describe(event, style)
+            if line:
+                print(line)
 
 
 PERSON_WAIT_S = 300
@@ -269,7 +304,12 @@ async def run_demo(
         common_env=common,
         env={
             "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
-            "decision": {"STOCKADE_DECISION_POLICY_FILE": str(policy_file)},
+            "decision": {
+                "STOCKADE_DECISION_POLICY_FILE": str(policy_file),
+                # auto mode's classifier, scripted: allow, block, then unsure (a person).
+                "STOCKADE_DECISION_AUTO_PROVIDER": "scripted",
+                "STOCKADE_DECISION_AUTO_SCRIPT_FILE": str(state_dir / "classifier.yaml"),
+            },
             "agent": {"STOCKADE_AGENT_SCRIPT_DIR": str(scripts)},
             "console": console_env(person, login_token, console_listen),
         },
@@ -325,6 +365,10 @@ async def run_demo(
                     print(line)
         if resolver is not None:
             resolver.cancel()
+        if bot:
+            # With a person at the console the demo stops at the first session: the auto
+            # session's unsure call would wait minutes for them.
+            await run_auto_session(stack, style)
         # Stopping the agent drains its audit events before the trail is read.
         await stack.stop("agent")
         ok = await print_audit(stack.addresses["audit"], style)

@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = cmd("create", "create a session (or show the existing one)")
     p.add_argument("session_id", nargs="?", default="")
-    p.add_argument("--mode", type=_mode)
+    p.add_argument("--mode", type=_mode, help="another mode than the default needs --token")
+    p.add_argument("--task", default="", help="the session's stated task (auto mode shows it)")
     p.set_defaults(func=_create)
     p = cmd("get", "show a session with its mode and denial counters")
     p.add_argument("session_id")
@@ -92,7 +93,7 @@ def _done(resp: object, a: argparse.Namespace) -> int:
 
 def _create(a: argparse.Namespace) -> int:
     mode = a.mode if a.mode is not None else c_pb2.PERMISSION_MODE_UNSPECIFIED
-    req = d_pb2.CreateSessionRequest(session_id=a.session_id, mode=mode)
+    req = d_pb2.CreateSessionRequest(session_id=a.session_id, mode=mode, task=a.task)
     return _done(call(a, lambda s: s.CreateSession(req)), a)
 
 
