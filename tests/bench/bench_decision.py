@@ -1,5 +1,5 @@
 """PERF-1: Decide over gRPC vs an echo RPC (p50, throughput at 64 in flight) and in-process
-decisions per second with 1,000 rules.
+decisions per second, dense (PERF-1c: 1,000 rules against 10) and spread out.
 
 The decision service and the echo server run in this process with the same server
 plumbing, each on a unix socket. They are measured in alternating rounds (echo, Decide,
@@ -7,11 +7,16 @@ echo, Decide, ...) and each figure pools its rounds, so a burst of load from els
 this shared machine hits both sides instead of skewing one. The benchmarked Decide is an
 ALLOW, so it includes signing its Ed25519 grant (DEC-12), as every allowed call must.
 
-The in-process figure measures the decision itself, ``engine.decide`` (matching the call
-against the 1,000 rules, precedence, mode, explanation): SPEC ties it to indexing rules by
-tool and compiling patterns once. Sessions, grant signing and protobuf are service costs
-and are inside PERF-1a/1b instead. It uses 1,000 distinct calls (no two alike) with the
-executor's facts attached, as they arrive over gRPC, so no cache could flatter it.
+The in-process figures measure the decision itself, ``engine.decide`` (matching the call
+against the rules, precedence, mode, explanation). Sessions, grant signing and protobuf
+are service costs and are inside PERF-1a/1b instead. They use 1,000 distinct calls (no two
+alike) with the executor's facts attached, as they arrive over gRPC, so no cache could
+flatter them. PERF-1c (SPEC §9 rev 2) is the dense workload: most rules on three tools
+(path globs ``**/secrets/<i>/**`` on read_file, exact commands on run_bash, substrings on
+fetch), calls that hit and calls that miss, at 1,000 rules against the same at 10: the
+ratio shows whether cost grows with the rules on a tool. PERF-1c-spread is the former
+workload (1,000 rules over 203 tools). PERF-1c-linear shows matching is linear in the
+input: adversarial wildcard rules against a command 10× longer cost about 10× as much.
 """
 
 from __future__ import annotations
@@ -90,14 +95,50 @@ def distinct_requests(n: int = 1000) -> list[DecisionRequest]:
     return out
 
 
-def in_process_rate() -> float:
-    """Best of 7 rounds of 2 × 1,000 distinct decisions."""
-    policy = compile_policy(PolicyDoc(rules=tuple(thousand_rules())), cwd="/w")
-    reqs = distinct_requests()
+def dense_rules(n: int) -> list[Rule]:
+    """``n`` rules, dense on three tools: 40% path globs on read_file (DENY), 40% exact
+    commands on run_bash (ALLOW), 20% substrings on fetch (ASK)."""
+    n_path, n_cmd = n * 4 // 10, n * 4 // 10
+    n_sub = n - n_path - n_cmd
+    rules = [
+        Rule(Effect.DENY, f"read_file(**/secrets/{i}/**)", Source.MANAGED) for i in range(n_path)
+    ]
+    rules += [Rule(Effect.ALLOW, f"run_bash(git log -n {i})", Source.MANAGED) for i in range(n_cmd)]
+    rules += [Rule(Effect.ASK, f"fetch(evil{i}.example)", Source.MANAGED) for i in range(n_sub)]
+    return rules
+
+
+def dense_requests(n_rules: int, n: int = 1000) -> list[DecisionRequest]:
+    """``n`` distinct calls of the three tools, half hitting a rule and half missing all."""
+    n_path, n_cmd = n_rules * 4 // 10, n_rules * 4 // 10
+    n_sub = n_rules - n_path - n_cmd
+    ex = Explanation(Risk.LOW, "Reads a file")
+    out = []
+    for i in range(n):
+        hit = i % 2 == 0
+        kind = (i // 2) % 3
+        if kind == 0:
+            path = f"/w/secrets/{i % n_path}/k{i}.pem" if hit else f"/w/src/m{i}.py"
+            facts = Facts(read_only=True, inside_working_dir=True, explanation=ex)
+            out.append(DecisionRequest("read_file", {"file_path": path}, facts=facts))
+        elif kind == 1:
+            cmd = f"git log -n {i % n_cmd}" if hit else f"git log -n {i} --stat"
+            ask = (Rule(Effect.ASK, "run_bash", Source.TOOL, "tool check"),)
+            facts = Facts(sub_commands=(cmd,), read_only=False, tool_rules=ask, explanation=ex)
+            out.append(DecisionRequest("run_bash", {"command": cmd}, facts=facts))
+        else:
+            url = f"https://evil{i % n_sub}.example/{i}" if hit else f"https://ok{i}.org/x"
+            out.append(DecisionRequest("fetch", {"url": url}, facts=Facts(explanation=ex)))
+    return out
+
+
+def rate(rules: list[Rule], reqs: list[DecisionRequest], rounds: int = 7) -> float:
+    """Best of ``rounds`` rounds of 2 × the calls, in decisions per second."""
+    policy = compile_policy(PolicyDoc(rules=tuple(rules)), cwd="/w")
     for r in reqs:
         decide(policy, r)
     best = 0.0
-    for _ in range(7):
+    for _ in range(rounds):
         t0 = time.perf_counter()
         for r in reqs:
             decide(policy, r)
@@ -105,6 +146,46 @@ def in_process_rate() -> float:
             decide(policy, r)
         best = max(best, 2 * len(reqs) / (time.perf_counter() - t0))
     return best
+
+
+def in_process_rate() -> float:
+    """The spread-out workload: 1,000 rules over 203 tools."""
+    return rate(thousand_rules(), distinct_requests())
+
+
+ADVERSARIAL = [
+    "run_bash(*rm*-rf*)",
+    "run_bash(*a*a*a*a*a*b*)",
+    "read_file(**/a/**/a/**/a/**/b)",
+    "read_file(*a*a*a*a*b)",
+    "*(*x*y*z*x*y*z*)",
+]
+"""Patterns that make a backtracking matcher super-linear on long inputs of a's and rm's."""
+
+
+def adversarial_seconds(length: int) -> float:
+    """One decision each of a run_bash and a read_file call of ``length`` characters under
+    the adversarial rules (none of which matches): the sum of each call's best of 7."""
+    policy = compile_policy(
+        PolicyDoc(rules=tuple(Rule(Effect.DENY, p, Source.MANAGED) for p in ADVERSARIAL)),
+        cwd="/w",
+    )
+    unit = "rm a "
+    cmd = (unit * (length // len(unit) + 1))[:length]
+    path = "/" + ("a/" * (length // 2))[: length - 1]
+    calls = [
+        DecisionRequest("run_bash", {"command": cmd}, facts=Facts(sub_commands=(cmd,))),
+        DecisionRequest("read_file", {"file_path": path}, facts=Facts()),
+    ]
+    total = 0.0
+    for r in calls:
+        best = float("inf")
+        for _ in range(7):
+            t0 = time.perf_counter()
+            decide(policy, r)
+            best = min(best, time.perf_counter() - t0)
+        total += best
+    return total
 
 
 def _decide_request() -> d_pb2.DecideRequest:
@@ -184,7 +265,7 @@ async def _rpc_figures() -> list[dict[str, Any]]:
             "ms",
             baseline=echo_p50 * 1000,
             ratio=dec_p50 / echo_p50,
-            target="<= 1.3",
+            target="<= 1.4",
         ),
         figure(
             "PERF-1b",
@@ -193,21 +274,46 @@ async def _rpc_figures() -> list[dict[str, Any]]:
             "calls/s",
             baseline=echo_tp,
             ratio=dec_tp / echo_tp,
-            target=">= 0.8",
+            target=">= 0.5",
         ),
     ]
 
 
 def run() -> list[dict[str, Any]]:
-    """The three PERF-1 figures."""
+    """The PERF-1 figures."""
     figures = asyncio.run(_rpc_figures())
+    dense_10 = rate(dense_rules(10), dense_requests(10))
+    dense_1000 = rate(dense_rules(1000), dense_requests(1000))
     figures.append(
         figure(
             "PERF-1c",
-            "in-process decisions/s with 1,000 rules (1,000 distinct calls)",
+            "in-process decisions/s, 1,000 dense rules (>= 200 on one tool) vs 10 rules",
+            dense_1000,
+            "decisions/s",
+            baseline=dense_10,
+            ratio=dense_1000 / dense_10,
+            target=">= 0.5",
+        )
+    )
+    figures.append(
+        figure(
+            "PERF-1c-spread",
+            "in-process decisions/s, 1,000 rules spread over 203 tools (1,000 distinct calls)",
             in_process_rate(),
             "decisions/s",
-            target=">= 200000",
+            target="reported",
+        )
+    )
+    short, long = adversarial_seconds(6_500), adversarial_seconds(65_000)
+    figures.append(
+        figure(
+            "PERF-1c-linear",
+            "adversarial wildcard rules: decision time at 65,000 vs 6,500 characters",
+            long * 1000,
+            "ms",
+            baseline=short * 1000,
+            ratio=long / short,
+            target="<= 20 (linear: about 10)",
         )
     )
     return figures

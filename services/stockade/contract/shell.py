@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_COMMAND_CHARS",
     "PRIVILEGE_WRAPPERS",
     "SYSTEM_BIN_DIRS",
     "WRAPPERS",
@@ -179,6 +180,12 @@ PRIVILEGE_WRAPPERS: dict[str, WrapperSpec] = {
 them outright; the decision rules look through them for DENY and ASK only, so a DENY on
 ``rm`` also catches ``sudo rm`` while an ALLOW on ``git status`` never allows
 ``sudo git status``."""
+
+
+MAX_COMMAND_CHARS = 64 * 1024
+"""The longest command (in characters) either side accepts: the executor refuses a longer
+one unparsed, and the decision service refuses to decide it (INVALID_ARGUMENT naming the
+limit), so no rule set meets an unbounded input."""
 
 
 SYSTEM_BIN_DIRS = frozenset(

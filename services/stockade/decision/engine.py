@@ -14,7 +14,7 @@ calls). Every other thing that matched goes into the conflict log.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -29,9 +29,8 @@ from stockade.decision.rules import (
     Effect,
     Rule,
     RuleIndex,
-    RuleScreen,
+    RuleTier,
     Source,
-    TierRules,
     call_content,
 )
 
@@ -180,64 +179,75 @@ class _Outcome(NamedTuple):
     """auto mode: the classifier may settle this outcome (see ``_auto_step``)."""
 
 
-_NO_RULES = TierRules((), RuleScreen(()))
+_NO_RULES = RuleTier(())
 _NO_TIERS = (_NO_RULES, _NO_RULES, _NO_RULES)
+
+
+def _rules(hits: list[CompiledRule]) -> list[Rule]:
+    return [c.rule for c in hits] if hits else []
 
 
 def _collect(
     req: DecisionRequest,
-    content: CallContent,
-    deny: tuple[tuple[CompiledRule, ...], tuple[CompiledRule, ...]],
+    p_deny: list[Rule],
+    s_deny: list[Rule],
     ask: list[Rule],
-    allow_rules: tuple[CompiledRule, ...],
+    allow: tuple[list[Rule], bool],
 ) -> _Matches:
     """Every policy, session, tool and hook rule that matches the call, by tier."""
-    p_deny, s_deny = deny
-    allow, covers = _allow_matches(allow_rules, content) if allow_rules else ([], False)
     tool_rules = req.facts.tool_rules
     hooks = req.hook_signals
     return _Matches(
-        policy_deny=[c.rule for c in p_deny if c.matches(content)] if p_deny else [],
+        policy_deny=p_deny,
         tool_deny=[r for r in tool_rules if r.effect is Effect.DENY] if tool_rules else [],
-        session_deny=[c.rule for c in s_deny if c.matches(content)] if s_deny else [],
+        session_deny=s_deny,
         hook_block=[s.as_rule() for s in hooks if s.kind is SignalKind.BLOCK] if hooks else [],
         hook_ask=[s.as_rule() for s in hooks if s.kind is SignalKind.PERMISSION_REQUIRED]
         if hooks
         else [],
         explicit_ask=ask,
         tool_ask=[r for r in tool_rules if r.effect is Effect.ASK] if tool_rules else [],
-        allow=allow,
-        allow_covers=covers,
+        allow=allow[0],
+        allow_covers=allow[1],
     )
 
 
-def _may_allow(content: CallContent, policy: RuleScreen, session: RuleScreen) -> bool:
-    """False only when no ALLOW rule of either screen can match (see ``_allow_matches``)."""
-    if content.tool_name != BASH_TOOL or "command" not in content.fields:
-        return policy.allows(content) or session.allows(content)
-    return policy.may_allow_command(content) or session.may_allow_command(content)
+def _allow_matches(
+    policy: RuleTier, session: RuleTier, content: CallContent
+) -> tuple[list[Rule], bool]:
+    """ALLOW rules that match, and whether they cover the call (DEC-2 for run_bash).
 
-
-def _allow_matches(rules: Sequence[CompiledRule], content: CallContent) -> tuple[list[Rule], bool]:
-    """ALLOW rules that match, and whether they cover the call (DEC-2 for run_bash)."""
+    Policy ALLOW rules come before session ones (their orders restart per index).
+    """
+    if not (policy.rules or session.rules):
+        return [], False
     if content.tool_name != BASH_TOOL or "command" not in content.fields:
-        hits = [c.rule for c in rules if c.allows(content)]
+        hits = _rules(policy.allowing(content)) + _rules(session.allowing(content))
         return hits, bool(hits)
-    used: list[Rule] = []
     # An ALLOW written for the whole command (e.g. an ALWAYS_ALLOW grant) covers it as is.
-    for c in rules:
-        if c.is_literal and c.allows_command(content.whole_command):
-            return [c.rule], True
+    whole = content.whole_command
+    tiers = (policy, session) if session.rules else (policy,)
+    whole_hits = [t.allowing_command(whole) for t in tiers]
+    for found in whole_hits:
+        for c in found:
+            if c.is_literal:
+                return [c.rule], True
     subs = content.allow_sub_commands
     if not subs:
         return [], False
+    used: list[Rule] = []
     covered = True
     for sub in subs:
-        hit = next((c for c in rules if c.allows_command(sub)), None)
-        if hit is None:
+        hit: list[CompiledRule] = []
+        for i, t in enumerate(tiers):
+            # a single simple command is the whole command: already looked up
+            hit = whole_hits[i] if sub == whole else t.allowing_command(sub)
+            if hit:
+                break
+        if not hit:
             covered = False
-        elif hit.rule not in used:
-            used.append(hit.rule)
+        elif hit[0].rule not in used:
+            used.append(hit[0].rule)
     return used, covered and bool(used)
 
 
@@ -442,29 +452,19 @@ def decide(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
     p_deny, p_ask, p_allow = policy.index.tiers(tool)
     sess = req.session_rules
     s_deny, s_ask, s_allow = sess.tiers(tool) if sess is not None else _NO_TIERS
-    # Each tier's screen says in one regex call whether any of its rules can match; only
-    # then are its rules tested one by one (most calls match no DENY/ASK rule at all).
-    if (p_ask.rules and p_ask.screen.matches(content)) or (
-        s_ask.rules and s_ask.screen.matches(content)
-    ):
-        ask = [c.rule for c in (*p_ask.rules, *s_ask.rules) if c.matches(content)]
-    else:
-        ask = []
-    # Policy ALLOW rules come before session ones (orders restart per index).
-    allow_rules = (*p_allow.rules, *s_allow.rules) if s_allow.rules else p_allow.rules
-    if allow_rules and not _may_allow(content, p_allow.screen, s_allow.screen):
-        allow_rules = ()  # no ALLOW rule can match: the same as testing each and finding none
-    if not (
-        ask
-        or facts.tool_rules
-        or req.hook_signals
-        or (p_deny.rules and p_deny.screen.matches(content))
-        or (s_deny.rules and s_deny.screen.matches(content))
-    ):
+    # Each tier says which of its rules match with one pattern-set look-up per content
+    # string (RuleTier): the cost does not grow with the number of rules.
+    ask = p_ask.matching_rules(content)
+    if s_ask.rules:
+        ask += s_ask.matching_rules(content)
+    policy_deny = p_deny.matching_rules(content)
+    session_deny = s_deny.matching_rules(content) if s_deny.rules else []
+    allow = _allow_matches(p_allow, s_allow, content)
+    if not (ask or facts.tool_rules or req.hook_signals or policy_deny or session_deny):
         # Nothing but ALLOW rules applies (the common case): the full pipeline would settle
         # at P7/P8, so skip building the tiers; _decide_allow_only keeps the result exact.
-        return _decide_allow_only(policy, req, content, allow_rules)
-    matches = _collect(req, content, (p_deny.rules, s_deny.rules), ask, allow_rules)
+        return _decide_allow_only(policy, req, content, allow)
+    matches = _collect(req, policy_deny, session_deny, ask, allow)
     return _finish(policy, req, content, matches)
 
 
@@ -495,7 +495,7 @@ def _decide_allow_only(
     policy: CompiledPolicy,
     req: DecisionRequest,
     content: CallContent,
-    allow_rules: tuple[CompiledRule, ...],
+    allow_matches: tuple[list[Rule], bool],
 ) -> Decision:
     """``decide`` when no DENY/ASK rule matches and no tool check or hook signal came.
 
@@ -504,7 +504,7 @@ def _decide_allow_only(
     other modes act on ASK alone). Anything beyond the trivial conflict cases falls back
     to the general path with the same matches.
     """
-    allow, covers = _allow_matches(allow_rules, content) if allow_rules else ([], False)
+    allow, covers = allow_matches
     mode = req.mode
     if len(allow) > 1 or (allow and not covers) or (mode is Mode.PLAN and not _is_read_only(req)):
         matches = _Matches([], [], [], [], [], [], [], allow, covers)

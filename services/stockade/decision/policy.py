@@ -189,6 +189,7 @@ def compile_policy(
     if mode_override is not None:
         mode = mode_override
     index = RuleIndex(rules, cwd=cwd)
+    index.build()  # pattern sets compiled at load: no first call pays, bad ones fail here
     return CompiledPolicy(
         index=index,
         mode=mode,

@@ -10,19 +10,27 @@ normalised, ``*`` stays within one directory, ``**`` crosses directories and a p
 without a slash matches the file's base name at any depth.
 
 Patterns are compiled once; ``RuleIndex`` keeps them by tool name so a decision only
-looks at rules that can apply to its tool.
+looks at rules that can apply to its tool, and each tool's rules of one effect form a
+``RuleTier`` that says which of them match a call with one pattern-set look-up per content
+string (``stockade.decision.patternset``): the cost does not grow with the number of rules
+and is linear in the input whatever the patterns (#18; docs/decisions/0002-rule-matcher.md).
+``CompiledRule.matches``/``allows``/``allows_command`` test one rule at a time with Python's
+``re``: the plain reference the tiers are tested against, and for tools such as lint that
+ask about one rule; never run on a call's content in ``decide``.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from stockade.contract.shell import (
+    MAX_COMMAND_CHARS,
     PRIVILEGE_WRAPPERS,
     SYSTEM_BIN_DIRS,
     WRAPPERS,
@@ -30,7 +38,8 @@ from stockade.contract.shell import (
     canonical_option,
     split_option,
 )
-from stockade.errors import InvalidPattern
+from stockade.decision.patternset import ANY, DIRS, SEGMENT, PatternSet, Piece, Spec
+from stockade.errors import InvalidArgument, InvalidPattern
 
 
 class Effect(Enum):
@@ -427,23 +436,30 @@ def _fast(literal: str | None, regex: re.Pattern[str] | None, exact: bool) -> Ca
     return regex.fullmatch
 
 
+def _regex_of(pieces: Sequence[Piece]) -> str:
+    """Python's regex for pieces (the per-rule reference matcher; see ``RuleTier``)."""
+    return "".join(re.escape(p) if isinstance(p, str) else p.regex for p in pieces)
+
+
 class _TextMatcher:
     """Matches free text (commands, globs, URLs): wildcards anchor, bare text is substring/equal."""
 
-    __slots__ = ("literal", "regex", "exact", "fn")
+    __slots__ = ("literal", "regex", "exact", "fn", "spec")
 
     def __init__(self, content: str, *, exact: bool) -> None:
-        parts = _split_glob(content)
+        pieces = tuple(ANY if p is None else p for p in _split_glob(content))
         self.exact = exact
-        if all(p is not None for p in parts):
-            self.literal: str | None = "".join(p for p in parts if p is not None)
-            self.regex: re.Pattern[str] | None = None
+        self.literal: str | None = None
+        self.regex: re.Pattern[str] | None = None
+        if all(isinstance(p, str) for p in pieces):
+            self.literal = "".join(p for p in pieces if isinstance(p, str))
+            self.spec = Spec((self.literal,), whole=exact)
         else:
-            self.literal = None
-            body = "".join(".*" if p is None else re.escape(p) for p in parts)
-            self.regex = re.compile(body, re.DOTALL)
+            self.regex = re.compile(_regex_of(pieces), re.DOTALL)
+            self.spec = Spec(pieces, whole=True)
+        """The pattern for a ``PatternSet`` (the decision path's matcher)."""
         self.fn = _fast(self.literal, self.regex, exact)
-        """The same test as one C-level call (truthy on a match), for the hot path."""
+        """The same test as one C-level call (truthy on a match), for one-by-one matching."""
 
     def __call__(self, text: str) -> bool:
         if self.literal is not None:
@@ -455,27 +471,25 @@ class _TextMatcher:
 class _PathMatcher:
     """Matches normalised absolute paths with ``*`` (one segment) and ``**`` (any depth)."""
 
-    __slots__ = ("literal", "regex", "exact", "fn")
+    __slots__ = ("literal", "regex", "exact", "fn", "spec")
 
     def __init__(self, content: str, *, exact: bool, cwd: str) -> None:
         self.exact = exact
         raw, anchored = rule_path(content, cwd, exact=exact)
         parts = _split_glob(raw)
+        self.literal: str | None = None
+        self.regex: re.Pattern[str] | None = None
         if all(p is not None for p in parts):
             # A bare DENY/ASK content is a substring of the path; a bare ALLOW equals it.
-            self.literal: str | None = "".join(p for p in parts if p is not None)
-            self.regex: re.Pattern[str] | None = None
+            self.literal = "".join(p for p in parts if p is not None)
+            self.spec = Spec((self.literal,), whole=exact)
             self.fn = _fast(self.literal, None, exact)
             return
-        self.literal = None
-        body = _path_glob_regex(raw)
-        if anchored:
-            regex = body
-        elif "/" not in raw:
-            regex = r"(?:.*/)?" + body  # base-name match at any depth
-        else:
-            regex = r"(?:.*/)?" + body.removeprefix(r"(?:.*/)?")
-        self.regex = re.compile(regex, re.DOTALL)
+        pieces = _path_glob_pieces(raw)
+        if not anchored and (not pieces or pieces[0] is not DIRS):
+            pieces.insert(0, DIRS)  # matches those trailing components at any depth
+        self.spec = Spec(tuple(pieces), whole=True)
+        self.regex = re.compile(_regex_of(pieces), re.DOTALL)
         self.fn = _fast(None, self.regex, exact)
 
     def __call__(self, path: str) -> bool:
@@ -529,28 +543,38 @@ def _fold(path: str) -> str:
     return "/" + folded if absolute else folded or "."
 
 
-def _path_glob_regex(glob: str) -> str:
-    """Translate a path glob: ``**/`` → any directories, ``**`` → anything, ``*`` → one segment."""
+def _path_glob_pieces(glob: str) -> list[Piece]:
+    """Split a path glob: ``**/`` → any directories, ``**`` → anything, ``*`` → one segment."""
     glob = re.sub(r"/+", "/", glob)
-    out: list[str] = []
+    out: list[Piece] = []
+    buf: list[str] = []
+
+    def wild(w: Piece) -> None:
+        if buf:
+            out.append("".join(buf))
+            buf.clear()
+        out.append(w)
+
     i = 0
     while i < len(glob):
         if glob.startswith("**/", i):
-            out.append(r"(?:.*/)?")
+            wild(DIRS)
             i += 3
         elif glob.startswith("**", i):
-            out.append(".*")
+            wild(ANY)
             i += 2
         elif glob[i] == "*":
-            out.append("[^/]*")
+            wild(SEGMENT)
             i += 1
         elif glob[i] == "\\" and i + 1 < len(glob) and glob[i + 1] in "*\\":
-            out.append(re.escape(glob[i + 1]))
+            buf.append(glob[i + 1])
             i += 2
         else:
-            out.append(re.escape(glob[i]))
+            buf.append(glob[i])
             i += 1
-    return "".join(out)
+    if buf:
+        out.append("".join(buf))
+    return out
 
 
 class CallContent:
@@ -620,6 +644,23 @@ def crude_split(command: str) -> tuple[str, ...]:
     return tuple(p for p in pieces if p)
 
 
+MAX_CONTENT_CHARS = MAX_COMMAND_CHARS
+"""The longest content field (command, path, pattern, url) a call may bring to matching."""
+MAX_SUB_COMMAND_CHARS = 4 * MAX_COMMAND_CHARS
+"""The most text the executor's sub-commands of one command may hold in total (they repeat
+nested parts of the command, so a little more than the command itself)."""
+
+
+def _refuse_long(fields: Mapping[str, str]) -> None:
+    name, value = max(fields.items(), key=lambda kv: len(kv[1]))
+    raise InvalidArgument(
+        f"arguments.{name} is {len(value)} characters, over the limit of "
+        f"{MAX_CONTENT_CHARS} (MAX_COMMAND_CHARS, the executor's command cap)",
+        field=f"arguments.{name}",
+        limit=str(MAX_CONTENT_CHARS),
+    )
+
+
 def call_content(
     tool_name: str,
     arguments: Mapping[str, Any],
@@ -631,9 +672,23 @@ def call_content(
 
     ``sub_commands`` are the executor's simple-command texts for run_bash; when None the
     command is split crudely (see ``crude_split``).
+
+    Raises ``InvalidArgument`` naming the limit for a content field longer than
+    ``MAX_CONTENT_CHARS`` (the executor's command cap) or sub-commands over
+    ``MAX_SUB_COMMAND_CHARS`` in total: matching is linear in the input, and the input is
+    bounded.
     """
     get = arguments.get
     fields = {k: v for k in CONTENT_FIELDS if isinstance(v := get(k), str)}
+    if fields and max(map(len, fields.values())) > MAX_CONTENT_CHARS:
+        _refuse_long(fields)
+    if sub_commands and sum(map(len, sub_commands)) > MAX_SUB_COMMAND_CHARS:
+        raise InvalidArgument(
+            f"the inspection's sub-commands hold over {MAX_SUB_COMMAND_CHARS} characters "
+            "(MAX_SUB_COMMAND_CHARS)",
+            field="inspection.sub_commands",
+            limit=str(MAX_SUB_COMMAND_CHARS),
+        )
     paths: dict[str, str] = {}
     if fields:
         for k in _PATH_FIELD_ORDER:
@@ -794,86 +849,117 @@ def _normalize_pattern_command(content: str, *, exact: bool) -> str:
     return " ".join(f"{name} {rest}".split()) if rest else name
 
 
-def _combined(matchers: Sequence[_TextMatcher | _PathMatcher]) -> Callable[[str], Any]:
-    """One regex search equivalent to "any of ``matchers`` matches" (truthy on a match).
+class RuleTier:
+    """A tool's rules of one effect, in order, and which of them match a call (#18).
 
-    A bare literal is a substring search (DENY/ASK) or an equality (ALLOW, anchored); a
-    wildcard pattern is a full match (anchored with ``\\A``/``\\Z``, which mean string
-    start/end in Python). Alternatives are tried in turn, so a hit of any one is a hit.
-    """
-    alts: list[str] = []
-    for m in matchers:
-        if m.literal is not None:
-            lit = re.escape(m.literal)
-            alts.append(rf"\A{lit}\Z" if m.exact else lit)
-        else:
-            assert m.regex is not None
-            alts.append(rf"\A(?:{m.regex.pattern})\Z")
-    if not alts:
-        return _never
-    return re.compile("|".join(alts), re.DOTALL).search
-
-
-def _never(text: str) -> None:
-    return None
-
-
-class RuleScreen:
-    """A cheap test of whether ANY of a tier's rules can match a call (a prefilter).
-
-    For a tool's DENY/ASK (or ALLOW) rules, ``matches`` (``allows``) is true exactly when
-    ``CompiledRule.matches`` (``allows``) is true for at least one of them: the same
-    field-by-field logic, each matcher kind combined into one regex. A call that passes is
-    then tested rule by rule (to know which rules matched); most calls match no rule,
-    and for them one screen replaces a Python call per rule. All rules given must apply
-    to the call's tool (``RuleIndex.for_tool`` guarantees it).
+    ``matching`` (DENY/ASK), ``allowing`` (non-bash ALLOW) and ``allowing_command`` (bash
+    ALLOW, one sub-command) give exactly the rules whose ``CompiledRule.matches``,
+    ``allows`` or ``allows_command`` is true, in order, with the same field-by-field logic
+    (``content_matches``). But instead of trying each rule, each kind of content (free text,
+    normalised path, bash sub-command) is looked up once in a ``PatternSet`` of all the
+    tier's patterns: the cost does not grow with the number of rules and is linear in the
+    call's content, whatever the patterns (PERF-1c). The sets are built on first use (a
+    tier for a tool no call names costs nothing). All rules given must apply to the call's
+    tool (``RuleIndex.tiers`` guarantees it).
     """
 
-    __slots__ = ("bare", "text", "path", "command")
+    __slots__ = ("rules", "_plain", "_bare", "_content", "_sets", "_lock")
 
     def __init__(self, rules: Sequence[CompiledRule]) -> None:
-        with_content = [c for c in rules if c.content is not None]
-        self.bare = len(with_content) != len(rules)
-        """A rule without content matches every call of its tool."""
-        self.text = _combined([c.text_matcher for c in with_content])
-        self.path = _combined([c.path_matcher for c in with_content])
-        self.command = _combined([c.command_matcher for c in with_content])
+        self.rules = tuple(rules)
+        self._plain = tuple(c.rule for c in self.rules)
+        self._bare = tuple(i for i, c in enumerate(self.rules) if c.content is None)
+        """Rules without content match every call of their tool."""
+        self._content = [i for i, c in enumerate(self.rules) if c.content is not None]
+        self._sets: list[PatternSet | None] = [None, None, None]
+        self._lock = threading.Lock()
 
-    def matches(self, call: CallContent) -> bool:
-        """True if some rule's ``matches`` (DENY/ASK semantics) is true for ``call``."""
-        if self.bare:
-            return True
-        return content_matches(call, self.text, self.path, self.command)
+    def __bool__(self) -> bool:
+        return bool(self.rules)
 
-    def allows(self, call: CallContent) -> bool:
-        """True if some rule's ``allows`` (non-bash ALLOW semantics) is true for ``call``."""
-        if self.bare:
-            return True
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def _set(self, kind: int) -> Callable[[str], Sequence[int]]:
+        """``search`` of the pattern set of kind 0 (text), 1 (path) or 2 (command), built
+        once; it answers positions in ``rules``."""
+        hit = self._sets[kind]
+        if hit is not None:
+            return hit.search
+        with self._lock:
+            hit = self._sets[kind]
+            if hit is None:
+                rules = self.rules
+                if kind == 0:
+                    specs = [rules[i].text_matcher.spec for i in self._content]
+                elif kind == 1:
+                    specs = [rules[i].path_matcher.spec for i in self._content]
+                else:
+                    specs = [rules[i].command_matcher.spec for i in self._content]
+                hit = self._sets[kind] = PatternSet(specs, self._content)
+        return hit.search
+
+    def build(self) -> None:
+        """Build every pattern set now (so a bad pattern set fails at load, not mid-call)."""
+        for kind in range(3):
+            self._set(kind)
+
+    def _ordered(self, hits: Iterable[int]) -> list[CompiledRule]:
+        rules = self.rules
+        return [rules[i] for i in sorted(set(hits))]
+
+    def matching(self, call: CallContent) -> list[CompiledRule]:
+        """The rules whose DENY/ASK ``matches`` holds for ``call``, in order."""
+        rules = self.rules
+        return [rules[i] for i in self._matching(call)]
+
+    def matching_rules(self, call: CallContent) -> list[Rule]:
+        """``matching`` as the rules themselves (what ``decide`` records)."""
+        plain = self._plain
+        return [plain[i] for i in self._matching(call)] if plain else []
+
+    def _matching(self, call: CallContent) -> Sequence[int]:
+        if not self._content:
+            return range(len(self.rules))  # every rule is bare (or there are none)
+        hits: list[int] = list(self._bare)
+        text = self._set(0)
+        for name, value in call.fields.items():
+            hits += text(value)
+            if name in PATH_FIELDS:
+                norm = call.paths.get(name)
+                if norm is not None:
+                    hits += self._set(1)(norm)
+            elif name == "command" and call.tool_name == BASH_TOOL:
+                command = self._set(2)
+                for sub in call.sub_commands:
+                    hits += command(sub)
+        if not hits:
+            return hits
+        return sorted(set(hits)) if len(hits) > 1 else hits
+
+    def allowing(self, call: CallContent) -> list[CompiledRule]:
+        """The rules whose non-bash ALLOW ``allows`` holds for ``call``, in order."""
+        if not self._content:
+            return list(self.rules)
         field_name = call.primary_field
         if field_name is None or field_name not in call.fields:
-            return False
+            return [self.rules[i] for i in self._bare]
         if field_name in PATH_FIELDS:
-            return bool(self.path(call.paths.get(field_name, "")))
-        return bool(self.text(call.fields[field_name]))
+            hits = self._set(1)(call.paths.get(field_name, ""))
+        else:
+            hits = self._set(0)(call.fields[field_name])
+        if self._bare:
+            return self._ordered([*self._bare, *hits])
+        return self._ordered(hits) if hits else []
 
-    def may_allow_command(self, call: CallContent) -> bool:
-        """False only if no rule's ``allows_command`` holds for the whole command or any part."""
-        if self.bare:
-            return True
-        command = self.command
-        if command(call.whole_command):
-            return True
-        for sub in call.allow_sub_commands:
-            if command(sub):
-                return True
-        return False
-
-
-class TierRules(NamedTuple):
-    """A tool's rules of one effect, in order, with their screen."""
-
-    rules: tuple[CompiledRule, ...]
-    screen: RuleScreen
+    def allowing_command(self, text: str) -> list[CompiledRule]:
+        """The rules whose ``allows_command`` holds for ``text``, in order."""
+        if not self._content:
+            return list(self.rules)
+        hits = self._set(2)(text)
+        if self._bare:
+            return self._ordered([*self._bare, *hits])
+        return self._ordered(hits) if hits else []
 
 
 class RuleIndex:
@@ -892,8 +978,8 @@ class RuleIndex:
             else:
                 self._by_tool.setdefault(c.tool, []).append(c)
         self._cache: dict[str, tuple[tuple[CompiledRule, ...], ...]] = {}
-        self._tiers: dict[str, tuple[TierRules, TierRules, TierRules]] = {}
-        self._screens: dict[tuple[CompiledRule, ...], RuleScreen] = {}
+        self._tiers: dict[str, tuple[RuleTier, RuleTier, RuleTier]] = {}
+        self._shared: dict[tuple[CompiledRule, ...], RuleTier] = {}
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -911,31 +997,36 @@ class RuleIndex:
             self._cache[tool_name] = result
         return result
 
-    def tiers(self, tool_name: str) -> tuple[TierRules, TierRules, TierRules]:
-        """``for_tool`` with a screen per effect: (deny, ask, allow)."""
+    def tiers(self, tool_name: str) -> tuple[RuleTier, RuleTier, RuleTier]:
+        """``for_tool`` as matchers per effect: (deny, ask, allow)."""
         hit = self._tiers.get(tool_name)
         if hit is not None:
             return hit
         deny, ask, allow = self.for_tool(tool_name)
-        result = (
-            TierRules(deny, self._screen(deny)),
-            TierRules(ask, self._screen(ask)),
-            TierRules(allow, self._screen(allow)),
-        )
+        result = (self._tier(deny), self._tier(ask), self._tier(allow))
         if len(self._tiers) < 4096:  # tool names come from callers; bound the memo
             self._tiers[tool_name] = result
         return result
 
-    def _screen(self, rules: tuple[CompiledRule, ...]) -> RuleScreen:
-        """The screen of ``rules``, shared by every tool with the same rules: all tools
+    def _tier(self, rules: tuple[CompiledRule, ...]) -> RuleTier:
+        """The tier of ``rules``, shared by every tool with the same rules: all tools
         without rules of their own get the wildcard rules, so a stream of unknown tool
-        names reuses one compiled screen instead of building a regex per name."""
-        hit = self._screens.get(rules)
+        names reuses one tier instead of building pattern sets per name."""
+        hit = self._shared.get(rules)
         if hit is None:
-            hit = RuleScreen(rules)
-            if len(self._screens) < 4096:
-                self._screens[rules] = hit
+            hit = RuleTier(rules)
+            if len(self._shared) < 4096:
+                self._shared[rules] = hit
         return hit
+
+    def build(self) -> None:
+        """Build every tier's pattern sets now: for each tool the rules name and for the
+        tools they do not (the wildcard rules alone), so the first call of a tool after a
+        policy load does not pay for compiling them and a pattern the matcher cannot take
+        fails at load."""
+        for tool in [*self._by_tool, "*"]:
+            for tier in self.tiers(tool):
+                tier.build()
 
     def __len__(self) -> int:
         return len(self.compiled)

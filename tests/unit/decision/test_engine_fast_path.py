@@ -1,8 +1,10 @@
-"""``decide``'s shortcuts (tier screens, the ALLOW-only path) against the full pipeline.
+"""``decide``'s shortcuts (rule tiers' pattern sets, the ALLOW-only path) against the
+full pipeline.
 
-The full pipeline here tests every rule one by one and always runs every precedence
-step, as the engine did before the shortcuts; the two must agree on every field of the
-decision for random policies, session rules, tool checks, hooks, modes and calls.
+The full pipeline here tests every rule one by one (the plain matcher) and always runs
+every precedence step, as the engine did before the shortcuts; the two must agree on every
+field of the decision (verdict, winner, conflict log ...) for random policies, session
+rules, tool checks, hooks, modes and calls (#18: the same semantics, exactly).
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ from stockade.decision.engine import (
 from stockade.decision.explain import Explanation, Risk
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyDoc, compile_policy
-from stockade.decision.rules import BASH_TOOL, Effect, Rule, RuleIndex, Source, call_content
+from stockade.decision.rules import (
+    BASH_TOOL,
+    CallContent,
+    CompiledRule,
+    Effect,
+    Rule,
+    RuleIndex,
+    Source,
+    call_content,
+)
 
 TOOLS = ["run_bash", "read_file", "file_write", "fetch", "tool_x", "search_papers"]
 PIECES = [
@@ -46,8 +57,35 @@ def full_pipeline(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
         req.session_rules.for_tool(req.tool_name) if req.session_rules is not None else ((), (), ())
     )
     ask = [c.rule for c in (*p_ask, *s_ask) if c.matches(content)]
-    matches = engine._collect(req, content, (p_deny, s_deny), ask, (*p_allow, *s_allow))
+    policy_deny = [c.rule for c in p_deny if c.matches(content)]
+    session_deny = [c.rule for c in s_deny if c.matches(content)]
+    allow = _allow_one_by_one((*p_allow, *s_allow), content)
+    matches = engine._collect(req, policy_deny, session_deny, ask, allow)
     return engine._finish(policy, req, content, matches)
+
+
+def _allow_one_by_one(
+    rules: tuple[CompiledRule, ...], content: CallContent
+) -> tuple[list[Rule], bool]:
+    """ALLOW rules that match and whether they cover the call, each rule tried in turn."""
+    if content.tool_name != BASH_TOOL or "command" not in content.fields:
+        hits = [c.rule for c in rules if c.allows(content)]
+        return hits, bool(hits)
+    for c in rules:
+        if c.is_literal and c.allows_command(content.whole_command):
+            return [c.rule], True
+    subs = content.allow_sub_commands
+    if not subs:
+        return [], False
+    used: list[Rule] = []
+    covered = True
+    for sub in subs:
+        hit = next((c for c in rules if c.allows_command(sub)), None)
+        if hit is None:
+            covered = False
+        elif hit.rule not in used:
+            used.append(hit.rule)
+    return used, covered and bool(used)
 
 
 @st.composite
@@ -118,6 +156,21 @@ def test_decide_equals_the_full_pipeline(data: st.DataObject) -> None:
     )
     for _ in range(5):
         req = data.draw(requests(session))
+        assert decide(policy, req) == full_pipeline(policy, req)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_decide_equals_the_full_pipeline_with_dense_rules(data: st.DataObject) -> None:
+    """Many rules per tool (the pattern-set scan, not plain string tests): same decisions."""
+    rules = data.draw(
+        st.lists(st.tuples(st.sampled_from(list(Effect)), patterns()), min_size=20, max_size=80)
+    )
+    policy = compile_policy(
+        PolicyDoc(rules=tuple(Rule(e, p, Source.MANAGED) for e, p in rules)), cwd="/w"
+    )
+    for _ in range(8):
+        req = data.draw(requests(None))
         assert decide(policy, req) == full_pipeline(policy, req)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from stockade.contract.shell import MAX_COMMAND_CHARS
 from stockade.executor.bash import lists
 from stockade.executor.bash.braces import MAX_BRACE_GROUPS, MAX_BRACE_WORDS
 from stockade.executor.bash.explain import Finding, explain, risk_of
@@ -45,10 +46,6 @@ __all__ = ["BashAnalysis", "SimpleCommand", "analyze"]
 
 Verdict = Literal["allow", "ask", "deny"]
 Risk = Literal["low", "medium", "high"]
-
-# Longer input is refused before parsing: no honest tool call is this long, and it bounds
-# the analysis time.
-MAX_COMMAND_CHARS = 64 * 1024
 
 # A glob inside the roots is expanded to check what it really names (a symlink planted in
 # the workspace); past this many matches the command is asked about instead.
@@ -2279,6 +2276,8 @@ def analyze(
     """Judge one bash command line (EXE-6 … EXE-8). Never raises on any input text."""
     if not command.strip():
         return _refused("empty command (EXE-6)")
+    # Longer input is refused before parsing: no honest tool call is this long, and it
+    # bounds the analysis time (the decision service applies the same cap).
     if len(command) > MAX_COMMAND_CHARS:
         return _refused(f"command longer than {MAX_COMMAND_CHARS} characters")
     if "\0" in command:

@@ -1,8 +1,10 @@
-"""RuleScreen (the per-tier prefilter): it must say "some rule matches" exactly when one does.
+"""RuleTier (one pattern-set look-up per content string): it must name exactly the rules
+that matching them one by one names, in order (#18).
 
-A screen that said "no" while a rule matched would silently drop a DENY or ASK, so the
-equivalence is checked on random rules and calls, plus patterns written to confuse a
-combined regex (metacharacters, alternation bars, newlines, escaped stars).
+A tier that missed a rule would silently drop a DENY or ASK (or its conflict-log entry),
+so the equivalence is checked on random rule sets (small ones, tested with plain string
+operations, and large ones, through the anchor automaton) and calls, plus patterns written to
+confuse a combined regex (metacharacters, alternation bars, newlines, escaped stars, NUL).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from hypothesis import strategies as st
 
 from stockade.decision.rules import (
     BASH_TOOL,
+    CallContent,
     CompiledRule,
     Effect,
     Rule,
     RuleIndex,
-    RuleScreen,
+    RuleTier,
     Source,
     _normalize_both,
     call_content,
@@ -31,7 +34,8 @@ TOOLS = ["run_bash", "read_file", "fetch", "glob_files", "tool_x"]
 PIECES = [
     "git", "status", "rm", "-rf", "/", "a.b", "a|b", "(x)", "$(id)", "[a-z]", "^", "$", "+",
     "?", "{2}", "\\*", "\\\\", "*", "**", "..", "//", "src", "*.py", "\n", "sudo", "env",
-    "X=1", "/usr/bin/git", "'r'm", "\\rm", "https://a.org", ".", "secret",
+    "X=1", "/usr/bin/git", "'r'm", "\\rm", "https://a.org", ".", "secret", "\x00", "é",
+    "./", "\ud800", "%", "\\x41", "", "a*b", "*/*",
 ]  # fmt: skip
 
 words = st.lists(st.sampled_from(PIECES), min_size=1, max_size=4).map(" ".join)
@@ -60,7 +64,16 @@ def _tier(index: RuleIndex, tool: str, effect: Effect) -> tuple[CompiledRule, ..
     return index.for_tool(tool)[list(Effect).index(effect)]
 
 
-@settings(max_examples=400, deadline=None)
+def _agree(rules: tuple[CompiledRule, ...], tool: str, content: CallContent) -> None:
+    tier = RuleTier(rules)
+    assert tier.matching(content) == [c for c in rules if c.matches(content)]
+    assert tier.allowing(content) == [c for c in rules if c.allows(content)]
+    if tool == BASH_TOOL:
+        for t in (content.whole_command, *content.allow_sub_commands, *content.sub_commands):
+            assert tier.allowing_command(t) == [c for c in rules if c.allows_command(t)]
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     patterns=st.lists(rule_patterns(), max_size=8),
     effect=st.sampled_from(list(Effect)),
@@ -69,7 +82,7 @@ def _tier(index: RuleIndex, tool: str, effect: Effect) -> tuple[CompiledRule, ..
     subs=st.one_of(st.none(), st.lists(words, max_size=3)),
     cwd=st.sampled_from(["/", "/w", "/w/sub"]),
 )
-def test_screen_agrees_with_testing_each_rule(
+def test_tier_names_the_rules_that_match_one_by_one(
     patterns: list[str],
     effect: Effect,
     tool: str,
@@ -78,25 +91,57 @@ def test_screen_agrees_with_testing_each_rule(
     cwd: str,
 ) -> None:
     index = RuleIndex([Rule(effect, p, Source.MANAGED) for p in patterns], cwd=cwd)
-    rules = _tier(index, tool, effect)
-    screen = RuleScreen(rules)
     content = call_content(tool, args, cwd=cwd, sub_commands=subs)
-    assert screen.matches(content) == any(c.matches(content) for c in rules)
-    assert screen.allows(content) == any(c.allows(content) for c in rules)
-    if tool == BASH_TOOL:
-        hit = any(
-            c.allows_command(t)
-            for c in rules
-            for t in (content.whole_command, *content.allow_sub_commands)
-        )
-        # A screen may only say "no" when no rule allows the whole command or any part.
-        assert hit <= screen.may_allow_command(content)
+    _agree(_tier(index, tool, effect), tool, content)
 
 
-def _screen(effect: Effect, *patterns: str) -> tuple[RuleScreen, tuple[CompiledRule, ...]]:
+@settings(max_examples=60, deadline=None)
+@given(
+    patterns=st.lists(rule_patterns(), min_size=10, max_size=60),
+    effect=st.sampled_from(list(Effect)),
+    tool=st.sampled_from(TOOLS),
+    calls=st.lists(
+        st.tuples(call_args(), st.one_of(st.none(), st.lists(words, max_size=3))),
+        min_size=1,
+        max_size=5,
+    ),
+    cwd=st.sampled_from(["/", "/w"]),
+)
+def test_large_tiers_agree_with_one_by_one(
+    patterns: list[str],
+    effect: Effect,
+    tool: str,
+    calls: list[tuple[dict[str, str], list[str] | None]],
+    cwd: str,
+) -> None:
+    """Dense tiers (many rules on one tool: the automaton path) name the same rules."""
+    index = RuleIndex([Rule(effect, p, Source.MANAGED) for p in patterns], cwd=cwd)
+    rules = _tier(index, tool, effect)
+    for args, subs in calls:
+        _agree(rules, tool, call_content(tool, args, cwd=cwd, sub_commands=subs))
+
+
+class _Screen:
+    """The former screen's yes/no questions, answered by a tier (keeps the cases below)."""
+
+    def __init__(self, tier: RuleTier) -> None:
+        self.tier = tier
+
+    def matches(self, content: CallContent) -> bool:
+        return bool(self.tier.matching(content))
+
+    def allows(self, content: CallContent) -> bool:
+        return bool(self.tier.allowing(content))
+
+    def may_allow_command(self, content: CallContent) -> bool:
+        texts = (content.whole_command, *content.allow_sub_commands)
+        return any(self.tier.allowing_command(t) for t in texts)
+
+
+def _screen(effect: Effect, *patterns: str) -> tuple[_Screen, tuple[CompiledRule, ...]]:
     rules = RuleIndex([Rule(effect, p, Source.MANAGED) for p in patterns], cwd="/w")
     tier = rules.for_tool(patterns[0].split("(")[0])[list(Effect).index(effect)]
-    return RuleScreen(tier), tier
+    return _Screen(RuleTier(tier)), tier
 
 
 def test_literal_metacharacters_are_not_regex() -> None:
@@ -144,7 +189,7 @@ def test_bare_rule_screens_every_call_of_its_tool() -> None:
 
 
 def test_empty_tier_never_matches() -> None:
-    screen = RuleScreen(())
+    screen = _Screen(RuleTier(()))
     content = call_content(BASH_TOOL, {"command": "rm -rf /"}, cwd="/")
     assert not screen.matches(content)
     assert not screen.allows(content)
@@ -160,7 +205,7 @@ def test_tiers_are_memoised_and_bounded() -> None:
     assert len(index._tiers) <= 4096
     # Past the bound, answers are still right, just not kept.
     deny = index.tiers("fresh")[0]
-    assert deny.screen.matches(call_content("fresh", {"path": "/x/secret"}, cwd="/"))
+    assert deny.matching(call_content("fresh", {"path": "/x/secret"}, cwd="/"))
 
 
 @settings(max_examples=300, deadline=None)
@@ -192,8 +237,8 @@ def test_normalize_path_folds_every_slash_run(path: str, cwd: str) -> None:
     assert "//" not in got
 
 
-def test_tools_with_the_same_rules_share_one_screen() -> None:
-    # A stream of unknown tool names must not build (compile) a regex per name.
+def test_tools_with_the_same_rules_share_one_tier() -> None:
+    # A stream of unknown tool names must not build (compile) pattern sets per name.
     index = RuleIndex(
         [
             Rule(Effect.DENY, "*(*secret*)", Source.MANAGED),
@@ -201,6 +246,6 @@ def test_tools_with_the_same_rules_share_one_screen() -> None:
         ]
     )
     a, b = index.tiers("unknown_a"), index.tiers("unknown_b")
-    assert a[0].screen is b[0].screen
-    assert index.tiers("fetch")[1].screen is not a[1].screen
-    assert b[0].screen.matches(call_content("unknown_b", {"path": "/top-secret/x"}, cwd="/"))
+    assert a[0] is b[0]
+    assert index.tiers("fetch")[1] is not a[1]
+    assert b[0].matching(call_content("unknown_b", {"path": "/top-secret/x"}, cwd="/"))
