@@ -126,3 +126,49 @@ async def test_session_and_approval_commands(
             assert "NOT_FOUND" in capsys.readouterr().err
         finally:
             await srv.server.stop(None)
+
+
+async def test_watch_reconnects_after_falling_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall
+
+    settings = load_settings(
+        DecisionSettings,
+        listen="127.0.0.1:0",
+        state_dir=tmp_path / "state",
+        admin_tokens=[TOKEN],
+        approval_watch_queue=1,
+    )
+    async with DecisionApp(settings).open() as regs:
+        srv = await create_server("decision", settings, regs)
+        try:
+            core = regs[0].servicer.core
+            await core.store.create_session("s1", core.default_mode)
+            watcher = asyncio.create_task(
+                cli(["approvals", "watch", "--json", "--count", "2", "--session", "s1",
+                     "--addr", srv.address])
+            )  # fmt: skip
+            broker = core.broker
+            for _ in range(600):
+                if broker.watcher_count:
+                    break
+                await asyncio.sleep(0.05)
+            assert broker.watcher_count == 1
+            records = [
+                ApprovalRecord(f"appr-{i}", "s1", PendingCall(f"c{i}", "file_write", {}), "r",
+                               "low", "s", ApprovalState.PENDING, 1.0, 9e9)
+                for i in range(2)
+            ]  # fmt: skip
+            for rec in records:
+                await core.store.insert_approval(rec)
+            # Two changes with no chance to read in between: over the queue of 1.
+            for rec in records:
+                broker._publish(rec)
+            assert await asyncio.wait_for(watcher, 30) == 0
+            out = capsys.readouterr()
+            ids = [json.loads(x)["approval_id"] for x in out.out.splitlines() if x.startswith("{")]
+            assert ids == ["appr-0", "appr-1"]  # the backlog, after the reconnect
+            assert "fell behind" in out.err and "reconnecting" in out.err
+        finally:
+            await srv.server.stop(None)

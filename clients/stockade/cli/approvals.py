@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 from google.protobuf import json_format, timestamp_pb2
@@ -51,43 +52,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _watch(a: argparse.Namespace) -> int:
-    seen = 0
+    seen = [0]
     tls = tls_from_args(a)
     with sync_channel(a.addr, tls=tls) as channel:
         stub = d_grpc.DecisionServiceStub(channel)
-        stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=a.session))
-        try:
-            for update in stream:
-                ap = update.approval
-                if a.json:
-                    emit(ap)
-                else:
-                    state = enum_word(d_pb2.ApprovalState.DESCRIPTOR, ap.state).upper()
-                    risk = enum_word(c_pb2.RiskLevel.DESCRIPTOR, ap.explanation.risk)
-                    args = json.dumps(json_format.MessageToDict(ap.call.arguments))
-                    once = (
-                        "\n  (asks every time: 'always' would allow this call once)"
-                        if ap.state == d_pb2.APPROVAL_STATE_PENDING and not ap.always_allow_applies
-                        else ""
-                    )
-                    print(
-                        f"[{state}] {ap.approval_id} session={ap.session_id} "
-                        f"{ap.call.tool_name} {args}\n  {ap.reason}; "
-                        f"risk {risk}: {ap.explanation.summary}{once}",
-                        flush=True,
-                    )
-                seen += 1
-                if a.count and seen >= a.count:
-                    stream.cancel()  # type: ignore[no-untyped-call]
-                    return 0
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.CANCELLED:
+        while True:
+            stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=a.session))
+            code = _watch_stream(a, stream, seen)
+            if code != _FELL_BEHIND:
+                return code
+            # Dropped for falling behind: a new stream starts with the current backlog.
+            print("note: the watch fell behind and was dropped; reconnecting", file=sys.stderr)
+
+
+_FELL_BEHIND = -1
+
+
+def _watch_stream(a: argparse.Namespace, stream: Any, seen: list[int]) -> int:
+    """Print one stream's updates; an exit code, or ``_FELL_BEHIND`` to reconnect."""
+    tls = tls_from_args(a)
+    try:
+        for update in stream:
+            ap = update.approval
+            if a.json:
+                emit(ap)
+            else:
+                state = enum_word(d_pb2.ApprovalState.DESCRIPTOR, ap.state).upper()
+                risk = enum_word(c_pb2.RiskLevel.DESCRIPTOR, ap.explanation.risk)
+                args = json.dumps(json_format.MessageToDict(ap.call.arguments))
+                once = (
+                    "\n  (asks every time: 'always' would allow this call once)"
+                    if ap.state == d_pb2.APPROVAL_STATE_PENDING and not ap.always_allow_applies
+                    else ""
+                )
+                print(
+                    f"[{state}] {ap.approval_id} session={ap.session_id} "
+                    f"{ap.call.tool_name} {args}\n  {ap.reason}; "
+                    f"risk {risk}: {ap.explanation.summary}{once}",
+                    flush=True,
+                )
+            seen[0] += 1
+            if a.count and seen[0] >= a.count:
+                stream.cancel()
                 return 0
-            text = rpc_error_text(err, tls=tls is not None, address=a.addr)
-            print(f"error: {text}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.CANCELLED:
+            return 0
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "approval_watch_queue" in (
+            err.details() or ""
+        ):
+            return _FELL_BEHIND
+        text = rpc_error_text(err, tls=tls is not None, address=a.addr)
+        print(f"error: {text}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
