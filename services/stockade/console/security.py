@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import MutableMapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -98,3 +100,45 @@ def same_origin(headers: MutableMapping[str, str] | Any, host: str) -> bool:
     if origin == "null":
         return False
     return bool(origin.split("://", 1)[-1].rstrip("/") == host)
+
+
+class LoginThrottle:
+    """Failed sign-ins per client address, bounded: after ``limit`` failures within
+    ``window_s`` an address is refused until the window passes (tokens are long and random;
+    this keeps a guesser from trying many, and the log from filling)."""
+
+    def __init__(
+        self,
+        *,
+        limit: int = 10,
+        window_s: float = 300.0,
+        max_addresses: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limit = limit
+        self._window = window_s
+        self._max = max_addresses
+        self._clock = clock
+        self._failures: OrderedDict[str, list[float]] = OrderedDict()
+
+    def _recent(self, address: str, now: float) -> list[float]:
+        times = [t for t in self._failures.get(address, []) if now - t < self._window]
+        if times:
+            self._failures[address] = times
+        else:
+            self._failures.pop(address, None)
+        return times
+
+    def blocked(self, address: str) -> bool:
+        """Whether ``address`` has used up its failures for now."""
+        return len(self._recent(address, self._clock())) >= self._limit
+
+    def failed(self, address: str) -> None:
+        """Count one failed sign-in from ``address``."""
+        now = self._clock()
+        times = self._recent(address, now)
+        times.append(now)
+        self._failures[address] = times[-self._limit :]
+        self._failures.move_to_end(address)
+        while len(self._failures) > self._max:
+            self._failures.popitem(last=False)  # the oldest address is forgotten first

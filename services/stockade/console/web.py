@@ -39,7 +39,14 @@ from stockade.console.backend import (
 )
 from stockade.console.feed import ApprovalFeed, TooManyClients
 from stockade.console.people import HeaderError, People, Person, Role
-from stockade.console.security import CSRF_FIELD, csrf_ok, csrf_token, reset_csrf, same_origin
+from stockade.console.security import (
+    CSRF_FIELD,
+    LoginThrottle,
+    csrf_ok,
+    csrf_token,
+    reset_csrf,
+    same_origin,
+)
 from stockade.console.views import MODES
 
 log = logging.getLogger("stockade.console")
@@ -104,6 +111,7 @@ class ConsoleWeb:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.people = people
+        self.throttle = LoginThrottle()
         self.page_size = page_size
         self.clock = clock
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -227,9 +235,13 @@ class ConsoleWeb:
     async def login(self, request: Request) -> Response:
         """Check a login token; start a fresh signed session for its person."""
         _, form = await self._form(request, Role.NONE)
+        address = request.client.host if request.client else "unknown"
+        if self.throttle.blocked(address):
+            raise HTTPException(429, "too many failed sign-ins from this address: wait a while")
         person = self.people.from_token(_text(form, "token", 4096))
         if person is None:
-            log.info("console sign-in refused (wrong token) from %s", request.client)
+            self.throttle.failed(address)
+            log.info("console sign-in refused (wrong token) from %s", address)
             self._flash(request, "error", "That token is not valid.")
             return RedirectResponse("/login", 303)
         request.session.clear()  # no fixation: a new session (and CSRF token) per sign-in

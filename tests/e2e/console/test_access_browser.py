@@ -203,3 +203,16 @@ async def test_signing_in_needs_a_valid_token(tmp_path: Path) -> None:
         await page.wait_for_url(f"{s.url}/login")
         await page.goto(f"{s.url}/audit")
         assert page.url == f"{s.url}/login"
+        # Guessing is throttled per address: after ten failures even the right token waits.
+        token = await _csrf(page)
+        for _ in range(9):  # one failure above already
+            resp = await page.request.post(
+                f"{s.url}/login", form={CSRF_FIELD: token, "token": "guess-" + "x" * 20},
+                max_redirects=0,
+            )  # fmt: skip
+            assert resp.status == 303
+        resp = await page.request.post(
+            f"{s.url}/login", form={CSRF_FIELD: token, "token": TOKENS["vera@example.com"]},
+            max_redirects=0,
+        )  # fmt: skip
+        assert resp.status == 429

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from stockade.console.security import CSP, csrf_ok, csrf_token, reset_csrf, same_origin
+from stockade.console.security import (
+    CSP,
+    LoginThrottle,
+    csrf_ok,
+    csrf_token,
+    reset_csrf,
+    same_origin,
+)
 
 
 def test_csrf_token_is_made_once_and_checked_in_full() -> None:
@@ -56,3 +63,18 @@ def test_same_origin(headers: dict[str, str], ok: bool) -> None:
 def test_csp_has_no_inline_and_no_framing() -> None:
     assert "script-src 'self'" in CSP and "unsafe" not in CSP
     assert "frame-ancestors 'none'" in CSP and "default-src 'none'" in CSP
+
+
+def test_failed_sign_ins_are_throttled_per_address_and_bounded() -> None:
+    now = [1000.0]
+    throttle = LoginThrottle(limit=3, window_s=60, max_addresses=2, clock=lambda: now[0])
+    for _ in range(3):
+        assert not throttle.blocked("10.0.0.1")
+        throttle.failed("10.0.0.1")
+    assert throttle.blocked("10.0.0.1")
+    assert not throttle.blocked("10.0.0.2")  # per address
+    now[0] += 61
+    assert not throttle.blocked("10.0.0.1")  # the window passed
+    for address in ("a", "b", "c"):
+        throttle.failed(address)
+    assert len(throttle._failures) == 2  # bounded: the oldest address was forgotten
