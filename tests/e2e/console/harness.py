@@ -93,6 +93,8 @@ class Stack:
     async def page_as(self, person: str | None, **context: Any) -> Page:
         """A fresh browser context (own cookies), signed in as ``person`` via the form."""
         ctx: BrowserContext = await self.browser.new_context(**context)
+        # Generous waits (conditions, never sleeps): the machine may be busy.
+        ctx.set_default_timeout(90_000)
         page = await ctx.new_page()
         if person is not None:
             await page.goto(f"{self.url}/login")
@@ -186,7 +188,7 @@ async def screenshot(page: Page, name: str) -> Path:
     return path
 
 
-async def until(check: Any, *, timeout_s: float = 30.0, what: str = "condition") -> Any:
+async def until(check: Any, *, timeout_s: float = 90.0, what: str = "condition") -> Any:
     """Poll ``check`` (sync or async) until truthy; fail after a generous deadline."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
