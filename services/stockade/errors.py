@@ -139,6 +139,18 @@ class GrantMismatch(GrantError):
     reason = "GRANT_MISMATCH"
 
 
+class GrantFindingsMismatch(GrantError):
+    """The grant binds other executor findings than the executor's own (DEC-12 rev 2)."""
+
+    reason = "GRANT_FINDINGS_MISMATCH"
+
+
+class GrantAskUnsettled(GrantError):
+    """The executor's own findings hold an ASK the grant does not settle (DEC-12 rev 2)."""
+
+    reason = "GRANT_ASK_UNSETTLED"
+
+
 class NotImplementedYet(StockadeError):
     """Part of the contract that is not built yet."""
 

@@ -53,10 +53,11 @@ async def test_session_and_approval_commands(
         addr = ["--addr", srv.address]
         admin = [*addr, "--token", TOKEN]
         try:
-            assert (
-                await cli(["session", "create", "s1", "--mode", "acceptEdits", "--json", *addr])
-                == 0
-            )
+            # another mode than the default needs admin rights (DEC-6 rev 2)
+            create = ["session", "create", "s1", "--mode", "acceptEdits", "--json"]
+            assert await cli([*create, *addr]) == 1
+            assert "PERMISSION_DENIED" in capsys.readouterr().err
+            assert await cli([*create, *admin]) == 0
             created = json.loads(capsys.readouterr().out)
             assert created["session"]["mode"] == "PERMISSION_MODE_ACCEPT_EDITS"
             assert await cli(["session", "mode", "s1", "plan", *addr]) == 1  # no token

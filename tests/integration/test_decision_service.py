@@ -12,9 +12,10 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from stockade.decision.grants import GrantVerifier, load_public_key
+from stockade.contract.grant import load_public_key
 from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
+from stockade.executor.grants import GrantVerifier
 from stockade.server import create_server, load_settings
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
@@ -305,7 +306,8 @@ async def test_admin_rpcs_need_a_token_and_decide_does_not(tmp_path: Path) -> No
 async def test_modes_and_denial_halt(tmp_path: Path) -> None:
     async with decision_server(tmp_path) as stub:
         await stub.CreateSession(
-            d_pb2.CreateSessionRequest(session_id="s2", mode=c_pb2.PERMISSION_MODE_DONT_ASK)
+            d_pb2.CreateSessionRequest(session_id="s2", mode=c_pb2.PERMISSION_MODE_DONT_ASK),
+            metadata=ADMIN,
         )
         halts = []
         for i in range(3):

@@ -19,7 +19,6 @@ from typing import Any
 from stockade.cli._connect import add_tls_args, tls_from_args
 from stockade.client.base import TlsConfig
 from stockade.decision.engine import Decision, DecisionRequest, Facts, decide
-from stockade.decision.explain import Explanation, Risk
 from stockade.decision.lint import lint_rules
 from stockade.decision.modes import Mode, parse_mode
 from stockade.decision.policy import compile_policy, load_policy, parse_policy_text, policy_format
@@ -115,28 +114,25 @@ def decision_json(d: Decision, facts: Facts) -> dict[str, Any]:
 def executor_facts(
     tool: str, args: Mapping[str, Any], *, roots: list[str], cwd: str
 ) -> Facts | None:
-    """The executor's Inspect findings for its own tools; None for other tools."""
+    """The executor's Inspect findings for its own tools, turned into facts exactly as the
+    ``Decide`` RPC turns the inspection it receives (one path, DEC-15); None for other
+    tools."""
+    from google.protobuf import struct_pb2
+
+    from stockade.decision.facts import facts_from_inspection
     from stockade.executor.inspect import EXECUTOR_TOOLS, inspect_call
     from stockade.executor.paths import PathSandbox, Root
+    from stockade.executor.servicer import inspection_to_proto
+    from stockade.v1 import common_pb2
 
     if tool not in EXECUTOR_TOOLS:
         return None
     sandbox = PathSandbox([Root(os.path.realpath(r), True) for r in roots or [cwd]], cwd)
     ins = inspect_call(tool, args, sandbox=sandbox)
-    rules = tuple(
-        Rule(Effect(r.effect), tool, Source.TOOL, r.reason, bypass_immune=r.bypass_immune)
-        for r in ins.rules
-    )
-    analysis = ins.analysis
-    return Facts(
-        tool_rules=rules,
-        sub_commands=tuple(c.text for c in analysis.commands) if analysis is not None else None,
-        inside_working_dir=ins.inside_working_dir,
-        read_only=ins.read_only,
-        needs_network=bool(analysis and analysis.needs_network),
-        analysis_reasons=tuple(analysis.reasons) if analysis is not None else (),
-        explanation=Explanation(Risk(ins.risk), ins.explanation) if ins.explanation else None,
-    )
+    arguments = struct_pb2.Struct()
+    arguments.update(dict(args))
+    call = common_pb2.ToolCall(tool_name=tool, arguments=arguments)
+    return facts_from_inspection(tool, inspection_to_proto(ins, call))
 
 
 def run_check(args: argparse.Namespace) -> int:

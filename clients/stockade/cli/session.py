@@ -94,7 +94,8 @@ def _done(resp: object, a: argparse.Namespace) -> int:
 def _create(a: argparse.Namespace) -> int:
     mode = a.mode if a.mode is not None else c_pb2.PERMISSION_MODE_UNSPECIFIED
     req = d_pb2.CreateSessionRequest(session_id=a.session_id, mode=mode, task=a.task)
-    return _done(call(a, lambda s: s.CreateSession(req)), a)
+    # A mode other than the configured default needs admin rights (DEC-6 rev 2).
+    return _done(call(a, lambda s: s.CreateSession(req, metadata=metadata(a))), a)
 
 
 def _get(a: argparse.Namespace) -> int:

@@ -70,6 +70,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The server is overloaded; retry later (RESOURCE_EXHAUSTED)."""
     ERROR_REASON_DEADLINE_EXCEEDED: _ErrorReason.ValueType  # 23
     """The operation did not finish in time (DEADLINE_EXCEEDED)."""
+    ERROR_REASON_GRANT_FINDINGS_MISMATCH: _ErrorReason.ValueType  # 24
+    """The grant binds other executor findings than the executor computes for the call
+    (a forged or stale inspection was sent to Decide) (PERMISSION_DENIED).
+    """
+    ERROR_REASON_GRANT_ASK_UNSETTLED: _ErrorReason.ValueType  # 25
+    """The executor's own findings hold an ASK the grant's settlement does not cover
+    (a bypass-immune ASK needs an approval) (PERMISSION_DENIED).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Machine-readable reasons carried in google.rpc.ErrorInfo.reason (domain "stockade")
@@ -125,4 +133,12 @@ ERROR_REASON_RESOURCE_EXHAUSTED: ErrorReason.ValueType  # 22
 """The server is overloaded; retry later (RESOURCE_EXHAUSTED)."""
 ERROR_REASON_DEADLINE_EXCEEDED: ErrorReason.ValueType  # 23
 """The operation did not finish in time (DEADLINE_EXCEEDED)."""
+ERROR_REASON_GRANT_FINDINGS_MISMATCH: ErrorReason.ValueType  # 24
+"""The grant binds other executor findings than the executor computes for the call
+(a forged or stale inspection was sent to Decide) (PERMISSION_DENIED).
+"""
+ERROR_REASON_GRANT_ASK_UNSETTLED: ErrorReason.ValueType  # 25
+"""The executor's own findings hold an ASK the grant's settlement does not cover
+(a bypass-immune ASK needs an approval) (PERMISSION_DENIED).
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

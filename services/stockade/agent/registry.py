@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stockade.agent import schema as json_schema
 from stockade.agent.providers.base import ToolSchema
+from stockade.contract.tools import SEED_TOOLS
+from stockade.contract.tools import Location as ContractLocation
 from stockade.errors import InvalidArgument, UnknownTool
 
 log = logging.getLogger(__name__)
@@ -178,131 +180,68 @@ _STR: Mapping[str, Any] = {"type": "string"}
 _INT: Mapping[str, Any] = {"type": "integer", "minimum": 0}
 
 
-def _safe(
-    name: str,
-    description: str,
-    parameters: dict[str, Any],
-    location: Location,
-    primary: str = "",
-) -> ToolSpec:
+def _declared(name: str, description: str, parameters: dict[str, Any]) -> ToolSpec:
+    """A seed tool's spec: description and schema here, traits from the contract table."""
+    t = SEED_TOOLS[name]
     return ToolSpec(
         name=name,
         description=description,
         parameters=parameters,
-        interrupt_behavior=InterruptBehavior.CANCEL,
-        concurrency_safe=True,
-        read_only=True,
-        location=location,
-        primary_content_field=primary,
+        interrupt_behavior=InterruptBehavior(t.interrupt.value),
+        concurrency_safe=t.concurrency_safe,
+        causes_sibling_abort=t.sibling_abort,
+        read_only=t.read_only,
+        location=Location(t.location.value),
+        primary_content_field=t.primary_field,
     )
 
-
-def _serial(
-    name: str,
-    description: str,
-    parameters: dict[str, Any],
-    location: Location,
-    behaviour: InterruptBehavior,
-    primary: str = "",
-    *,
-    sibling_abort: bool = False,
-) -> ToolSpec:
-    return ToolSpec(
-        name=name,
-        description=description,
-        parameters=parameters,
-        interrupt_behavior=behaviour,
-        concurrency_safe=False,
-        causes_sibling_abort=sibling_abort,
-        read_only=False,
-        location=location,
-        primary_content_field=primary,
-    )
-
-
-_C = InterruptBehavior.CANCEL
-_B = InterruptBehavior.BLOCK
-_EX, _BI, _RE = Location.EXECUTOR, Location.BUILTIN, Location.REMOTE
 
 #: Names of the built-in agent tools (run inside the agent, never by the executor).
 BUILTIN_TOOLS = frozenset(
-    {"todo_write", "ask_user", "subagent", "compress_context", "load_skill", "save_memory"}
+    t.name for t in SEED_TOOLS.values() if t.location is ContractLocation.BUILTIN
 )
 
 
 def default_specs() -> list[ToolSpec]:
-    """The seed's classification table (AGT-2) with argument schemas."""
+    """The seed's classification table (AGT-2, traits in ``stockade.contract.tools``) with
+    descriptions and argument schemas."""
     paper_id = _obj(["paper_id"], paper_id=_STR)
-    return [
-        # Read-only, concurrency-safe, CANCEL.
-        _safe(
+    specs = [
+        _declared(
             "search_papers",
             "Search the paper catalogue by free text; returns ids, titles and years.",
             _obj(["query"], query=_STR, limit={"type": "integer", "minimum": 1, "maximum": 50}),
-            _RE,
-            "query",
         ),
-        _safe("get_paper_metadata", "Metadata of one paper by id.", paper_id, _RE, "paper_id"),
-        _safe("get_paper_content", "Full text of one paper by id.", paper_id, _RE, "paper_id"),
-        _safe(
-            "rag_search", "Semantic search over parsed papers.", _obj(["query"], query=_STR), _RE
+        _declared("get_paper_metadata", "Metadata of one paper by id.", paper_id),
+        _declared("get_paper_content", "Full text of one paper by id.", paper_id),
+        _declared("rag_search", "Semantic search over parsed papers.", _obj(["query"], query=_STR)),
+        _declared(
+            "query_target", "Look up an astronomical target by name.", _obj(["name"], name=_STR)
         ),
-        _safe(
-            "query_target",
-            "Look up an astronomical target by name.",
-            _obj(["name"], name=_STR),
-            _RE,
-        ),
-        _safe(
+        _declared(
             "read_file",
             "Read a text file inside the allowed roots.",
             _obj(["file_path"], file_path=_STR, offset=_INT, limit=_INT),
-            _EX,
-            "file_path",
         ),
-        _safe(
+        _declared(
             "grep_files",
             "Search file contents with a regular expression.",
             _obj(["pattern"], pattern=_STR, path=_STR, glob=_STR),
-            _EX,
-            "path",
         ),
-        _safe(
+        _declared(
             "glob_files",
             "List files matching a glob pattern.",
             _obj(["pattern"], pattern=_STR, path=_STR),
-            _EX,
-            "pattern",
         ),
-        _safe("load_skill", "Load a skill's instructions by name.", _obj(["name"], name=_STR), _BI),
-        # Serial, CANCEL.
-        _serial(
-            "download_paper",
-            "Download a paper's PDF into the library.",
-            paper_id,
-            _RE,
-            _C,
-            "paper_id",
-            sibling_abort=True,
-        ),
-        _serial(
-            "parse_paper",
-            "Parse a downloaded paper into text.",
-            paper_id,
-            _RE,
-            _C,
-            "paper_id",
-            sibling_abort=True,
-        ),
-        _serial(
+        _declared("load_skill", "Load a skill's instructions by name.", _obj(["name"], name=_STR)),
+        _declared("download_paper", "Download a paper's PDF into the library.", paper_id),
+        _declared("parse_paper", "Parse a downloaded paper into text.", paper_id),
+        _declared(
             "file_write",
             "Create or overwrite a text file.",
             _obj(["file_path", "content"], file_path=_STR, content=_STR),
-            _EX,
-            _C,
-            "file_path",
         ),
-        _serial(
+        _declared(
             "file_edit",
             "Replace a unique string in a file that was read first.",
             _obj(
@@ -312,18 +251,11 @@ def default_specs() -> list[ToolSpec]:
                 new_string=_STR,
                 replace_all={"type": "boolean"},
             ),
-            _EX,
-            _C,
-            "file_path",
         ),
-        _serial(
-            "save_note",
-            "Save a research note.",
-            _obj(["content"], title=_STR, content=_STR),
-            _RE,
-            _C,
+        _declared(
+            "save_note", "Save a research note.", _obj(["content"], title=_STR, content=_STR)
         ),
-        _serial(
+        _declared(
             "todo_write",
             "Replace the task list.",
             _obj(
@@ -337,25 +269,14 @@ def default_specs() -> list[ToolSpec]:
                     ),
                 },
             ),
-            _BI,
-            _C,
         ),
-        _serial(
-            "compress_context",
-            "Summarise the conversation so far to free context space.",
-            _obj(),
-            _BI,
-            _C,
+        _declared(
+            "compress_context", "Summarise the conversation so far to free context space.", _obj()
         ),
-        # Serial, BLOCK: side effects that must complete.
-        _serial(
-            "save_memory",
-            "Persist a fact for later sessions.",
-            _obj(["content"], content=_STR),
-            _BI,
-            _B,
+        _declared(
+            "save_memory", "Persist a fact for later sessions.", _obj(["content"], content=_STR)
         ),
-        _serial(
+        _declared(
             "run_bash",
             "Run a bash command in the sandbox.",
             _obj(
@@ -364,18 +285,13 @@ def default_specs() -> list[ToolSpec]:
                 timeout_s={"type": "number", "minimum": 0},
                 description=_STR,
             ),
-            _EX,
-            _B,
-            "command",
         ),
-        _serial(
+        _declared(
             "ask_user",
             "Ask the user a question and wait for the answer.",
             _obj(["question"], question=_STR),
-            _BI,
-            _B,
         ),
-        _serial(
+        _declared(
             "subagent",
             "Delegate a task to a subagent with fresh context and a restricted tool set.",
             _obj(
@@ -385,10 +301,10 @@ def default_specs() -> list[ToolSpec]:
                 tools={"type": "array", "items": _STR},
                 name=_STR,
             ),
-            _BI,
-            _B,
         ),
     ]
+    assert {s.name for s in specs} == set(SEED_TOOLS), "every seed tool has a spec"
+    return specs
 
 
 def default_registry() -> ToolRegistry:

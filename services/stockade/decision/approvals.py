@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from stockade.decision.rules import BASH_TOOL, PRIMARY_FIELDS, escape_content
+from stockade.contract.tools import PRIMARY_FIELDS
+from stockade.decision.rules import BASH_TOOL, escape_content
 from stockade.decision.sessions import (
     ApprovalRecord,
     ApprovalState,

@@ -66,6 +66,20 @@ class AwaitOutcome:
     grant: SignedGrant | None = None
 
 
+def settlement(decision: Decision) -> dict[str, str]:
+    """How an ALLOW decision settled any tool-level ASK, as the grant's ``settle`` claim.
+
+    P7: the allow rule (pattern and source); ``mode``: the mode; P8 (no ask at all): none.
+    An approval's settlement is made when the approval is answered (``await_approval``).
+    """
+    if decision.step == "P7":
+        rule = decision.winning_rule
+        return {"by": "rule", "rule": rule.pattern, "source": rule.source.value}
+    if decision.step == "mode":
+        return {"by": "mode", "mode": decision.mode.value}
+    return {"by": "none"}
+
+
 class DecisionCore:
     """Decides calls for sessions and runs the ask flow."""
 
@@ -140,6 +154,8 @@ class DecisionCore:
                 call_id=call.call_id,
                 tool_name=call.tool_name,
                 arguments=call.arguments,
+                findings=facts.findings,
+                settle=settlement(decision),
             )
         elif decision.verdict is Effect.ASK:
             # A retried Decide for the same call reuses its pending approval (no duplicates).
@@ -147,6 +163,7 @@ class DecisionCore:
             if existing is not None and (
                 existing.call.tool_name != call.tool_name
                 or dict(existing.call.arguments) != dict(call.arguments)
+                or existing.call.findings != facts.findings
             ):
                 existing = None  # same call id, different call: ask about this one
             approval = existing or await self.broker.create(
@@ -157,6 +174,7 @@ class DecisionCore:
                     dict(call.arguments),
                     call.from_subagent,
                     call.agent_name,
+                    facts.findings,
                 ),
                 reason=decision.reason,
                 risk=decision.explanation.risk.value,
@@ -211,6 +229,12 @@ class DecisionCore:
                 call_id=rec.call.call_id,
                 tool_name=rec.call.tool_name,
                 arguments=rec.call.arguments,
+                findings=rec.call.findings,
+                settle={
+                    "by": "approval",
+                    "approval": rec.approval_id,
+                    "resolver": rec.resolver or "unknown",
+                },
             )
             return AwaitOutcome(
                 Effect.ALLOW, f"approved by {rec.resolver or 'a resolver'}", rec, grant

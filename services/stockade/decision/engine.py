@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from stockade.contract.tools import EDIT_TOOLS, SEED_TOOLS, ToolTraits
 from stockade.decision.explain import Explanation, explain_call
-from stockade.decision.modes import EDIT_TOOLS, READ_ONLY_TOOLS, Mode
+from stockade.decision.modes import Mode
 from stockade.decision.rules import (
     BASH_TOOL,
     POLICY_SOURCES,
@@ -74,6 +75,9 @@ class Facts:
     """run_bash: the analyser's findings."""
     explanation: Explanation | None = None
     """The executor's own explanation, preferred over one derived here."""
+    findings: str = ""
+    """SHA-256 of the executor findings these facts came from (the grant's ``insp``); ""
+    when there was no inspection (DEC-12 rev 2)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,13 @@ class Decision(NamedTuple):
 
 
 DEFAULT_RULE = Rule(Effect.ALLOW, "*", Source.DEFAULT, "no rule matched; allowed by default")
+UNKNOWN_TOOL_RULE = Rule(
+    Effect.ASK,
+    "*",
+    Source.DEFAULT,
+    "unknown tool: nobody declared its traits, so no rule allows it by default",
+)
+"""P8 for a tool nobody declared (DEC-3 rev 2): ASK, never the implicit ALLOW."""
 
 
 class _Matches:
@@ -294,42 +305,53 @@ def _step_tool_ask(m: _Matches) -> _Outcome | None:
     return _Outcome(Effect.ASK, r, "P6", _reason(r, "tool check requires approval"))
 
 
-def _step_allow(m: _Matches) -> _Outcome:
-    """P7 explicit ALLOW, else P8 the implicit default."""
+def _step_allow(m: _Matches, declared: bool) -> _Outcome:
+    """P7 explicit ALLOW, else P8 the implicit default: ALLOW for a declared tool, ASK for
+    one nobody declared (DEC-3 rev 2)."""
     if m.allow_covers:
         r = m.allow[0]
         return _Outcome(Effect.ALLOW, r, "P7", _reason(r, f"allowed by rule {r.pattern}"))
+    if not declared:
+        return _Outcome(Effect.ASK, UNKNOWN_TOOL_RULE, "P8", UNKNOWN_TOOL_RULE.reason)
     return _Outcome(Effect.ALLOW, DEFAULT_RULE, "P8", DEFAULT_RULE.reason)
 
 
-def _precedence(m: _Matches) -> _Outcome:
+def _precedence(m: _Matches, declared: bool = True) -> _Outcome:
     """The steps in order (P0–P3, P4–P5, P6, then P7/P8); the first that settles wins."""
-    return _step_deny(m) or _step_explicit_ask(m) or _step_tool_ask(m) or _step_allow(m)
+    return _step_deny(m) or _step_explicit_ask(m) or _step_tool_ask(m) or _step_allow(m, declared)
 
 
 def _reason(rule: Rule, fallback: str) -> str:
     return rule.reason or fallback
 
 
-def _is_read_only(req: DecisionRequest) -> bool:
+def _is_read_only(req: DecisionRequest, tools: Mapping[str, ToolTraits]) -> bool:
     if req.facts.read_only is not None:
         return req.facts.read_only
-    return req.tool_name in READ_ONLY_TOOLS
+    traits = tools.get(req.tool_name)
+    return traits is not None and traits.read_only
 
 
-def _mode_step(req: DecisionRequest, m: _Matches, out: _Outcome) -> _Outcome:
+def _mode_step(
+    req: DecisionRequest, m: _Matches, out: _Outcome, tools: Mapping[str, ToolTraits]
+) -> _Outcome:
     """DEC-4: the session's mode changes the verdict after precedence."""
     mode = req.mode
     if mode is Mode.DEFAULT and out.verdict is not Effect.ASK:
         return out  # the common case: default mode changes nothing but ASK (handled below)
     immune = any(r.bypass_immune for r in m.tool_ask) if m.tool_ask else False
-    if mode is Mode.PLAN and out.verdict is not Effect.DENY and not _is_read_only(req):
+    if mode is Mode.PLAN and out.verdict is not Effect.DENY and not _is_read_only(req, tools):
         return _mode_outcome(Effect.DENY, mode, f"plan mode: {req.tool_name} is not read-only")
     if out.verdict is not Effect.ASK:
         return out
     if mode is Mode.DONT_ASK:
         return _mode_outcome(Effect.DENY, mode, f"dontAsk mode: {out.reason}")
-    if mode is Mode.BYPASS_PERMISSIONS and not immune:
+    if (
+        mode is Mode.BYPASS_PERMISSIONS
+        and not immune
+        and not (req.from_subagent and out.winner is UNKNOWN_TOOL_RULE)
+    ):
+        # (A subagent's unknown tool stays ASK, which the subagent rule makes DENY.)
         return _mode_outcome(Effect.ALLOW, mode, "bypassPermissions mode settles the approval")
     if (
         mode is Mode.ACCEPT_EDITS
@@ -437,6 +459,9 @@ class CompiledPolicy:
     cwd: str = "/"
     origin: str = ""
     """Where the policy came from (file path, or "environment")."""
+    tools: Mapping[str, ToolTraits] = field(default_factory=lambda: dict(SEED_TOOLS))
+    """The declared tools (the seed's table plus the policy's ``[tools]``): P8 allows only
+    these, and their read-only trait serves plan mode (DEC-3 rev 2)."""
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -472,8 +497,8 @@ def _finish(
     policy: CompiledPolicy, req: DecisionRequest, content: CallContent, matches: _Matches
 ) -> Decision:
     """The general path: precedence, mode, subagent, conflicts over every tier."""
-    precedence = _precedence(matches)
-    final = _subagent_step(req, _mode_step(req, matches, precedence))
+    precedence = _precedence(matches, req.tool_name in policy.tools)
+    final = _subagent_step(req, _mode_step(req, matches, precedence, policy.tools))
     allow_used: tuple[Rule, ...] = ()
     if final.verdict is Effect.ALLOW and precedence.step == "P7":
         allow_used = tuple(matches.allow)
@@ -506,7 +531,12 @@ def _decide_allow_only(
     """
     allow, covers = allow_matches
     mode = req.mode
-    if len(allow) > 1 or (allow and not covers) or (mode is Mode.PLAN and not _is_read_only(req)):
+    if (
+        len(allow) > 1
+        or (allow and not covers)
+        or (mode is Mode.PLAN and not _is_read_only(req, policy.tools))
+        or (not covers and req.tool_name not in policy.tools)
+    ):
         matches = _Matches([], [], [], [], [], [], [], allow, covers)
         return _finish(policy, req, content, matches)
     if covers:

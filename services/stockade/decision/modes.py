@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from enum import Enum
 
+from stockade.contract.tools import EDIT_TOOLS, READ_ONLY_TOOLS
 from stockade.errors import InvalidArgument
+
+__all__ = ["EDIT_TOOLS", "READ_ONLY_TOOLS", "Mode", "parse_mode"]
 
 
 class Mode(Enum):
@@ -23,24 +26,6 @@ _ALIASES = (
     | {m.name.lower(): m for m in Mode}
     | {m.name.lower().replace("_", ""): m for m in Mode}
 )
-
-EDIT_TOOLS = frozenset({"file_write", "file_edit"})
-"""Tools acceptEdits may settle when the path is inside the working directory."""
-
-READ_ONLY_TOOLS = frozenset(
-    {
-        "search_papers",
-        "get_paper_metadata",
-        "get_paper_content",
-        "rag_search",
-        "query_target",
-        "read_file",
-        "grep_files",
-        "glob_files",
-        "load_skill",
-    }
-)
-"""The seed's read-only tools (AGT-2); plan mode lets these run."""
 
 
 def parse_mode(text: str) -> Mode:

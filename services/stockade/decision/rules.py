@@ -38,6 +38,7 @@ from stockade.contract.shell import (
     canonical_option,
     split_option,
 )
+from stockade.contract.tools import PRIMARY_FIELDS
 from stockade.decision.patternset import ANY, DIRS, SEGMENT, PatternSet, Piece, Spec
 from stockade.errors import InvalidArgument, InvalidPattern
 
@@ -73,18 +74,6 @@ PATH_FIELDS = frozenset({"file_path", "path"})
 """Content fields that hold filesystem paths and are normalised before matching."""
 _PATH_FIELD_ORDER = tuple(k for k in CONTENT_FIELDS if k in PATH_FIELDS)
 
-PRIMARY_FIELDS: Mapping[str, str] = {
-    "run_bash": "command",
-    "read_file": "file_path",
-    "file_write": "file_path",
-    "file_edit": "file_path",
-    "grep_files": "path",
-    "glob_files": "pattern",
-    "fetch": "url",
-    "web_fetch": "url",
-    "download_paper": "url",
-}
-"""The argument an ALLOW rule matches for the built-in tools (their ToolSpec's field)."""
 
 BASH_TOOL = "run_bash"
 
@@ -661,6 +650,12 @@ def _refuse_long(fields: Mapping[str, str]) -> None:
     )
 
 
+def _content_fields(tool_name: str) -> tuple[str, ...]:
+    """CONTENT_FIELDS plus the tool's declared primary field (``query`` for search_papers)."""
+    extra = PRIMARY_FIELDS.get(tool_name)
+    return CONTENT_FIELDS if extra is None or extra in CONTENT_FIELDS else (*CONTENT_FIELDS, extra)
+
+
 def call_content(
     tool_name: str,
     arguments: Mapping[str, Any],
@@ -679,7 +674,7 @@ def call_content(
     bounded.
     """
     get = arguments.get
-    fields = {k: v for k in CONTENT_FIELDS if isinstance(v := get(k), str)}
+    fields = {k: v for k in _content_fields(tool_name) if isinstance(v := get(k), str)}
     if fields and max(map(len, fields.values())) > MAX_CONTENT_CHARS:
         _refuse_long(fields)
     if sub_commands and sum(map(len, sub_commands)) > MAX_SUB_COMMAND_CHARS:

@@ -9,6 +9,7 @@ the read-only RPCs do not.
 from __future__ import annotations
 
 import hmac
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -18,14 +19,15 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from stockade.decision.approvals import GrantScope, Resolution
 from stockade.decision.core import CallInput, DecisionCore, Outcome
-from stockade.decision.engine import Decision, Facts, HookSignal, SignalKind
-from stockade.decision.explain import Explanation, Risk
+from stockade.decision.engine import Decision, HookSignal, SignalKind
+from stockade.decision.explain import Risk
+from stockade.decision.facts import facts_from_pb
 from stockade.decision.grants import SignedGrant
 from stockade.decision.lint import lint_rules
 from stockade.decision.metrics import DecisionMetrics
-from stockade.decision.modes import READ_ONLY_TOOLS, Mode
+from stockade.decision.modes import Mode
 from stockade.decision.policy import compile_policy, parse_policy_text
-from stockade.decision.rules import BASH_TOOL, Effect, Rule, Source
+from stockade.decision.rules import Effect, Rule, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
 from stockade.errors import InvalidArgument, NotAuthorized
 from stockade.server.interceptors import peer_identity
@@ -145,44 +147,6 @@ def rule_to_pb(rule: Rule) -> c_pb2.Rule:
         reason=rule.reason,
         rule_id=rule.rule_id,
         bypass_immune=rule.bypass_immune,
-    )
-
-
-def facts_from_pb(tool_name: str, request: d_pb2.DecideRequest) -> Facts:
-    """The executor's inspection as engine facts (absent fields stay unknown)."""
-    if not request.HasField("inspection"):
-        return Facts()
-    insp = request.inspection
-    tool_rules = insp.tool_rules
-    rules = (
-        tuple(
-            Rule(EFFECT_FROM_PB[r.effect], r.pattern or tool_name, Source.TOOL, r.reason,
-                 r.rule_id, r.bypass_immune)
-            for r in tool_rules
-            if r.effect in (c_pb2.RULE_EFFECT_DENY, c_pb2.RULE_EFFECT_ASK)
-        )
-        if tool_rules
-        else ()
-    )  # fmt: skip
-    subs: tuple[str, ...] | None = None
-    needs_network = False
-    reasons: tuple[str, ...] = ()
-    if insp.HasField("analysis"):
-        analysis = insp.analysis
-        texts = analysis.sub_command_texts or analysis.sub_commands
-        if texts:
-            subs = tuple(texts)
-        needs_network = analysis.needs_network
-        reasons = tuple(analysis.reasons)
-    read_only = insp.read_only or (tool_name != BASH_TOOL and tool_name in READ_ONLY_TOOLS)
-    explanation = None
-    if insp.HasField("explanation"):
-        given = insp.explanation
-        summary = given.summary
-        if summary:
-            explanation = Explanation(RISK_FROM_PB.get(given.risk, Risk.MEDIUM), summary)
-    return Facts(
-        rules, subs, insp.inside_working_dir, read_only, needs_network, reasons, explanation
     )
 
 
@@ -317,25 +281,61 @@ def _mode(value: int) -> Mode:
     return mode
 
 
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,63}")
+
+
+def parse_admin_tokens(entries: Sequence[str]) -> list[tuple[str, bytes]]:
+    """``name=token`` entries (the name is the caller's identity in approvals and audit),
+    or a bare token, named ``token-N`` by its position (the old form keeps working).
+
+    A bare token whose text contains ``=`` after a valid name would read as named; write
+    such a token with an explicit name.
+    """
+    out: list[tuple[str, bytes]] = []
+    for i, entry in enumerate(e for e in entries if e):
+        name, sep, token = entry.partition("=")
+        if sep and token and not token.startswith("=") and _TOKEN_NAME.fullmatch(name):
+            out.append((name, token.encode()))
+        else:
+            out.append((f"token-{i + 1}", entry.encode()))
+    return out
+
+
 class AdminAuth:
-    """Decides whether a caller may use admin RPCs (X-3)."""
+    """Decides whether a caller may use admin RPCs (X-3), and who the caller is."""
 
     def __init__(self, tokens: Sequence[str], identities: Sequence[str] = ()) -> None:
-        self._tokens = [t.encode() for t in tokens if t]
+        self._tokens = parse_admin_tokens(tokens)
         self._identities = {i for i in identities if i}
 
-    def check(self, context: Context, rpc: str) -> str:
-        """Return the caller's name; raise ``NotAuthorized`` if it may not call ``rpc``."""
+    def caller_identity(self, context: Context) -> str | None:
+        """The caller's authenticated identity, or None when it has none.
+
+        The one place an identity comes from (approval resolvers, audit rows): ``token:NAME``
+        for a configured admin token, ``mtls:IDENTITY`` for a verified client certificate,
+        never anything the caller merely types.
+        """
         for key, value in context.invocation_metadata() or ():
             if key == "authorization" and isinstance(value, str):
                 scheme, _, token = value.partition(" ")
-                if scheme.lower() == "bearer" and any(
-                    hmac.compare_digest(token.strip().encode(), t) for t in self._tokens
-                ):
-                    return "token"
+                if scheme.lower() == "bearer":
+                    given = token.strip().encode()
+                    for name, want in self._tokens:
+                        if hmac.compare_digest(given, want):
+                            return f"token:{name}"
         who = peer_identity(context)
-        if who is not None and who in self._identities:
-            return who
+        if who is not None:
+            return f"mtls:{who}"
+        return None
+
+    def check(self, context: Context, rpc: str) -> str:
+        """Return the caller's identity; raise ``NotAuthorized`` if it may not call ``rpc``."""
+        who = self.caller_identity(context)
+        if who is not None:
+            if who.startswith("token:"):
+                return who
+            if who.removeprefix("mtls:") in self._identities:
+                return who
         if not self._tokens and not self._identities:
             raise NotAuthorized(
                 f"{rpc} is an admin RPC and no admin callers are configured "
@@ -347,6 +347,13 @@ class AdminAuth:
             "admin token, or connect with an admin mTLS identity",
             rpc=rpc,
         )
+
+
+def _with_note(reason: str, typed: str, caller: str) -> str:
+    if not typed or f"{typed}" == caller:
+        return reason
+    note = f"(resolver says: {typed[:200]})"
+    return f"{reason} {note}".strip()
 
 
 class DecisionServicer(d_grpc.DecisionServiceServicer):
@@ -386,11 +393,11 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     async def CreateSession(
         self, request: d_pb2.CreateSessionRequest, context: Context
     ) -> d_pb2.CreateSessionResponse:
-        mode = (
-            self.core.default_mode
-            if request.mode == c_pb2.PERMISSION_MODE_UNSPECIFIED
-            else _mode(request.mode)
-        )
+        default = self.core.default_mode
+        mode = default if request.mode == c_pb2.PERMISSION_MODE_UNSPECIFIED else _mode(request.mode)
+        if mode is not default:
+            # Any other mode than the configured default needs SetMode's rights (DEC-6 rev 2).
+            self.auth.check(context, "CreateSession")
         rec, _ = await self.core.store.create_session(
             request.session_id or None, mode, task=request.task
         )
@@ -477,8 +484,10 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
         rec, grant, note = await self.core.broker.resolve(
             request.approval_id,
             resolution,
-            resolver=request.resolver or caller,
-            reason=request.reason,
+            # The authenticated identity, never the free text the caller typed (it is kept
+            # in the reason, marked as such).
+            resolver=caller,
+            reason=_with_note(request.reason, request.resolver, caller),
             scope=scope,
         )
         resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec), note=note)

@@ -159,6 +159,9 @@ class PendingCall:
     arguments: Mapping[str, Any]
     from_subagent: bool = False
     agent_name: str = ""
+    findings: str = ""
+    """Digest of the executor findings the ASK decision saw (bound into the grant an
+    approval yields, DEC-12 rev 2); "" when the Decide carried no inspection."""
 
 
 @dataclass(frozen=True)
@@ -545,6 +548,7 @@ class SessionStore:
             "arguments": dict(rec.call.arguments),
             "from_subagent": rec.call.from_subagent,
             "agent_name": rec.call.agent_name,
+            "findings": rec.call.findings,
         }
         await self._db.execute(
             "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
@@ -661,6 +665,7 @@ def _approval(row: Any) -> ApprovalRecord:
             arguments=call["arguments"],
             from_subagent=bool(call.get("from_subagent")),
             agent_name=call.get("agent_name", ""),
+            findings=call.get("findings", ""),
         ),
         reason=row[3],
         risk=row[4],

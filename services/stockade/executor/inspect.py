@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from stockade.contract.tools import EXECUTOR_TOOLS
 from stockade.errors import InvalidArgument, UnknownTool
 from stockade.executor.bash import BashAnalysis, analyze
 from stockade.executor.paths import PathSandbox, is_protected_write
@@ -24,16 +25,6 @@ from stockade.executor.tools.glob import split_glob
 __all__ = ["EXECUTOR_TOOLS", "Inspection", "Risk", "ToolRule", "inspect_call"]
 
 Risk = Literal["low", "medium", "high"]
-
-EXECUTOR_TOOLS: tuple[str, ...] = (
-    "read_file",
-    "file_write",
-    "file_edit",
-    "glob_files",
-    "grep_files",
-    "run_bash",
-)
-"""The tools this module judges (the executor's built-in tools)."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 This is the executor's Execute procedure without gRPC (SPEC EXE-12):
 
 1. the tool must exist (``UnknownTool``);
-2. the grant must verify, when a verifier is configured (``GrantError``);
-3. the executor's own tool-level checks run again (a DENY becomes a REFUSED result);
+2. the executor's own tool-level checks run again, and the grant must verify against them
+   when a verifier is configured (``GrantError``: signature, expiry, binding, and the
+   findings digest and ASK settlement of DEC-12 rev 2); a DENY becomes a REFUSED result;
 4. the tool runs in its own task, its chunks and result are streamed to the caller, under
    the call's time limit;
 5. if the caller goes away or cancels: a CANCEL call is stopped (its cancel event is set
@@ -72,8 +73,11 @@ class CallSpec:
 class GrantCheck(Protocol):
     """Verifies the decision service's grant for a call; raises a ``GrantError`` if not valid."""
 
-    def __call__(self, call: CallSpec, payload: bytes, signature: bytes) -> None:
-        """Return if the grant allows exactly ``call`` now."""
+    def __call__(
+        self, call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
+    ) -> None:
+        """Return if the grant allows exactly ``call`` now, given the executor's own
+        ``inspection`` of it (the grant must bind those findings, DEC-12 rev 2)."""
         ...
 
 
@@ -166,9 +170,10 @@ class ExecutorCore:
         tool = self.tools.get(call.tool_name)
         if tool is None:
             raise UnknownTool(f"the executor has no tool {call.tool_name!r}", tool=call.tool_name)
-        if self.grant_check is not None:
-            self.grant_check(call, grant_payload, grant_signature)
+        # The executor's own findings first: the grant must bind them (DEC-12 rev 2).
         inspection = self.inspector(call.tool_name, call.arguments)
+        if self.grant_check is not None:
+            self.grant_check(call, grant_payload, grant_signature, inspection)
         denials = [rule.reason for rule in inspection.rules if rule.effect == "deny"]
         if denials:
             reason = "; ".join(denials)

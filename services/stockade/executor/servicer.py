@@ -12,8 +12,10 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2, json_format
 
+from stockade.contract.grant import load_public_key
 from stockade.errors import GrantMissing, InvalidArgument
 from stockade.executor.confine import Launcher
+from stockade.executor.grants import GrantVerifier
 from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.metrics import ExecutorMetrics
 from stockade.executor.paths import PathSandbox
@@ -64,7 +66,7 @@ def _require_call(call: c_pb2.ToolCall) -> None:
         raise InvalidArgument("call.call_id is required")
 
 
-def _refuse_all(call: CallSpec, payload: bytes, signature: bytes) -> None:
+def _refuse_all(call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection) -> None:
     raise GrantMissing(
         "this executor has no grant public key (STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE), "
         "so it cannot verify grants and refuses every call"
@@ -77,13 +79,11 @@ def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
     where None (no verification) is returned."""
     if settings.grant_public_key_file is None:
         return None if settings.allow_ungranted else _refuse_all
-    # The verifier is the decision service's pure core module: one implementation of the
-    # grant format on both sides.
-    from stockade.decision.grants import GrantVerifier, load_public_key
-
+    # The grant format comes from the neutral contract package (never the decision
+    # service's internals): one implementation of the format on both sides.
     verifier = GrantVerifier(load_public_key(settings.grant_public_key_file))
 
-    def check(call: CallSpec, payload: bytes, signature: bytes) -> None:
+    def check(call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection) -> None:
         verifier.verify(
             payload,
             signature,
@@ -91,6 +91,7 @@ def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
             call_id=call.call_id,
             tool_name=call.tool_name,
             arguments=call.arguments,
+            inspection=inspection,
         )
 
     return check

@@ -49,8 +49,8 @@ def test_wrong_or_missing_tokens_are_refused(metadata: Any) -> None:
 
 def test_token_and_identity_accepted() -> None:
     auth = AdminAuth(["tok"], ["ops-admin"])
-    assert check(auth, FakeContext((("authorization", "bearer tok"),))) == "token"
-    assert check(auth, FakeContext(cn="ops-admin")) == "ops-admin"
+    assert check(auth, FakeContext((("authorization", "bearer tok"),))) == "token:token-1"
+    assert check(auth, FakeContext(cn="ops-admin")) == "mtls:ops-admin"
     with pytest.raises(NotAuthorized):
         check(auth, FakeContext(cn="agent"))
 
@@ -59,3 +59,15 @@ def test_nothing_configured_refuses_everyone_and_says_how_to_configure() -> None
     with pytest.raises(NotAuthorized) as err:
         check(AdminAuth([], []), FakeContext((("authorization", "Bearer "),), cn="x"))
     assert "STOCKADE_DECISION_ADMIN_TOKENS" in err.value.message
+
+
+def test_named_tokens_name_the_caller_and_the_old_form_still_works() -> None:
+    auth = AdminAuth(["alice=tok-a", "tok-b", "dGVzdA=="])
+    assert check(auth, FakeContext((("authorization", "Bearer tok-a"),))) == "token:alice"
+    assert check(auth, FakeContext((("authorization", "Bearer tok-b"),))) == "token:token-2"
+    # base64 padding is not a name separator
+    assert check(auth, FakeContext((("authorization", "Bearer dGVzdA=="),))) == "token:token-3"
+    # the name is not a password: "alice" alone, or "alice=tok-a" as a token, is refused
+    for wrong in ("alice", "alice=tok-a"):
+        with pytest.raises(NotAuthorized):
+            check(auth, FakeContext((("authorization", f"Bearer {wrong}"),)))

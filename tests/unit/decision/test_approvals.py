@@ -129,7 +129,9 @@ async def test_always_allow_grant_scopes(store: SessionStore) -> None:
 
 
 async def test_grant_pattern_for_tools_without_content() -> None:
-    assert grant_pattern(PendingCall("c", "search_papers", {"query": "x"})) == "search_papers"
+    assert grant_pattern(PendingCall("c", "todo_write", {"todos": []})) == "todo_write"
+    # The declared primary field (contract table) names the content: an exact grant.
+    assert grant_pattern(PendingCall("c", "search_papers", {"query": "x"})) == ("search_papers(x)")
     assert grant_pattern(PendingCall("c", "read_file", {"file_path": "a*b"})) == (
         r"read_file(a\*b)"
     )

@@ -13,31 +13,44 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.decision.grants import (
-    GrantSigner,
-    GrantVerifier,
-    _claims_payload,
-    _dumps,
-    argument_digest,
-    canonical_json,
-)
+from stockade.contract.grant import _dumps, argument_digest, canonical_json, claims_payload
+from stockade.decision.grants import GrantSigner
+from stockade.executor.grants import GrantVerifier
 
 # Any text protobuf can carry: every code point except lone surrogates.
 texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
+settles = st.one_of(
+    st.just({"by": "none"}),
+    st.builds(lambda r, s: {"by": "rule", "rule": r, "source": s}, texts, texts),
+    st.builds(lambda m: {"by": "mode", "mode": m}, texts),
+    st.builds(
+        lambda a, r: {"by": "approval", "approval": "a" + a, "resolver": "r" + r}, texts, texts
+    ),
+    st.builds(lambda m, r: {"by": "classifier", "model": m, "reason": r}, texts, texts),
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(sid=texts, cid=texts, tool=texts, nonce=texts, exp=st.floats(0, 4e9))
+@given(
+    sid=texts, cid=texts, tool=texts, nonce=texts, insp=texts, settle=settles,
+    exp=st.floats(0, 4e9),
+)  # fmt: skip
 def test_claims_payload_equals_json_dumps(
-    sid: str, cid: str, tool: str, nonce: str, exp: float
+    sid: str, cid: str, tool: str, nonce: str, insp: str, settle: dict[str, str], exp: float
 ) -> None:
     exp = int(exp * 1000) / 1000
     claims = {
-        "v": 1, "sid": sid, "cid": cid, "tool": tool, "args": "d" * 64, "exp": exp,
-        "nonce": nonce, "kid": "k1",
+        "v": 2, "sid": sid, "cid": cid, "tool": tool, "args": "d" * 64, "exp": exp,
+        "nonce": nonce, "kid": "k1", "insp": insp, "settle": settle,
     }  # fmt: skip
     want = json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    assert _claims_payload(sid, cid, tool, "d" * 64, exp, nonce, "k1") == want.encode()
+    got = claims_payload(
+        session_id=sid, call_id=cid, tool_name=tool, args_digest="d" * 64, findings=insp,
+        settle=settle, exp=exp, nonce=nonce, kid="k1",
+    )  # fmt: skip
+    assert got == want.encode()
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,7 +13,6 @@ from google.protobuf import json_format, struct_pb2
 from stockade.decision.grants import (
     GrantInvalid,
     GrantSigner,
-    GrantVerifier,
     argument_digest,
     generate_keypair,
     load_private_key,
@@ -26,6 +25,7 @@ from stockade.errors import (
     GrantReplayed,
     InvalidArgument,
 )
+from stockade.executor.grants import GrantVerifier
 
 ARGS = {"command": "git status", "timeout": 5}
 

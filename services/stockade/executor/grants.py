@@ -1,0 +1,143 @@
+"""Grant verification on Execute (DEC-12, DEC-12 rev 2): the executor's side of the format
+in ``stockade.contract.grant``.
+
+The executor holds only the decision service's public key. A grant must verify, be
+unexpired, unused, issued for exactly this session, call, tool and arguments, and it must
+bind the executor's own findings: its ``insp`` digest equals the digest of the findings the
+executor computes now (or is "" when the decision had none and treated them as unknown),
+and its settlement covers every ASK the executor finds. Whoever reaches Decide and Execute
+directly therefore cannot run a call the executor would ask about without an approval, an
+allow rule or a mode the decision service recorded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from stockade.contract.grant import (
+    Claims,
+    Finding,
+    GrantInvalid,
+    argument_digest,
+    findings_digest,
+    key_id,
+    parse_claims,
+    settlement_covers,
+)
+from stockade.errors import (
+    GrantAskUnsettled,
+    GrantExpired,
+    GrantFindingsMismatch,
+    GrantMismatch,
+    GrantMissing,
+    GrantReplayed,
+)
+from stockade.executor.inspect import Inspection
+
+__all__ = ["GrantVerifier", "inspection_findings"]
+
+
+def inspection_findings(inspection: Inspection) -> tuple[str, tuple[Finding, ...]]:
+    """The digest of the executor's findings (the grant's ``insp``) and its tool rules."""
+    rules = tuple(Finding(r.effect, r.bypass_immune, r.reason) for r in inspection.rules)
+    analysis = inspection.analysis
+    subs = [c.text for c in analysis.commands] if analysis is not None else []
+    digest = findings_digest(
+        rules,
+        read_only=inspection.read_only,
+        inside_working_dir=inspection.inside_working_dir,
+        sub_commands=subs,
+    )
+    return digest, rules
+
+
+class GrantVerifier:
+    """Verifies grants with the public key only; each grant verifies once (replay cache)."""
+
+    def __init__(
+        self, public_key: Ed25519PublicKey, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._key = public_key
+        self._clock = clock
+        self.key_id = key_id(public_key)
+        self._used: dict[str, float] = {}
+        self._expiries: list[tuple[float, str]] = []
+        """The used nonces by expiry (a heap), so forgetting expired ones costs O(log n)."""
+        self._lock = threading.Lock()
+
+    def verify(
+        self,
+        grant_payload: bytes,
+        signature: bytes,
+        *,
+        session_id: str,
+        call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        inspection: Inspection | None = None,
+    ) -> Claims:
+        """Return the claims if the grant allows exactly this call now; raise a
+        ``GrantError`` if not.
+
+        Checks run signature first (a forged payload says nothing), then expiry, then the
+        binding, then (given the executor's ``inspection``) the findings and their
+        settlement; only a grant that passes all of them is marked used. A tool-level DENY
+        in ``inspection`` is left to the caller (it refuses the call as a result).
+        """
+        if not grant_payload or not signature:
+            raise GrantMissing("the call carries no grant from the decision service")
+        try:
+            self._key.verify(signature, grant_payload)
+        except InvalidSignature as exc:
+            raise GrantInvalid("grant signature does not verify (forged or tampered)") from exc
+        claims = parse_claims(grant_payload)
+        now = self._clock()
+        if now >= claims.exp:
+            raise GrantExpired(f"grant expired {now - claims.exp:.1f}s ago", call_id=call_id)
+        for name, want, got in (
+            ("session", session_id, claims.session_id),
+            ("call", call_id, claims.call_id),
+            ("tool", tool_name, claims.tool_name),
+            ("arguments", argument_digest(arguments), claims.args_digest),
+        ):
+            if want != got:
+                raise GrantMismatch(f"grant was issued for another {name}", field=name)
+        if inspection is not None and not inspection.denied:
+            self._check_findings(claims, inspection)
+        with self._lock:
+            self._purge(now)
+            if claims.nonce in self._used:
+                raise GrantReplayed("grant was already used", call_id=call_id)
+            self._used[claims.nonce] = claims.exp
+            heapq.heappush(self._expiries, (claims.exp, claims.nonce))
+        return claims
+
+    @staticmethod
+    def _check_findings(claims: Claims, inspection: Inspection) -> None:
+        digest, rules = inspection_findings(inspection)
+        if claims.findings and claims.findings != digest:
+            raise GrantFindingsMismatch(
+                "the grant was issued for other executor findings than this executor's own "
+                "for these arguments (forged or stale inspection)",
+                call_id=claims.call_id,
+            )
+        why = settlement_covers(claims.settle, rules)
+        if why is not None:
+            raise GrantAskUnsettled(why, call_id=claims.call_id)
+
+    def _purge(self, now: float) -> None:
+        # An expired grant is refused for its expiry, so its nonce need not be kept.
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            del self._used[heapq.heappop(expiries)[1]]
+
+    def remembered(self) -> int:
+        """How many used grants the replay cache holds (those not yet expired)."""
+        return len(self._used)
