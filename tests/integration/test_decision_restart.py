@@ -192,8 +192,12 @@ async def test_sighup_reloads_and_a_bad_file_keeps_the_last_good_policy(proc: Pr
 
         async def state() -> tuple[str, int]:
             listed = await stub.ListRules(d_pb2.ListRulesRequest(include_policy=True))
+            # (with the executor's findings: without them read_file is an ASK, DEC-12 rev 2)
             resp = await stub.Decide(
-                d_pb2.DecideRequest(call=call("read_file", "c", file_path="x.md"))
+                d_pb2.DecideRequest(
+                    call=call("read_file", "c", file_path="x.md"),
+                    inspection=d_pb2.ToolInspection(read_only=True, inside_working_dir=True),
+                )
             )
             return listed.policy_version, resp.verdict
 
