@@ -50,10 +50,11 @@ proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
 proto-check: $(STAMP) ## Fail when `make proto` would change the committed generated code
 	$(BIN)/python -m stockade.protogen --check
 
-lint: $(STAMP) $(BUF) ## ruff, mypy strict, buf lint and buf breaking (against main) on the protos
+lint: $(STAMP) $(BUF) ## ruff, mypy strict, import-linter contracts, buf lint and buf breaking (against main)
 	$(BIN)/ruff check clients services tests scripts
 	$(BIN)/ruff format --check clients services tests scripts
 	$(BIN)/mypy clients/stockade services/stockade
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python scripts/check_lock.py
 	$(BUF) lint
 	@# Breaking-change check of the contract (FILE level: generated code of every language

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from stockade.contract.protected import load_protected_reads
 from stockade.decision.lint import lint_rules
 from stockade.decision.policy import PolicyStore, parse_policy_text
 from stockade.decision.rules import Effect
 
-from .conftest import DEPLOY, OVERLAYS, Manifest, env_of, find, main_container
+from .conftest import DEPLOY, OVERLAYS, Manifest, env_of, find, main_container, workload
 
 POLICY_FILE = DEPLOY / "k8s" / "base" / "policy.toml"
 
@@ -38,21 +39,37 @@ def test_cluster_mounts_this_policy(rendered: dict[str, list[Manifest]], overlay
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_read_denials_are_masked_for_bash_too(
+def test_the_executor_reads_the_same_policy_file(
     rendered: dict[str, list[Manifest]], overlay: str
 ) -> None:
-    """read_file(**/.env) alone would leave `cat .env` open: the executor must mask the same
-    paths for commands (EXE-9)."""
+    """read_file(**/.env) alone would leave `cat .env` open: the executor must take the
+    same read denials (DEC-16), from the same ConfigMap, with no second list to drift."""
+    objs = rendered[overlay]
+    dec, exe = main_container(objs, "decision"), main_container(objs, "executor")
+    path = env_of(dec)["STOCKADE_DECISION_POLICY_FILE"]["value"]
+    env = env_of(exe)
+    assert env["STOCKADE_EXECUTOR_POLICY_FILE"]["value"] == path
+    assert "STOCKADE_EXECUTOR_DENIED_READ_GLOBS" not in env  # one source, nothing to drift
+
+    def policy_mount(container: Manifest, pod_volumes: list[Manifest]) -> str:
+        names = {v["name"] for v in pod_volumes if v.get("configMap", {}).get("name") ==
+                 "stockade-policy"}  # fmt: skip
+        mounts = [m for m in container["volumeMounts"] if m["name"] in names]
+        assert len(mounts) == 1 and mounts[0].get("readOnly") is True
+        return str(mounts[0]["mountPath"])
+
+    for name, container in (("decision", dec), ("executor", exe)):
+        volumes = workload(objs, name)["spec"]["template"]["spec"]["volumes"]
+        assert path.startswith(policy_mount(container, volumes) + "/")
+    # what the policy denies read_file is what the executor protects
     doc = parse_policy_text(POLICY_FILE.read_text(), "toml")
     read_denials = {
         rule.pattern[len("read_file(") : -1]
         for rule in doc.rules
         if rule.effect is Effect.DENY and rule.pattern.startswith("read_file(")
     }
-    assert read_denials
-    env = env_of(main_container(rendered[overlay], "executor"))
-    masked = set(env["STOCKADE_EXECUTOR_DENIED_READ_GLOBS"]["value"].split(","))
-    assert read_denials <= masked, read_denials - masked
+    reads = load_protected_reads([POLICY_FILE], "/var/lib/stockade/workspace")
+    assert read_denials and read_denials <= set(reads.deny), read_denials - set(reads.deny)
 
 
 def _kubelet_publish(volume: Path, generation: str, files: dict[str, str]) -> None:

@@ -112,13 +112,20 @@ def decision_json(d: Decision, facts: Facts) -> dict[str, Any]:
 
 
 def executor_facts(
-    tool: str, args: Mapping[str, Any], *, roots: list[str], cwd: str
+    tool: str,
+    args: Mapping[str, Any],
+    *,
+    roots: list[str],
+    cwd: str,
+    policy_files: Sequence[str] = (),
 ) -> Facts | None:
     """The executor's Inspect findings for its own tools, turned into facts exactly as the
     ``Decide`` RPC turns the inspection it receives (one path, DEC-15); None for other
-    tools."""
+    tools. The policy files' protected reads bind the inspection as they bind a running
+    executor that mounts the same files (DEC-16)."""
     from google.protobuf import struct_pb2
 
+    from stockade.contract.protected import load_protected_reads
     from stockade.decision.facts import facts_from_inspection
     from stockade.executor.inspect import EXECUTOR_TOOLS, inspect_call
     from stockade.executor.paths import PathSandbox, Root
@@ -127,8 +134,11 @@ def executor_facts(
 
     if tool not in EXECUTOR_TOOLS:
         return None
-    sandbox = PathSandbox([Root(os.path.realpath(r), True) for r in roots or [cwd]], cwd)
-    ins = inspect_call(tool, args, sandbox=sandbox)
+    reads = load_protected_reads(policy_files, cwd)
+    sandbox = PathSandbox(
+        [Root(os.path.realpath(r), True) for r in roots or [cwd]], cwd, denied_read_globs=reads.deny
+    )
+    ins = inspect_call(tool, args, sandbox=sandbox, ask_read_globs=reads.ask)
     arguments = struct_pb2.Struct()
     arguments.update(dict(args))
     call = common_pb2.ToolCall(tool_name=tool, arguments=arguments)
@@ -147,7 +157,12 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         mode: Mode | None = parse_mode(args.mode) if args.mode else None
         policy = load_policy(args.policy, {}, cwd=cwd, mode_override=mode)
-        facts = executor_facts(args.tool, call_args, roots=args.root, cwd=cwd) or Facts()
+        facts = (
+            executor_facts(
+                args.tool, call_args, roots=args.root, cwd=cwd, policy_files=[args.policy]
+            )
+            or Facts()
+        )
     except StockadeError as exc:
         return _usage(exc.message)
     warn_never_effective(policy.rules)
@@ -244,7 +259,10 @@ def run_replay(args: argparse.Namespace) -> int:
         return 1
 
     def facts(tool: str, call_args: Mapping[str, Any]) -> Facts:
-        return executor_facts(tool, call_args, roots=args.root, cwd=cwd) or Facts()
+        return (
+            executor_facts(tool, call_args, roots=args.root, cwd=cwd, policy_files=[args.policy])
+            or Facts()
+        )
 
     report = replay(policy, records, facts=facts)
     changes = [

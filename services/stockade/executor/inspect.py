@@ -12,6 +12,7 @@ bash is parsed. The result feeds the decision service (DEC-3 P1 / P6):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from stockade.contract.tools import EXECUTOR_TOOLS
 from stockade.errors import InvalidArgument, UnknownTool
 from stockade.executor.bash import BashAnalysis, analyze
 from stockade.executor.paths import PathSandbox, is_protected_write
+from stockade.executor.reach import bash_reach_rules, can_reach
 from stockade.executor.tools.glob import split_glob
 
 __all__ = ["EXECUTOR_TOOLS", "Inspection", "Risk", "ToolRule", "inspect_call"]
@@ -100,8 +102,26 @@ def _refused(tool: str, reason: str, resolved: str, inside: bool = False) -> Ins
     )
 
 
+def _asked_read(tool: str, resolved: str, ask_read_globs: Sequence[str]) -> ToolRule | None:
+    """A bypass-immune ASK when the read can touch a path the policy asks about (DEC-16)."""
+    if not ask_read_globs or tool == "glob_files":
+        return None  # a listing shows names, not contents
+    glob = is_protected_write(resolved, ask_read_globs)
+    if glob is None and tool == "grep_files" and os.path.isdir(resolved):
+        glob = next((g for g in ask_read_globs if can_reach(resolved, g)), None)
+    if glob is None:
+        return None
+    return ToolRule(
+        "ask", f"reading {resolved} may touch {glob!r}, which the policy asks about", True
+    )
+
+
 def _inspect_read(
-    tool: str, args: Mapping[str, Any], sandbox: PathSandbox, denied_read_globs: Sequence[str]
+    tool: str,
+    args: Mapping[str, Any],
+    sandbox: PathSandbox,
+    denied_read_globs: Sequence[str],
+    ask_read_globs: Sequence[str] = (),
 ) -> Inspection:
     if tool == "read_file":
         raw = _path_arg(args, "file_path", required=True)
@@ -132,9 +152,10 @@ def _inspect_read(
     if glob is not None:
         reason = f"reading {decision.resolved} is denied by policy ({glob!r})"
         return _refused(tool, reason, decision.resolved)
+    asked = _asked_read(tool, decision.resolved, ask_read_globs)
     return Inspection(
         tool_name=tool,
-        rules=(),
+        rules=(asked,) if asked is not None else (),
         inside_working_dir=sandbox.inside_cwd(decision.resolved),
         read_only=True,
         risk="low",
@@ -174,6 +195,7 @@ def _inspect_bash(
     *,
     network_enabled: bool,
     denied_read_globs: Sequence[str],
+    ask_read_globs: Sequence[str] = (),
 ) -> Inspection:
     command = args.get("command")
     if not isinstance(command, str):
@@ -194,8 +216,20 @@ def _inspect_bash(
     reason = "; ".join(analysis.reasons) or analysis.explanation
     if analysis.verdict == "deny":
         rules = (ToolRule("deny", reason, True),)
-    elif analysis.verdict == "ask":
-        rules = (ToolRule("ask", reason, analysis.bypass_immune),)
+    else:
+        if analysis.verdict == "ask":
+            rules = (ToolRule("ask", reason, analysis.bypass_immune),)
+        # Protected reads the analysis cannot see by name (DEC-16): asked-about paths and
+        # recursive reads that can reach a protected path.
+        rules += tuple(
+            ToolRule("ask", why, immune)
+            for why, immune in bash_reach_rules(
+                analysis,
+                cwd=sandbox.cwd,
+                deny=tuple(denied_read_globs) or sandbox.denied_read_globs,
+                ask=ask_read_globs,
+            )
+        )
     return Inspection(
         tool_name="run_bash",
         rules=rules,
@@ -215,15 +249,25 @@ def inspect_call(
     sandbox: PathSandbox,
     network_enabled: bool = False,
     denied_read_globs: Sequence[str] = (),
+    ask_read_globs: Sequence[str] = (),
 ) -> Inspection:
     """Judge one call of an executor tool; raises UnknownTool for any other tool and
-    InvalidArgument when the protected argument is missing or not a string."""
+    InvalidArgument when the protected argument is missing or not a string.
+
+    ``denied_read_globs`` default to the sandbox's; ``ask_read_globs`` are the paths the
+    policy asks about (DEC-16): reading one is a bypass-immune ASK.
+    """
+    denied_read_globs = tuple(denied_read_globs) or sandbox.denied_read_globs
     if tool_name in ("read_file", "glob_files", "grep_files"):
-        return _inspect_read(tool_name, args, sandbox, denied_read_globs)
+        return _inspect_read(tool_name, args, sandbox, denied_read_globs, ask_read_globs)
     if tool_name in ("file_write", "file_edit"):
         return _inspect_write(tool_name, args, sandbox)
     if tool_name == "run_bash":
         return _inspect_bash(
-            args, sandbox, network_enabled=network_enabled, denied_read_globs=denied_read_globs
+            args,
+            sandbox,
+            network_enabled=network_enabled,
+            denied_read_globs=denied_read_globs,
+            ask_read_globs=ask_read_globs,
         )
     raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)

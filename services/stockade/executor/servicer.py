@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2, json_format
 
 from stockade.contract.grant import load_public_key
-from stockade.errors import GrantMissing, InvalidArgument
+from stockade.contract.protected import ProtectedReads, load_protected_reads
+from stockade.errors import GrantMissing, InvalidArgument, StockadeError
 from stockade.executor.confine import Launcher
+from stockade.executor.globs import validate_globs
 from stockade.executor.grants import GrantVerifier
 from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.metrics import ExecutorMetrics
@@ -136,23 +140,49 @@ def inspection_to_proto(inspection: Inspection, call: c_pb2.ToolCall) -> d_pb2.T
     return message
 
 
-def _with_settings_globs(sandbox: PathSandbox, settings: ExecutorSettings) -> PathSandbox:
-    """``sandbox`` with the settings' protected-write and denied-read globs in force.
+def _with_settings_globs(
+    sandbox: PathSandbox, settings: ExecutorSettings, policy: ProtectedReads | None = None
+) -> PathSandbox:
+    """``sandbox`` with the protected-write globs and every denied-read glob in force.
 
-    Policy-denied reads bind the file tools too, not only bash (EXE-9); a sandbox built
-    without them (e.g. from the roots alone) is rebuilt here rather than trusted.
+    Denied reads are the union of the policy file's read denials (DEC-16: one source), the
+    executor's own ``denied_read_globs`` setting (it adds, never replaces) and whatever the
+    given sandbox already had. They bind the file tools too, not only bash (EXE-9).
     """
     protected = (
         tuple(settings.protected_write_globs)
         if settings.protected_write_globs is not None
         else sandbox.protected_write_globs
     )
-    denied = tuple(settings.denied_read_globs) or sandbox.denied_read_globs
+    denied = tuple(
+        dict.fromkeys(
+            (
+                *(policy.deny if policy is not None else ()),
+                *settings.denied_read_globs,
+                *sandbox.denied_read_globs,
+            )
+        )
+    )
     if protected == sandbox.protected_write_globs and denied == sandbox.denied_read_globs:
         return sandbox
     return PathSandbox(
         sandbox.roots, sandbox.cwd, protected_write_globs=protected, denied_read_globs=denied
     )
+
+
+def policy_reads(settings: ExecutorSettings) -> ProtectedReads:
+    """The protected reads of the configured policy file(s), as executor globs (DEC-16).
+
+    Raises ``InvalidArgument`` naming the file when one cannot be read or parsed, or holds
+    a glob the executor cannot use.
+    """
+    cwd = os.path.realpath(settings.workspace)
+    reads = load_protected_reads((settings.policy_file, settings.project_policy_file), cwd)
+    try:
+        validate_globs([*reads.deny, *reads.ask])
+    except ValueError as exc:
+        raise InvalidArgument(f"policy file: {exc}") from exc
+    return reads
 
 
 def _no_process_confinement() -> Sequence[Layer]:
@@ -169,10 +199,12 @@ def _no_process_confinement() -> Sequence[Layer]:
 async def executor_servicer(
     settings: ExecutorSettings, sandbox: PathSandbox | None = None
 ) -> AsyncIterator[ExecutorServicer]:
-    """The executor's servicer with its launcher started (closed again on exit).
+    """The executor's servicer with its launcher started (closed again on exit), and the
+    policy file's protected reads loaded and watched (DEC-16).
 
     The layers the kernel refuses are logged at start (EXE-9: say so, never pretend).
     """
+    reads = policy_reads(settings)
     if sandbox is None:
         sandbox = PathSandbox.from_settings(
             settings.workspace,
@@ -186,7 +218,14 @@ async def executor_servicer(
         for layer in launcher.layers():
             if not layer.active:
                 logger.warning("confinement layer %s is not active: %s", layer.name, layer.detail)
-        yield ExecutorServicer(settings, sandbox, launcher=launcher)
+        servicer = ExecutorServicer(settings, sandbox, launcher=launcher, protected_reads=reads)
+        watcher = asyncio.create_task(servicer.watch_policy(settings.policy_poll_s))
+        try:
+            yield servicer
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     finally:
         await launcher.close()
 
@@ -209,6 +248,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         layers: Callable[[], Sequence[Layer]] | None = None,
         grant_check: GrantCheck | None = None,
         launcher: Launcher | None = None,
+        protected_reads: ProtectedReads | None = None,
     ) -> None:
         """Build the core from ``settings``.
 
@@ -219,7 +259,9 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         """
         self.settings = settings
         self.metrics = ExecutorMetrics()
-        self.sandbox = sandbox = _with_settings_globs(sandbox, settings)
+        self._base_sandbox = sandbox
+        self.protected_reads = protected_reads or ProtectedReads()
+        self.sandbox = sandbox = _with_settings_globs(sandbox, settings, self.protected_reads)
         tools = dict(tools) if tools is not None else file_tools()
         if launcher is not None:
             tools.setdefault("run_bash", RunBashTool(launcher))
@@ -233,17 +275,71 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         self.core = ExecutorCore(
             sandbox=sandbox,
             tools=tools,
-            inspector=functools.partial(
-                inspect_call,
-                sandbox=sandbox,
-                network_enabled=settings.network_enabled,
-                denied_read_globs=settings.denied_read_globs,
-            ),
+            inspector=self._inspector(sandbox),
             settings=settings,
             grant_check=check,
             default_timeout_s=settings.default_timeout_s,
             max_timeout_s=settings.max_timeout_s,
         )
+
+    def _inspector(self, sandbox: PathSandbox) -> Callable[[str, Mapping[str, Any]], Inspection]:
+        return functools.partial(
+            inspect_call,
+            sandbox=sandbox,
+            network_enabled=self.settings.network_enabled,
+            denied_read_globs=sandbox.denied_read_globs,
+            ask_read_globs=self.protected_reads.ask,
+        )
+
+    def apply_protected_reads(self, reads: ProtectedReads) -> None:
+        """Put a reloaded policy's protected reads in force for the next calls (calls
+        already running keep the sandbox they started with)."""
+        if reads == self.protected_reads:
+            return
+        self.protected_reads = reads
+        sandbox = _with_settings_globs(self._base_sandbox, self.settings, reads)
+        self.sandbox = sandbox
+        self.core.sandbox = sandbox
+        self.core.inspector = self._inspector(sandbox)
+        self._layer_cache = None
+
+    async def watch_policy(self, interval_s: float) -> None:
+        """Reload the policy file(s)' protected reads when they change, until cancelled.
+
+        A file that fails to load keeps the last good protected reads, and says why.
+        """
+        paths = [p for p in (self.settings.policy_file, self.settings.project_policy_file) if p]
+        if not paths:
+            return
+
+        def stamp() -> tuple[tuple[int, int] | None, ...]:
+            out: list[tuple[int, int] | None] = []
+            for p in paths:
+                try:
+                    st = os.stat(p)
+                    out.append((st.st_mtime_ns, st.st_size))
+                except OSError:
+                    out.append(None)
+            return tuple(out)
+
+        seen = stamp()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = stamp()
+            if now == seen:
+                continue
+            seen = now
+            try:
+                reads = policy_reads(self.settings)
+            except StockadeError as exc:
+                logger.error("policy reload failed, keeping the last good protected reads: %s", exc)
+                continue
+            self.apply_protected_reads(reads)
+            logger.info(
+                "policy protected reads reloaded: %d denied, %d asked",
+                len(reads.deny),
+                len(reads.ask),
+            )
 
     def layers(self) -> list[x_pb2.ConfinementLayer]:
         """Every layer, active or not (EXE-9: never pretend)."""

@@ -37,7 +37,16 @@ class ExecutorSettings(ServerSettings):
     max_file_write_bytes: int = 10 * 1024 * 1024
     """Largest file file_write may write and the file-size rlimit for commands."""
     denied_read_globs: Annotated[list[str], NoDecode] = []
-    """Paths nothing may read, comma-separated globs (masked for bash too), e.g. ``**/.env``."""
+    """More paths nothing may read, comma-separated globs (masked for bash too), e.g.
+    ``**/.env``. They add to the policy file's read denials, never replace them (DEC-16)."""
+    policy_file: Path | None = None
+    """The decision service's policy file (the same file, mounted read-only): its DENY/ASK
+    rules on reads (``read_file(...)``, ``*(...)``) bind every executor tool and the
+    run-time masks (DEC-16). Reloaded when it changes; a bad file keeps the last good one."""
+    project_policy_file: Path | None = None
+    """The project policy file, if the decision service has one (its read rules add)."""
+    policy_poll_s: float = Field(2.0, gt=0)
+    """How often the policy file(s) are checked for changes, in seconds."""
     grant_public_key_file: Path | None = None
     """Ed25519 public key that verifies the decision service's grants (PEM)."""
     execute_identities: Annotated[list[str], NoDecode] = ["agent"]

@@ -46,7 +46,7 @@ def check(pfile: Path, tool: str, args: dict[str, str], *extra: str) -> list[str
         ("run_bash", {"command": "git status"}, "allow", "run_bash(git status)"),
         ("run_bash", {"command": "git status; rm -rf ~"}, "deny", "run_bash(rm *)"),
         ("run_bash", {"command": "git status && git log -3"}, "allow", "run_bash(git status)"),
-        ("run_bash", {"command": "make"}, "ask", "run_bash"),
+        ("run_bash", {"command": "make"}, "ask", "run_bash(make)"),  # as Decide names it
         ("read_file", {"file_path": "notes.txt"}, "allow", "read_file"),
         ("read_file", {"file_path": "sub/.env"}, "deny", "read_file(**/.env)"),
         ("file_write", {"file_path": "a.txt", "content": "x"}, "ask", "file_write"),

@@ -101,7 +101,8 @@ class RunBashTool:
             return
         sandbox = sandbox.with_cwd(where.resolved)
         network = bool(setting(ctx, "network_enabled", False))
-        masked = tuple(setting(ctx, "denied_read_globs", ()) or sandbox.denied_read_globs)
+        # The sandbox's denied reads hold the policy's and the setting's (DEC-16).
+        masked = tuple(sandbox.denied_read_globs or setting(ctx, "denied_read_globs", ()))
         analysis = analyze(
             command, sandbox=sandbox, network_enabled=network, denied_read_globs=masked
         )

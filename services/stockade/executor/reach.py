@@ -1,0 +1,134 @@
+"""Which protected paths can a call read (DEC-16)?
+
+The bash analysis already refuses a command that *names* a denied path (``cat .env``,
+``< .env``, a glob that reaches it). This module adds what naming misses:
+
+* paths the policy **asks** about (``ask = ["read_file(**/.env)"]``): a command, a
+  ``read_file`` or a ``grep_files`` that reads one is a bypass-immune ASK (a person
+  decides, never an allow rule or a mode — a policy ASK outranks allow rules, DEC-3);
+* **recursive** reads that can reach a protected path without naming it
+  (``grep -r SECRET .``, ``rg SECRET``, ``find . -exec cat {} +``, ``tar c .``, ``cp -r``,
+  ``zip -r``, ``rsync``): an ASK. For a denied path the ASK is not immune, because the
+  run-time masks hide denied files from the command anyway (the second wall); for an
+  asked-about path it is immune.
+
+"Can reach" is decided without touching the disk beyond ``isdir``: a glob that is not
+anchored (``**/.env``, ``*.pem``) can match below any directory; an anchored one only below
+or above its literal prefix. Kept apart from the bash analysis so the analysis stays one
+piece and this question has one answer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+from stockade.executor.bash import BashAnalysis
+from stockade.executor.paths import is_protected_write
+
+__all__ = ["bash_reach_rules", "can_reach", "recursive_reader"]
+
+_GREP_RECURSIVE = frozenset({"-r", "-R", "--recursive", "--dereference-recursive"})
+_ALWAYS_RECURSIVE = frozenset({"rg", "ripgrep", "ag", "ack", "ack-grep", "rsync", "tree"})
+_FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprintf", "-fls"})
+
+
+def _short_flags(argv: Sequence[str]) -> str:
+    """The letters of every short-option bundle (``-rn`` → ``rn``)."""
+    return "".join(a[1:] for a in argv if a.startswith("-") and not a.startswith("--"))
+
+
+def recursive_reader(name: str, argv: Sequence[str]) -> bool:
+    """Whether the simple command reads whole directory trees (file contents)."""
+    if name in _ALWAYS_RECURSIVE:
+        return name != "tree"  # tree lists names only
+    if name in ("grep", "egrep", "fgrep", "zgrep"):
+        return (
+            any(a in _GREP_RECURSIVE or a.startswith("--directories=recurse") for a in argv)
+            or bool(set(_short_flags(argv)) & {"r", "R"})
+            or ("-d" in argv and "recurse" in argv)
+        )
+    if name == "find":
+        return any(a in _FIND_RUNS for a in argv)
+    if name in ("tar", "bsdtar"):
+        first = argv[0] if argv else ""
+        bundle = first.lstrip("-") if first and not first.startswith("--") else ""
+        letters = set(bundle) | set(_short_flags(argv))
+        return bool(letters & {"c", "r", "u"}) or any(
+            a in ("--create", "--append", "--update") for a in argv
+        )
+    if name in ("cp", "scp"):
+        return bool(set(_short_flags(argv)) & {"r", "R", "a"}) or any(
+            a in ("--recursive", "--archive") for a in argv
+        )
+    if name == "zip":
+        return bool(set(_short_flags(argv)) & {"r", "R"}) or "--recurse-paths" in argv
+    if name in ("7z", "7za"):
+        return bool(argv) and argv[0] in ("a", "u")
+    return False
+
+
+def _literal_prefix(glob: str) -> str:
+    parts = []
+    for part in glob.split("/"):
+        if any(c in part for c in "*?["):
+            break
+        parts.append(part)
+    return "/".join(parts) or "/"
+
+
+def can_reach(directory: str, glob: str) -> bool:
+    """Whether a file below ``directory`` (absolute, canonical) can match ``glob``."""
+    if not glob.startswith("/"):
+        return True  # unanchored: matches trailing components at any depth
+    prefix = _literal_prefix(glob).rstrip("/") or "/"
+    d = directory.rstrip("/") or "/"
+    return (
+        d == "/"
+        or prefix == d
+        or prefix.startswith(d + "/")
+        or d.startswith(prefix + "/")
+        or (prefix == "/")
+    )
+
+
+def _reached(dirs: Iterable[str], globs: Sequence[str]) -> str | None:
+    for d in dirs:
+        for g in globs:
+            if can_reach(d, g):
+                return g
+    return None
+
+
+def bash_reach_rules(
+    analysis: BashAnalysis, *, cwd: str, deny: Sequence[str], ask: Sequence[str]
+) -> list[tuple[str, bool]]:
+    """(reason, bypass_immune) ASK findings for a command's protected reads (see module)."""
+    out: list[tuple[str, bool]] = []
+    if ask:
+        for path in analysis.paths_read:
+            glob = is_protected_write(path, ask)
+            if glob is not None:
+                out.append((f"reads {path}, which the policy asks about ({glob!r})", True))
+                break
+    if not (deny or ask):
+        return out
+    dirs = [p for p in analysis.paths_read if os.path.isdir(p)] or [cwd]
+    for cmd in analysis.commands:
+        if not recursive_reader(cmd.name, cmd.argv):
+            continue
+        hit = _reached(dirs, ask)
+        if hit is not None:
+            out.append((f"`{cmd.text}` reads recursively where {hit!r} (policy: ask) lies", True))
+            break
+        hit = _reached(dirs, deny)
+        if hit is not None:
+            out.append(
+                (
+                    f"`{cmd.text}` reads recursively where {hit!r} (policy: deny) lies; "
+                    "the run-time masks hide such files",
+                    False,
+                )
+            )
+            break
+    return out
