@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
-from stockade.contract.tools import EDIT_TOOLS, SEED_TOOLS, ToolTraits
+from stockade.contract.tools import EDIT_TOOLS, READ_ONLY_TOOLS, SEED_TOOLS, ToolTraits
 from stockade.decision.explain import Explanation, explain_call
 from stockade.decision.modes import Mode
 from stockade.decision.rules import (
