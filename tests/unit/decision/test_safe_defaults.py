@@ -19,6 +19,7 @@ UNKNOWN_IN_MODE = {
     Mode.DONT_ASK: Effect.DENY,
     Mode.PLAN: Effect.DENY,
     Mode.BYPASS_PERMISSIONS: Effect.ALLOW,  # the user accepted every ask in this mode
+    Mode.AUTO: Effect.ASK,  # classifiable; without a classifier the ask stands
 }
 
 
