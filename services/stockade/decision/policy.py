@@ -13,6 +13,9 @@ A policy file looks like::
     approval_timeout_seconds = 120
 
 A rule entry is a pattern string or a table ``{pattern = "...", reason = "..."}``.
+``[tools.NAME] read_only = true`` declares a tool beyond the seed's table (a ToolProvider's),
+so the implicit default ALLOW applies to it (an undeclared tool is ASK, DEC-3 rev 2); only
+the managed file may declare tools (a project file's ``[tools]`` are ignored).
 The environment adds ``AGENT_PERMISSIONS_DENY|ALLOW|ASK`` (comma-separated patterns),
 ``AGENT_PERMISSION_MODE`` and ``AGENT_DENIAL_MAX_CONSECUTIVE|TOTAL``. ``PolicyStore``
 keeps the last good policy when a reload fails, and says why.
@@ -25,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from stockade.contract.tools import SEED_TOOLS, Interrupt, Location, ToolTraits
 from stockade.decision.engine import CompiledPolicy
 from stockade.decision.modes import Mode, parse_mode
 from stockade.decision.rules import Effect, Rule, RuleIndex, Source
@@ -50,7 +55,9 @@ ENV_LIMIT_VARS: Mapping[str, str] = {
     "denial_max_consecutive": "AGENT_DENIAL_MAX_CONSECUTIVE",
     "denial_max_total": "AGENT_DENIAL_MAX_TOTAL",
 }
-_TOP_KEYS = frozenset({"mode", "permissions", "limits"})
+_TOP_KEYS = frozenset({"mode", "permissions", "limits", "tools"})
+_TOOL_KEYS = frozenset({"read_only"})
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 _LIMIT_KEYS = frozenset({"denial_max_consecutive", "denial_max_total", "approval_timeout_seconds"})
 
 
@@ -61,6 +68,8 @@ class PolicyDoc:
     rules: tuple[Rule, ...] = ()
     mode: Mode | None = None
     limits: Mapping[str, float] = field(default_factory=dict)
+    tools: Mapping[str, ToolTraits] = field(default_factory=dict)
+    """Tools this policy declares (``[tools.NAME]``) beyond the seed's table (DEC-3 rev 2)."""
 
 
 def split_patterns(text: str) -> list[str]:
@@ -127,7 +136,36 @@ def parse_policy_text(
         checked[key] = float(value)
     # Compile every pattern now so a bad one is reported with the file, not at first use.
     RuleIndex(rules)
-    return PolicyDoc(rules=tuple(rules), mode=mode, limits=checked)
+    return PolicyDoc(
+        rules=tuple(rules), mode=mode, limits=checked, tools=_declared_tools(data.get("tools"))
+    )
+
+
+def _declared_tools(raw: object) -> dict[str, ToolTraits]:
+    """``[tools.NAME] read_only = true``: tools a deployment adds (a ToolProvider's), so the
+    implicit default ALLOW (P8) and plan mode know them. The seed's tools are fixed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidArgument("[tools] must be a table of tool tables")
+    out: dict[str, ToolTraits] = {}
+    for name, spec in raw.items():
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise InvalidArgument(f"tools: {name!r} is not a tool name")
+        if name in SEED_TOOLS:
+            raise InvalidArgument(
+                f"tools.{name}: a built-in tool's traits are fixed (stockade.contract.tools)"
+            )
+        if not isinstance(spec, dict):
+            raise InvalidArgument(f"tools.{name} must be a table")
+        bad = set(spec) - _TOOL_KEYS
+        if bad:
+            raise InvalidArgument(f"unknown tools.{name} keys: {', '.join(sorted(bad))}")
+        read_only = spec.get("read_only", False)
+        if not isinstance(read_only, bool):
+            raise InvalidArgument(f"tools.{name}.read_only must be true or false")
+        out[name] = ToolTraits(name, read_only, read_only, Interrupt.BLOCK, Location.REMOTE)
+    return out
 
 
 def _rule_entry(entry: object, effect: Effect, source: Source) -> Rule:
@@ -181,11 +219,13 @@ def compile_policy(
     rules: list[Rule] = []
     mode = Mode.DEFAULT
     limits: dict[str, float] = {}
+    tools: dict[str, ToolTraits] = dict(SEED_TOOLS)
     for doc in docs:
         rules.extend(doc.rules)
         if doc.mode is not None:
             mode = doc.mode
         limits.update(doc.limits)
+        tools.update(doc.tools)
     if mode_override is not None:
         mode = mode_override
     index = RuleIndex(rules, cwd=cwd)
@@ -193,22 +233,33 @@ def compile_policy(
     return CompiledPolicy(
         index=index,
         mode=mode,
-        version=policy_version(rules, mode, limits),
+        version=policy_version(rules, mode, limits, tools),
         denial_max_consecutive=int(limits.get("denial_max_consecutive", 3)),
         denial_max_total=int(limits.get("denial_max_total", 20)),
         approval_timeout_seconds=limits.get("approval_timeout_seconds", 120.0),
         cwd=cwd,
         origin=origin,
+        tools=tools,
     )
 
 
-def policy_version(rules: list[Rule], mode: Mode, limits: Mapping[str, float]) -> str:
+def policy_version(
+    rules: list[Rule],
+    mode: Mode,
+    limits: Mapping[str, float],
+    tools: Mapping[str, ToolTraits] | None = None,
+) -> str:
     """A short, stable hash of the compiled policy (DEC-13)."""
-    doc = {
+    doc: dict[str, Any] = {
         "mode": mode.value,
         "limits": dict(sorted(limits.items())),
         "rules": [[r.effect.value, r.pattern, r.source.value, r.reason] for r in rules],
     }
+    extra = sorted(
+        [name, t.read_only] for name, t in (tools or {}).items() if name not in SEED_TOOLS
+    )
+    if extra:
+        doc["tools"] = extra  # only when declared, so older versions keep their hash
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 

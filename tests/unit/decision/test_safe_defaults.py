@@ -3,14 +3,17 @@ declared primary content field is read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stockade.contract.tools import EXECUTOR_TOOLS, SEED_TOOLS
 from stockade.decision.engine import DecisionRequest, Facts, decide
 from stockade.decision.facts import facts_from_inspection
 from stockade.decision.modes import Mode
-from stockade.decision.policy import compile_policy, parse_policy_text
+from stockade.decision.policy import compile_policy, load_policy, parse_policy_text
 from stockade.decision.rules import Effect
+from stockade.errors import InvalidArgument
 from stockade.v1 import decision_service_pb2 as d_pb2
 
 UNKNOWN_IN_MODE = {
@@ -84,3 +87,35 @@ def test_a_caller_cannot_make_a_remote_tool_read_only_for_plan_mode() -> None:
     assert d.verdict is Effect.DENY
     ok = decide(p, DecisionRequest("search_papers", {"query": "x"}, mode=Mode.PLAN, facts=Facts()))
     assert ok.verdict is Effect.ALLOW
+
+
+def test_tools_declared_in_the_policy_file_get_the_implicit_allow(tmp_path: Path) -> None:
+    text = "[tools.web_fetch]\nread_only = true\n[tools.post_note]\n"
+    p = compile_policy(parse_policy_text(text), cwd="/ws")
+    assert decide(p, DecisionRequest("web_fetch", {"url": "u"})).verdict is Effect.ALLOW
+    assert decide(p, DecisionRequest("web_fetch", {}, mode=Mode.PLAN)).verdict is Effect.ALLOW
+    assert decide(p, DecisionRequest("post_note", {})).verdict is Effect.ALLOW
+    assert decide(p, DecisionRequest("post_note", {}, mode=Mode.PLAN)).verdict is Effect.DENY
+    assert decide(p, DecisionRequest("other", {})).verdict is Effect.ASK
+    assert p.version != compile_policy(parse_policy_text(""), cwd="/ws").version
+    # a project file cannot declare tools (it could loosen plan mode or P8)
+    managed, project = tmp_path / "m.toml", tmp_path / "p.toml"
+    managed.write_text("")
+    project.write_text(text)
+    merged = load_policy(managed, {}, cwd="/ws", project_path=project)
+    assert decide(merged, DecisionRequest("web_fetch", {})).verdict is Effect.ASK
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[tools.run_bash]\nread_only = true\n",  # the seed's traits are fixed
+        "[tools.x]\nread_only = 'yes'\n",
+        "[tools.x]\nprimary = 'q'\n",
+        "tools = 3\n",
+        '[tools."bad name"]\n',
+    ],
+)
+def test_bad_tool_declarations_are_refused(text: str) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_policy_text(text)
