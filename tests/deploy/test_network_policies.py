@@ -211,6 +211,10 @@ def test_decision_and_audit_only_from_agent_and_admin(
     port = GRPC_PORTS[service]
     assert policies.connects(_pod(prod, "agent"), target, port)
     assert policies.connects(ADMIN, target, port)
+    # the decision service sends its decision records to the audit service, nothing else
+    assert policies.connects(_pod(prod, "decision"), _pod(prod, "audit"), GRPC_PORTS["audit"])
+    for other in ("executor", "agent", "papers"):
+        assert not policies.connects(_pod(prod, "decision"), _pod(prod, other), GRPC_PORTS[other])
     for caller in (
         _pod(prod, "executor"),
         _pod(prod, "papers"),

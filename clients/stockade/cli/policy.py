@@ -330,7 +330,11 @@ def _recorded_calls(addr: str, session_id: str, tls: TlsConfig | None = None) ->
             for rec in resp.records:
                 e = rec.event
                 verdict = verdicts.get(e.verdict)
-                if verdict is None or e.tool_name == "session":
+                if (
+                    verdict is None
+                    or e.tool_name == "session"
+                    or e.status == au_pb2.AUDIT_STATUS_DECIDED  # a decision record, not a call
+                ):
                     continue
                 out.append(
                     RecordedCall(

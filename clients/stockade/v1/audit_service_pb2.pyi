@@ -43,6 +43,12 @@ class _AuditStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AuditStat
     """The outcome is not known: the agent stopped waiting for the tool (its deadline
     passed, or the connection broke mid-call), so the tool may have run, in part or whole.
     """
+    AUDIT_STATUS_DECIDED: _AuditStatus.ValueType  # 7
+    """A decision record written by the decision service for every Decide and every
+    answered approval (no tool ran): verdict, winning rule, conflicts, policy version, and
+    in output_preview how the call was settled — {"by": "approval", "approval": ID,
+    "resolver": IDENTITY} and the like (the grant's settlement, DEC-12 rev 2).
+    """
 
 class AuditStatus(_AuditStatus, metaclass=_AuditStatusEnumTypeWrapper):
     """The status of an audited call."""
@@ -62,6 +68,12 @@ AUDIT_STATUS_SESSION_STOP: AuditStatus.ValueType  # 5
 AUDIT_STATUS_UNKNOWN: AuditStatus.ValueType  # 6
 """The outcome is not known: the agent stopped waiting for the tool (its deadline
 passed, or the connection broke mid-call), so the tool may have run, in part or whole.
+"""
+AUDIT_STATUS_DECIDED: AuditStatus.ValueType  # 7
+"""A decision record written by the decision service for every Decide and every
+answered approval (no tool ran): verdict, winning rule, conflicts, policy version, and
+in output_preview how the call was settled — {"by": "approval", "approval": ID,
+"resolver": IDENTITY} and the like (the grant's settlement, DEC-12 rev 2).
 """
 Global___AuditStatus: _TypeAlias = AuditStatus  # noqa: Y015
 

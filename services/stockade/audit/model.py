@@ -22,6 +22,8 @@ class AuditStatus(StrEnum):
     SESSION_STOP = "SESSION_STOP"
     #: The agent stopped waiting (deadline, broken connection): the tool may have run.
     UNKNOWN = "UNKNOWN"
+    #: A decision record from the decision service (no tool ran; not a call in metrics).
+    DECIDED = "DECIDED"
 
 
 #: Verdict names accepted in ``AuditEventRow.verdict`` ("" = not recorded).

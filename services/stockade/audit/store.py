@@ -370,10 +370,12 @@ class AuditStore:
         sql = (
             "SELECT tool_name, COUNT(*), SUM(status = 'FAIL'), SUM(status = 'DENIED'),"
             " AVG(CASE WHEN status != 'DENIED' THEN elapsed_ms END), MAX(elapsed_ms)"
-            " FROM agent_audit_log WHERE session_id = ? AND status != ?"
+            " FROM agent_audit_log WHERE session_id = ? AND status NOT IN (?, ?)"
             " GROUP BY tool_name ORDER BY tool_name"
         )
-        async with self._reader.execute(sql, (session_id, AuditStatus.SESSION_STOP.value)) as cur:
+        # Summary rows and the decision service's decision records are not calls.
+        skip = (AuditStatus.SESSION_STOP.value, AuditStatus.DECIDED.value)
+        async with self._reader.execute(sql, (session_id, *skip)) as cur:
             found = await cur.fetchall()
         tools = tuple(
             ToolMetrics(

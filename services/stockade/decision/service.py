@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from stockade.client.audit import AuditRecorder
+from stockade.client.base import TlsConfig
 from stockade.decision.approvals import ApprovalLimits
 from stockade.decision.classifier_model import build_classifier
 from stockade.decision.core import DecisionCore
@@ -23,6 +25,7 @@ from stockade.decision.grants import (
 from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import parse_mode
 from stockade.decision.policy import PolicyStore, rule_lists_doc
+from stockade.decision.records import DecisionSink, log_sink
 from stockade.decision.servicer import AdminAuth, DecisionServicer
 from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
@@ -172,9 +175,26 @@ class DecisionApp:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, reload_all)
             sighup = True
+        recorder: AuditRecorder | None = None
+        records: DecisionSink = log_sink
+        if s.audit_addr:
+            tls = (
+                TlsConfig(s.tls_cert_file, s.tls_key_file, s.tls_ca_file)
+                if s.tls_cert_file and s.tls_key_file and s.tls_ca_file
+                else None
+            )
+            # Written ahead to a spool in the state folder, sent in batches, replayed while
+            # the audit service is down (AUD-4): a Decide never waits on the network.
+            recorder = AuditRecorder(
+                s.audit_addr, Path(s.state_dir) / "decision-audit.spool", tls=tls
+            )
+            await recorder.start()
+            records = recorder.enqueue
+        else:
+            log.info("no audit_addr set: decision records go to the log only")
         try:
             servicer = DecisionServicer(
-                core, AdminAuth(s.admin_tokens, s.admin_identities), metrics
+                core, AdminAuth(s.admin_tokens, s.admin_identities), metrics, records=records
             )
             yield [
                 Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)
@@ -189,3 +209,5 @@ class DecisionApp:
             await store.close()
             if model_client is not None:
                 await model_client.aclose()
+            if recorder is not None:
+                await recorder.close()

@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from stockade.decision.approvals import GrantScope, Resolution
-from stockade.decision.core import CallInput, DecisionCore, Outcome
+from stockade.decision.core import CallInput, DecisionCore, Outcome, settlement
 from stockade.decision.engine import Decision, HookSignal, SignalKind
 from stockade.decision.explain import Risk
 from stockade.decision.facts import facts_from_pb
@@ -27,11 +27,13 @@ from stockade.decision.lint import lint_rules
 from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import Mode
 from stockade.decision.policy import compile_policy, parse_policy_text
+from stockade.decision.records import DecisionSink, approval_record, decision_record
 from stockade.decision.rules import Effect, Rule, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
-from stockade.errors import InvalidArgument, NotAuthorized
+from stockade.errors import InvalidArgument, NotAuthorized, ResourceExhausted
 from stockade.server.interceptors import peer_identity
 from stockade.server.lifecycle import until_stopping
+from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -360,11 +362,29 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     """The decision service over gRPC."""
 
     def __init__(
-        self, core: DecisionCore, auth: AdminAuth, metrics: DecisionMetrics | None = None
+        self,
+        core: DecisionCore,
+        auth: AdminAuth,
+        metrics: DecisionMetrics | None = None,
+        records: DecisionSink | None = None,
     ) -> None:
+        """``records`` receives a decision record for every Decide and every answered
+        approval (the audit recorder's ``enqueue``, or ``log_sink``)."""
         self.core = core
         self.auth = auth
         self.metrics = metrics or DecisionMetrics()
+        self.records = records
+
+    def _record(self, event: a_pb2.AuditEvent) -> None:
+        if self.records is None:
+            return
+        try:
+            self.records(event)
+        except Exception as exc:
+            raise ResourceExhausted(
+                f"the decision could not be recorded in the audit log ({exc}); refusing it",
+                limit="audit",
+            ) from exc
 
     async def Decide(self, request: d_pb2.DecideRequest, context: Context) -> d_pb2.DecideResponse:
         started = time.perf_counter()
@@ -383,8 +403,21 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             facts_from_pb(tool_name, request),
             hooks_from_pb(signals) if signals else (),
         )
-        resp = _decide_response(outcome)
         d = outcome.decision
+        if self.records is not None:
+            self._record(
+                decision_record(
+                    session_id=call.session_id,
+                    call_id=call.call_id,
+                    tool_name=tool_name,
+                    agent_name=call.agent_name,
+                    arguments=struct_to_dict(call.arguments),
+                    decision=d,
+                    settle=settlement(d) if outcome.grant is not None else None,
+                    approval_id=outcome.approval_id,
+                )
+            )
+        resp = _decide_response(outcome)
         self.metrics.record(
             d.verdict.value, d.step, time.perf_counter() - started, halt=outcome.halt
         )
@@ -490,6 +523,8 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             reason=_with_note(request.reason, request.resolver, caller),
             scope=scope,
         )
+        if rec.state in (ApprovalState.ALLOWED, ApprovalState.DENIED):
+            self._record(approval_record(rec, self.core.policy.version))
         resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec), note=note)
         if grant is not None:
             resp.session_grant.CopyFrom(grant_record_to_pb(grant))

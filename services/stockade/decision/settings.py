@@ -38,6 +38,10 @@ class DecisionSettings(ServerSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="STOCKADE_DECISION_")
 
     listen: str = "127.0.0.1:50051"
+    audit_addr: str = ""
+    """The audit service: every Decide and every answered approval is sent there as a
+    decision record (status DECIDED), spooled in ``state_dir`` while it is down. Empty:
+    the records go to the log only."""
     policy_file: Path | None = None
     """TOML or YAML policy file (reloaded on change or SIGHUP)."""
     project_policy_file: Path | None = None

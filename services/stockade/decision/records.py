@@ -1,0 +1,136 @@
+"""Decision records for the audit log (issue #10 item 6), in the spirit of OPA's decision log.
+
+Every Decide — also those not made through the bundled agent — and every answered
+approval becomes one audit event with status DECIDED: who asked about which call, the
+verdict, the winning rule, the conflicts it overrode, the policy version, and how the call
+was settled, as the grant's ``settle`` claim says it (``{"by": "approval", "approval": ID,
+"resolver": "token:alice"}``: the resolver's authenticated identity, never a typed name).
+
+The call's arguments are not recorded here (they may hold secrets and the agent records
+them after redaction); the record carries their SHA-256 instead, the same digest the grant
+binds, so a record can be matched to a call. With no audit address configured the records
+go to the log (logger ``stockade.decision.records``) and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+
+from stockade.contract.grant import argument_digest
+from stockade.decision.engine import Decision
+from stockade.decision.rules import Effect, Source
+from stockade.decision.sessions import ApprovalRecord, ApprovalState
+from stockade.v1 import audit_service_pb2 as a_pb2
+from stockade.v1 import common_pb2 as c_pb2
+
+__all__ = ["DecisionSink", "approval_record", "decision_record", "log_sink"]
+
+log = logging.getLogger("stockade.decision.records")
+
+DecisionSink = Callable[[a_pb2.AuditEvent], None]
+"""Where decision records go (the spooling audit recorder's ``enqueue``, or the log)."""
+
+_VERDICT = {
+    Effect.ALLOW: c_pb2.VERDICT_ALLOW,
+    Effect.ASK: c_pb2.VERDICT_ASK,
+    Effect.DENY: c_pb2.VERDICT_DENY,
+}
+_SOURCE = {
+    Source.MANAGED: c_pb2.RULE_SOURCE_MANAGED,
+    Source.ENV: c_pb2.RULE_SOURCE_ENV,
+    Source.PROJECT: c_pb2.RULE_SOURCE_PROJECT,
+    Source.SESSION: c_pb2.RULE_SOURCE_SESSION,
+    Source.TOOL: c_pb2.RULE_SOURCE_TOOL,
+    Source.HOOK: c_pb2.RULE_SOURCE_HOOK,
+    Source.DEFAULT: c_pb2.RULE_SOURCE_DEFAULT,
+    Source.MODE: c_pb2.RULE_SOURCE_MODE,
+}
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(time.time_ns())
+    return ts
+
+
+def _compact(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def decision_record(
+    *,
+    session_id: str,
+    call_id: str,
+    tool_name: str,
+    agent_name: str,
+    arguments: Mapping[str, Any],
+    decision: Decision,
+    settle: Mapping[str, str] | None,
+    approval_id: str = "",
+) -> a_pb2.AuditEvent:
+    """The record of one Decide."""
+    summary: dict[str, Any] = {"args_sha256": argument_digest(arguments)[:16]}
+    if settle is not None:
+        summary["settle"] = dict(settle)
+    if approval_id:
+        summary["approval"] = approval_id
+    conflicts = [
+        {"pattern": c.rule.pattern, "effect": c.rule.effect.value,
+         "source": c.rule.source.value, "note": c.note}
+        for c in decision.conflicts
+    ]  # fmt: skip
+    return a_pb2.AuditEvent(
+        event_id=f"decision-{uuid.uuid4().hex}",
+        session_id=session_id,
+        tool_name=tool_name,
+        status=a_pb2.AUDIT_STATUS_DECIDED,
+        agent_name=agent_name or "lead",
+        time=_now(),
+        call_id=call_id,
+        verdict=_VERDICT[decision.verdict],
+        matched_rule=decision.winning_rule.pattern,
+        rule_source=_SOURCE[decision.winning_rule.source],
+        conflict_log=json.dumps(conflicts, ensure_ascii=False) if conflicts else "",
+        policy_version=decision.policy_version,
+        output_preview=_compact(summary),
+    )
+
+
+def approval_record(rec: ApprovalRecord, policy_version: str) -> a_pb2.AuditEvent:
+    """The record of an answered approval: the person's verdict and authenticated identity."""
+    allowed = rec.state is ApprovalState.ALLOWED
+    settle = {"by": "approval", "approval": rec.approval_id, "resolver": rec.resolver}
+    summary = {"settle": settle, "resolution": rec.resolution or rec.state.value}
+    return a_pb2.AuditEvent(
+        event_id=f"approval-{rec.approval_id}-{rec.state.value}",
+        session_id=rec.session_id,
+        tool_name=rec.call.tool_name,
+        status=a_pb2.AUDIT_STATUS_DECIDED,
+        agent_name=rec.call.agent_name or "lead",
+        time=_now(),
+        call_id=rec.call.call_id,
+        verdict=c_pb2.VERDICT_ALLOW if allowed else c_pb2.VERDICT_DENY,
+        matched_rule=f"approval:{rec.approval_id}",
+        policy_version=policy_version,
+        output_preview=_compact(summary),
+    )
+
+
+def log_sink(event: a_pb2.AuditEvent) -> None:
+    """The sink without an audit service: one log line per record (nothing else keeps it)."""
+    log.info(
+        "decision record session=%s call=%s tool=%s verdict=%s rule=%s %s",
+        event.session_id,
+        event.call_id,
+        event.tool_name,
+        c_pb2.Verdict.Name(event.verdict),
+        event.matched_rule,
+        event.output_preview,
+    )
