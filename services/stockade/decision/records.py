@@ -30,9 +30,10 @@ from stockade.decision.sessions import ApprovalRecord, ApprovalState
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 
-__all__ = ["DecisionSink", "approval_record", "decision_record", "log_sink"]
+__all__ = ["RECORDS_LOGGER", "DecisionSink", "approval_record", "decision_record", "log_sink"]
 
-log = logging.getLogger("stockade.decision.records")
+RECORDS_LOGGER = "stockade.decision.records"
+log = logging.getLogger(RECORDS_LOGGER)
 
 DecisionSink = Callable[[a_pb2.AuditEvent], None]
 """Where decision records go (the spooling audit recorder's ``enqueue``, or the log)."""

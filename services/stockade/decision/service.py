@@ -25,7 +25,7 @@ from stockade.decision.grants import (
 from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import parse_mode
 from stockade.decision.policy import PolicyStore, rule_lists_doc
-from stockade.decision.records import DecisionSink, log_sink
+from stockade.decision.records import RECORDS_LOGGER, DecisionSink, log_sink
 from stockade.decision.servicer import AdminAuth, DecisionServicer
 from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
@@ -176,7 +176,10 @@ class DecisionApp:
             loop.add_signal_handler(signal.SIGHUP, reload_all)
             sighup = True
         recorder: AuditRecorder | None = None
-        records: DecisionSink = log_sink
+        # Without an audit service the records go to the log (when it is on for them).
+        records: DecisionSink | None = (
+            log_sink if logging.getLogger(RECORDS_LOGGER).isEnabledFor(logging.INFO) else None
+        )
         if s.audit_addr:
             tls = (
                 TlsConfig(s.tls_cert_file, s.tls_key_file, s.tls_ca_file)
