@@ -81,12 +81,12 @@ FOREIGN_TOOLS: dict[str, tuple[str, ...]] = {
 
 @cache
 def declared_tools() -> frozenset[str]:
-    """Every tool name Stockade itself declares: the agent's catalogue (built-in, executor
-    and the example remote tools) and the executor's tools."""
-    from stockade.agent.registry import BUILTIN_TOOLS, default_specs
-    from stockade.executor.inspect import EXECUTOR_TOOLS
+    """Every tool name Stockade itself declares: the seed's table in the contract package
+    (built-in, executor and the example remote tools), which the agent's catalogue and the
+    executor are built from."""
+    from stockade.contract.tools import SEED_TOOLS
 
-    return frozenset({s.name for s in default_specs()} | BUILTIN_TOOLS | set(EXECUTOR_TOOLS))
+    return frozenset(SEED_TOOLS)
 
 
 _PREFIX_COLON = re.compile(r"^(?P<prefix>.+?):\*$")
