@@ -36,7 +36,8 @@ def _rows(state: Path) -> dict[str, tuple[str, str, str, str, str]]:
     with sqlite3.connect(state / "state" / "audit" / "audit.db") as conn:
         found = conn.execute(
             "SELECT call_id, agent_name, status, verdict, matched_rule, rule_source "
-            "FROM agent_audit_log WHERE session_id = 'demo-session' ORDER BY sequence"
+            "FROM agent_audit_log WHERE session_id = 'demo-session' AND status != 'DECIDED' "
+            "ORDER BY sequence"
         ).fetchall()
     return {r[0] or "session-stop": r[1:] for r in found}
 
@@ -87,6 +88,25 @@ def test_audit_rows_record_each_decision(demo: tuple[str, Path]) -> None:
     assert rows["sub-grep"][0] == "explorer" and rows["sub-grep"][1] == "OK"
     assert rows["npm-install"][1:3] == ("DENIED", "DENY")
     assert rows["session-stop"][1] == "SESSION_STOP"
+
+
+def test_the_decision_service_records_who_decided(demo: tuple[str, Path]) -> None:
+    """Every Decide is a decision record too; the approved write names the approval and the
+    resolver's authenticated identity (the demo resolver's admin token), not a typed name."""
+    import json
+
+    with sqlite3.connect(demo[1] / "state" / "audit" / "audit.db") as conn:
+        found = conn.execute(
+            "SELECT call_id, verdict, matched_rule, output_preview FROM agent_audit_log "
+            "WHERE session_id = 'demo-session' AND status = 'DECIDED' ORDER BY sequence"
+        ).fetchall()
+    calls = {r[0] for r in found}
+    assert {"read-notes", "read-env", "write-summary", "curl-sh"} <= calls
+    answered = [r for r in found if r[0] == "write-summary" and r[2].startswith("approval:")]
+    assert len(answered) == 1 and answered[0][1] == "ALLOW"
+    settle = json.loads(answered[0][3])["settle"]
+    assert settle["by"] == "approval" and settle["resolver"].startswith("token:")
+    assert "demo-secret-do-not-read" not in " ".join(r[3] for r in found)
 
 
 def test_approved_write_happened_and_refused_calls_left_no_trace(demo: tuple[str, Path]) -> None:

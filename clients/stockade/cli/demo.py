@@ -213,6 +213,8 @@ async def print_audit(
         status = au_pb2.AuditStatus.Name(e.status).removeprefix("AUDIT_STATUS_")
         verdict = c_pb2.Verdict.Name(e.verdict).removeprefix("VERDICT_") if e.verdict else ""
         rule = e.matched_rule or e.termination_reason
+        if e.status == au_pb2.AUDIT_STATUS_DECIDED and '"resolver"' in e.output_preview:
+            rule += f"  {e.output_preview}"  # the approval and who answered it
         print(
             f"  {row.sequence:>4}  {e.agent_name:<9} {e.tool_name:<14} {status:<13} "
             f"{verdict:<7} {rule}"
@@ -303,7 +305,11 @@ async def run_demo(
         state_dir,
         common_env=common,
         env={
-            "executor": {"STOCKADE_EXECUTOR_WORKSPACE": str(workspace)},
+            # The executor reads the same policy file: its read denials bind bash too (DEC-16).
+            "executor": {
+                "STOCKADE_EXECUTOR_WORKSPACE": str(workspace),
+                "STOCKADE_EXECUTOR_POLICY_FILE": str(policy_file),
+            },
             "decision": {
                 "STOCKADE_DECISION_POLICY_FILE": str(policy_file),
                 # auto mode's classifier, scripted: allow, block, then unsure (a person).
@@ -315,6 +321,8 @@ async def run_demo(
         },
     )
     stack.extra_env["agent"]["STOCKADE_AGENT_TOOL_PROVIDERS"] = stack.addresses["papers"]
+    # Every decision (and who answered an approval) goes to the audit log too.
+    stack.extra_env["decision"]["STOCKADE_DECISION_AUDIT_ADDR"] = stack.addresses["audit"]
     if not bot:
         # A person needs longer than the policy's four seconds to read and answer.
         stack.extra_env["decision"]["STOCKADE_DECISION_APPROVAL_TIMEOUT_S"] = str(PERSON_WAIT_S)
