@@ -104,7 +104,7 @@ def test_the_decision_service_records_who_decided(demo: tuple[str, Path]) -> Non
     assert {"read-notes", "read-env", "write-summary", "curl-sh"} <= calls
     answered = [r for r in found if r[0] == "write-summary" and r[2].startswith("approval:")]
     assert len(answered) == 1 and answered[0][1] == "ALLOW"
-    settle = json.loads(answered[0][3])["settle"]
+    settle = json.loads(answered[0][3])
     assert settle["by"] == "approval" and settle["resolver"].startswith("token:")
     assert "demo-secret-do-not-read" not in " ".join(r[3] for r in found)
 

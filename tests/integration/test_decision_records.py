@@ -113,14 +113,17 @@ async def test_every_decide_and_the_resolver_reach_the_audit_log(tmp_path: Path)
     by_call = {(r.call_id, r.verdict): r for r in rows}
     first = by_call[("c1", c_pb2.VERDICT_ALLOW)]
     assert first.agent_name == "backend-x" and first.policy_version
-    assert json.loads(first.output_preview)["settle"] == {"by": "none"}
+    assert json.loads(first.output_preview)["by"] == "none"
     assert "galaxies" not in first.output_preview and not first.arguments_json  # no raw args
     ask = by_call[("c2", c_pb2.VERDICT_ASK)]
     assert ask.matched_rule == "search_papers(secret*)"
     assert json.loads(ask.output_preview)["approval"] == asked.approval_id
     answer = by_call[("c2", c_pb2.VERDICT_ALLOW)]
-    settle = json.loads(answer.output_preview)["settle"]
-    assert settle == {"by": "approval", "approval": asked.approval_id, "resolver": "token:alice"}
+    settle = json.loads(answer.output_preview)
+    assert settle == {
+        "by": "approval", "approval": asked.approval_id, "resolver": "token:alice",
+        "resolution": "allow_once",
+    }  # fmt: skip
     assert "the-ceo" not in answer.output_preview
 
 

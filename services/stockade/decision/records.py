@@ -3,8 +3,9 @@
 Every Decide — also those not made through the bundled agent — and every answered
 approval becomes one audit event with status DECIDED: who asked about which call, the
 verdict, the winning rule, the conflicts it overrode, the policy version, and how the call
-was settled, as the grant's ``settle`` claim says it (``{"by": "approval", "approval": ID,
-"resolver": "token:alice"}``: the resolver's authenticated identity, never a typed name).
+was settled, as the grant's ``settle`` claim says it, flat in ``output_preview`` as JSON
+(``{"by": "approval", "approval": ID, "resolver": "token:alice", ...}``: the resolver's
+authenticated identity, never a typed name; the console reads ``resolver`` from there).
 
 The call's arguments are not recorded here (they may hold secrets and the agent records
 them after redaction); the record carries their SHA-256 instead, the same digest the grant
@@ -77,11 +78,10 @@ def decision_record(
     approval_id: str = "",
 ) -> a_pb2.AuditEvent:
     """The record of one Decide."""
-    summary: dict[str, Any] = {"args_sha256": argument_digest(arguments)[:16]}
-    if settle is not None:
-        summary["settle"] = dict(settle)
+    summary: dict[str, Any] = dict(settle) if settle is not None else {}
+    summary["args_sha256"] = argument_digest(arguments)[:16]
     if approval_id:
-        summary["approval"] = approval_id
+        summary["approval"] = approval_id  # the pending approval an ASK created
     conflicts = [
         {"pattern": c.rule.pattern, "effect": c.rule.effect.value,
          "source": c.rule.source.value, "note": c.note}
@@ -104,11 +104,18 @@ def decision_record(
     )
 
 
-def approval_record(rec: ApprovalRecord, policy_version: str) -> a_pb2.AuditEvent:
-    """The record of an answered approval: the person's verdict and authenticated identity."""
+def approval_record(rec: ApprovalRecord, policy_version: str, via: str = "") -> a_pb2.AuditEvent:
+    """The record of an answered approval: the person's verdict and authenticated identity
+    (and ``via``: the trusted caller that answered on that person's behalf, if any)."""
     allowed = rec.state is ApprovalState.ALLOWED
-    settle = {"by": "approval", "approval": rec.approval_id, "resolver": rec.resolver}
-    summary = {"settle": settle, "resolution": rec.resolution or rec.state.value}
+    summary = {
+        "by": "approval",
+        "approval": rec.approval_id,
+        "resolver": rec.resolver,
+        "resolution": rec.resolution or rec.state.value,
+    }
+    if via:
+        summary["via"] = via
     return a_pb2.AuditEvent(
         event_id=f"approval-{rec.approval_id}-{rec.state.value}",
         session_id=rec.session_id,

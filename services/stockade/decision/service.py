@@ -197,7 +197,10 @@ class DecisionApp:
             log.info("no audit_addr set: decision records go to the log only")
         try:
             servicer = DecisionServicer(
-                core, AdminAuth(s.admin_tokens, s.admin_identities), metrics, records=records
+                core,
+                AdminAuth(s.admin_tokens, s.admin_identities, s.delegate_identities),
+                metrics,
+                records=records,
             )
             yield [
                 Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)

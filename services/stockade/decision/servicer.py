@@ -283,6 +283,9 @@ def _mode(value: int) -> Mode:
     return mode
 
 
+ON_BEHALF_OF = "x-stockade-on-behalf-of"
+"""Metadata naming the person a trusted admin caller (the console) acts for."""
+
 _TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,63}")
 
 
@@ -306,9 +309,36 @@ def parse_admin_tokens(entries: Sequence[str]) -> list[tuple[str, bytes]]:
 class AdminAuth:
     """Decides whether a caller may use admin RPCs (X-3), and who the caller is."""
 
-    def __init__(self, tokens: Sequence[str], identities: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        identities: Sequence[str] = (),
+        delegates: Sequence[str] = (),
+    ) -> None:
         self._tokens = parse_admin_tokens(tokens)
         self._identities = {i for i in identities if i}
+        self._delegates = {d for d in delegates if d}
+
+    def resolver_identity(self, context: Context, rpc: str) -> tuple[str, str]:
+        """(who answers, through whom) for an admin RPC that records a person.
+
+        The caller must be an admin (``check``). A trusted admin caller — one listed in the
+        delegate identities, or any admin when none are listed — may name the person it acts
+        for in ``x-stockade-on-behalf-of`` metadata (the approval console, which signed that
+        person in); that person is then the resolver and the caller is kept as the "via".
+        Anything else is the caller's own authenticated identity; a name typed into the
+        request is never an identity.
+        """
+        caller = self.check(context, rpc)
+        person = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == ON_BEHALF_OF and isinstance(value, str):
+                person = value.strip()
+        if not person or (self._delegates and caller not in self._delegates):
+            return caller, ""
+        if len(person) > 256 or not person.isprintable():
+            raise InvalidArgument(f"{ON_BEHALF_OF} must be a printable name of at most 256 chars")
+        return person, caller
 
     def caller_identity(self, context: Context) -> str | None:
         """The caller's authenticated identity, or None when it has none.
@@ -504,7 +534,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
     async def ResolveApproval(
         self, request: d_pb2.ResolveApprovalRequest, context: Context
     ) -> d_pb2.ResolveApprovalResponse:
-        caller = self.auth.check(context, "ResolveApproval")
+        caller, via = self.auth.resolver_identity(context, "ResolveApproval")
         resolution = RESOLUTION_FROM_PB.get(request.resolution)
         if resolution is None:
             raise InvalidArgument("resolution must be ALLOW_ONCE, DENY or ALWAYS_ALLOW")
@@ -524,7 +554,7 @@ class DecisionServicer(d_grpc.DecisionServiceServicer):
             scope=scope,
         )
         if rec.state in (ApprovalState.ALLOWED, ApprovalState.DENIED):
-            self._record(approval_record(rec, self.core.policy.version))
+            self._record(approval_record(rec, self.core.policy.version, via=via))
         resp = d_pb2.ResolveApprovalResponse(approval=approval_to_pb(rec), note=note)
         if grant is not None:
             resp.session_grant.CopyFrom(grant_record_to_pb(grant))

@@ -75,6 +75,10 @@ class DecisionSettings(ServerSettings):
     """Bearer tokens allowed to call admin RPCs, comma-separated."""
     admin_identities: Annotated[list[str], NoDecode] = []
     """mTLS client identities (certificate common name or SAN) allowed to call admin RPCs."""
+    delegate_identities: Annotated[list[str], NoDecode] = []
+    """Authenticated admin callers (``token:NAME``, ``mtls:NAME``) that may name the person
+    they act for in ``x-stockade-on-behalf-of`` metadata (the approval console), which then
+    becomes the recorded resolver. Empty: any admin caller may."""
     workspace: str = "/"
     """The agent's working directory: relative paths in calls and rules are taken from here."""
     denial_max_consecutive: int | None = Field(
@@ -140,7 +144,13 @@ class DecisionSettings(ServerSettings):
     """Verdicts kept by exact call, findings and task (a repeated call is not re-asked)."""
 
     _split = field_validator(
-        "deny", "ask", "allow", "admin_tokens", "admin_identities", mode="before"
+        "deny",
+        "ask",
+        "allow",
+        "admin_tokens",
+        "admin_identities",
+        "delegate_identities",
+        mode="before",
     )(classmethod(lambda cls, v: split_patterns(v)))
 
     @field_validator("default_mode")

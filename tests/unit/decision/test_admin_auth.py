@@ -71,3 +71,24 @@ def test_named_tokens_name_the_caller_and_the_old_form_still_works() -> None:
     for wrong in ("alice", "alice=tok-a"):
         with pytest.raises(NotAuthorized):
             check(auth, FakeContext((("authorization", f"Bearer {wrong}"),)))
+
+
+def test_on_behalf_of_is_honoured_only_from_trusted_admin_callers() -> None:
+    on_behalf = ("x-stockade-on-behalf-of", "bob@example.com")
+    console = (("authorization", "Bearer tok-c"), on_behalf)
+    other = (("authorization", "Bearer tok-o"), on_behalf)
+    auth = AdminAuth(["console=tok-c", "ops=tok-o"], [], ["token:console"])
+    assert auth.resolver_identity(FakeContext(console), "ResolveApproval") == (  # type: ignore[arg-type]
+        "bob@example.com",
+        "token:console",
+    )
+    # another admin is not a trusted delegate: its own identity, the header ignored
+    assert auth.resolver_identity(FakeContext(other), "ResolveApproval") == ("token:ops", "")  # type: ignore[arg-type]
+    # without admin rights the header buys nothing
+    with pytest.raises(NotAuthorized):
+        auth.resolver_identity(FakeContext((on_behalf,)), "ResolveApproval")  # type: ignore[arg-type]
+    # no delegate list: any admin caller may act for a signed-in person
+    open_auth = AdminAuth(["ops=tok-o"])
+    assert open_auth.resolver_identity(FakeContext(other), "ResolveApproval")[0] == (  # type: ignore[arg-type]
+        "bob@example.com"
+    )
