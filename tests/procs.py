@@ -33,9 +33,11 @@ def pids_with(marker: str) -> list[int]:
     return found
 
 
-async def until_pids_with(marker: str, timeout_s: float = 5.0) -> list[int]:
+async def until_pids_with(marker: str, timeout_s: float = 60.0) -> list[int]:
     """The processes once they show. A single look can miss one: ``bash -c`` execs its
-    last command, and while execve swaps the memory map /proc/<pid>/cmdline reads empty."""
+    last command, and while execve swaps the memory map /proc/<pid>/cmdline reads empty.
+    The deadline is generous (a busy machine can take seconds to start a sandbox); a
+    test that finds them returns at once."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not (pids := pids_with(marker)) and loop.time() < deadline:
@@ -43,8 +45,9 @@ async def until_pids_with(marker: str, timeout_s: float = 5.0) -> list[int]:
     return pids
 
 
-async def until_gone(marker: str, timeout_s: float = 10.0) -> list[int]:
-    """The processes still alive after waiting up to ``timeout_s`` for them to end."""
+async def until_gone(marker: str, timeout_s: float = 60.0) -> list[int]:
+    """The processes still alive after waiting up to ``timeout_s`` for them to end
+    (generous: a busy machine can be slow to reap a tree; gone processes return at once)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while (pids := pids_with(marker)) and loop.time() < deadline:

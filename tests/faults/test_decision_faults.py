@@ -208,7 +208,9 @@ async def _state(admin: DecisionClient, approval_id: str, session: str) -> bool:
     """True once ``approval_id`` is no longer in the pending backlog."""
     stream = admin.stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=session))
     try:
-        first = await asyncio.wait_for(stream.read(), 0.5)
+        # A pending approval is sent at once; silence this long means none is pending
+        # (generous: a short read timeout on a busy machine read "abandoned" too early).
+        first = await asyncio.wait_for(stream.read(), 5)
     except TimeoutError:
         return True  # no pending approval in that session
     finally:

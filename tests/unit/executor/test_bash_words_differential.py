@@ -145,10 +145,14 @@ SCRIPT = st.lists(st.tuples(statement(), st.sampled_from(SEPARATORS)), min_size=
     lambda parts: "".join(s + sep for s, sep in parts)
 )
 
+# One record is one write: the stages of a pipeline run the handler at the same time,
+# and a record written in two pieces interleaved with another stage's (words of both
+# commands in one record, then an empty one; seen as a flaky failure).
 HANDLER = (
     "command_not_found_handle() {\n"
-    '  printf \'%s\\037\' "$@" >> "$__RECORDS"\n'
-    "  printf '\\036' >> \"$__RECORDS\"\n"
+    "  local __record\n"
+    "  printf -v __record '%s\\037' \"$@\"\n"
+    '  printf \'%s\\036\' "$__record" >> "$__RECORDS"\n'
     "  return 0\n"
     "}\n"
 )
