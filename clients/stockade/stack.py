@@ -101,8 +101,9 @@ class LocalStack:
         env.update(self.extra_env.get(name, {}))
         return env
 
-    async def start(self, names: Sequence[str] = SERVICES, *, timeout_s: float = 30.0) -> None:
-        """Start ``names`` (in parallel) and wait until each is SERVING."""
+    async def start(self, names: Sequence[str] = SERVICES, *, timeout_s: float = 90.0) -> None:
+        """Start ``names`` (in parallel) and wait until each is SERVING (the deadline is
+        generous: four Pythons importing gRPC at once on a busy machine once took over 30 s)."""
         for name in names:
             await self.spawn(name)
         await asyncio.gather(*(self.wait_serving(n, timeout_s=timeout_s) for n in names))
@@ -161,8 +162,12 @@ class LocalStack:
         self.console_url = url
         return int(health_pb2.HealthCheckResponse.SERVING)
 
-    async def wait_serving(self, name: str, *, timeout_s: float = 30.0) -> None:
-        """Poll health until SERVING; fail early (with the log's tail) if the process died."""
+    async def wait_serving(self, name: str, *, timeout_s: float = 90.0) -> None:
+        """Poll health until SERVING; fail early (with the log's tail) if the process died.
+
+        Each check gets a few seconds (a new channel's handshake included): a service that
+        is up answers at once, and a short per-check deadline on a busy machine could miss
+        a service that was serving."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
@@ -170,7 +175,7 @@ class LocalStack:
             if proc is not None and proc.returncode is not None:
                 raise StackError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
             try:
-                if await self.health(name, timeout_s=0.5) == health_pb2.HealthCheckResponse.SERVING:
+                if await self.health(name, timeout_s=3.0) == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.aio.AioRpcError:
                 pass

@@ -65,7 +65,7 @@ class Proc:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log,
             )
-        for _ in range(400):
+        for _ in range(1800):  # at least 90 s: a busy machine can be slow to start Python
             try:
                 async with grpc.aio.insecure_channel(self.sock) as ch:
                     resp = await health_pb2_grpc.HealthStub(ch).Check(

@@ -28,7 +28,7 @@ async def _start(sock: Path, grace: float, started: Path) -> asyncio.subprocess.
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    for _ in range(200):
+    for _ in range(1800):  # at least 90 s: a busy machine can be slow to start Python
         if sock.exists():
             return proc
         await asyncio.sleep(0.05)

@@ -42,7 +42,7 @@ async def test_paper_tools_through_the_four_services(
         sys.executable, "-m", "stockade.papers", env=env, stderr=asyncio.subprocess.DEVNULL
     )
     try:
-        for _ in range(400):
+        for _ in range(1800):  # at least 90 s: a busy machine can be slow to start Python
             if sock.exists():
                 break
             await asyncio.sleep(0.05)
