@@ -13,6 +13,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from stockade.contract.grant import parse_claims
 from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
@@ -113,6 +114,14 @@ async def test_allow_block_and_unsure(tmp_path: Path) -> None:
         assert allowed.winning_rule.reason == "runs the project's tests"
         assert "classifier" in allowed.reason and allowed.grant.payload
         assert any("settled by the classifier" in c.note for c in allowed.conflicts)
+        # The grant records how the tool's own ask was settled, for the executor (DEC-12).
+        claims = parse_claims(allowed.grant.payload)
+        assert dict(claims.settle) == {
+            "by": "classifier",
+            "model": "scripted:judge.yaml",
+            "reason": "runs the project's tests",
+        }
+        assert claims.findings  # the findings the classifier judged are bound too
 
         blocked = await stub.Decide(bash("rm -rf src", "c2"))
         assert blocked.verdict == c_pb2.VERDICT_DENY

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.decision.approvals import ApprovalBroker, ApprovalLimits
-from stockade.decision.auto import apply_verdict, classifier_call
+from stockade.decision.auto import apply_verdict, classifier_call, classifier_settlement
 from stockade.decision.classifier import Classifier
 from stockade.decision.engine import (
     CompiledPolicy,
@@ -69,9 +69,13 @@ class AwaitOutcome:
 def settlement(decision: Decision) -> dict[str, str]:
     """How an ALLOW decision settled any tool-level ASK, as the grant's ``settle`` claim.
 
-    P7: the allow rule (pattern and source); ``mode``: the mode; P8 (no ask at all): none.
-    An approval's settlement is made when the approval is answered (``await_approval``).
+    P7: the allow rule (pattern and source); ``mode``: the mode; auto mode's classifier: the
+    model and its reason; P8 (no ask at all): none. An approval's settlement is made when
+    the approval is answered (``await_approval``).
     """
+    by_classifier = classifier_settlement(decision)
+    if by_classifier is not None:
+        return by_classifier
     if decision.step == "P7":
         rule = decision.winning_rule
         return {"by": "rule", "rule": rule.pattern, "source": rule.source.value}
