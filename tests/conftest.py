@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from stockade.stack import LocalStack
+from tests.pg import pg_dsn, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 
 # Tests never export telemetry anywhere; a test that needs spans installs its own exporter.
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")

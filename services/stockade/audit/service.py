@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from stockade.audit.backend import AuditBackend, parse_store_dsn, redact_dsn
+from stockade.audit.pg_store import PostgresAuditStore
 from stockade.audit.servicer import AuditServicer
 from stockade.audit.settings import AuditSettings
 from stockade.audit.store import AuditStore
@@ -21,7 +23,7 @@ SERVICE_NAME = a_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name
 log = logging.getLogger("stockade.audit")
 
 
-async def retention_loop(store: AuditStore, days: float, interval_s: float) -> None:
+async def retention_loop(store: AuditBackend, days: float, interval_s: float) -> None:
     """Apply retention now and every ``interval_s`` seconds until cancelled."""
     while True:
         try:
@@ -42,15 +44,30 @@ class AuditApp:
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[list[Registration]]:
-        """Open the SQLite store (and the retention sweep); close them after the drain."""
+        """Open the store the DSN names (and the retention sweep); close them after the
+        drain."""
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        store = await AuditStore.open(self.settings.db_path, synchronous=self.settings.synchronous)
-        log.info(
-            "audit store %s (synchronous=%s, retention %s)",
-            self.settings.db_path,
-            self.settings.synchronous,
-            f"{self.settings.retention_days:g} days" if self.settings.retention_days else "off",
+        retention = (
+            f"{self.settings.retention_days:g} days" if self.settings.retention_days else "off"
         )
+        kind, target = parse_store_dsn(self.settings.store_dsn, self.settings.db_path)
+        store: AuditBackend
+        if kind == "postgresql":
+            store = await PostgresAuditStore.open(target, chain_id=self.settings.replica_id)
+            log.info(
+                "audit store %s (PostgreSQL, chain %r, retention %s)",
+                redact_dsn(target),
+                self.settings.replica_id,
+                retention,
+            )
+        else:
+            store = await AuditStore.open(target, synchronous=self.settings.synchronous)
+            log.info(
+                "audit store %s (synchronous=%s, retention %s)",
+                target,
+                self.settings.synchronous,
+                retention,
+            )
         sweeper: asyncio.Task[None] | None = None
         if self.settings.retention_days > 0:
             sweeper = asyncio.create_task(

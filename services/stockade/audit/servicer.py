@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from stockade.audit.backend import AuditBackend
 from stockade.audit.convert import (
     check_filter_lengths,
     filters_from_proto,
@@ -20,7 +21,6 @@ from stockade.audit.convert import (
     row_from_proto,
 )
 from stockade.audit.model import AppendResult
-from stockade.audit.store import AuditStore
 from stockade.audit.tracing import record_receipt_spans
 from stockade.errors import InvalidArgument
 from stockade.server.lifecycle import until_stopping
@@ -31,9 +31,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class AuditServicer(a_grpc.AuditServiceServicer):
-    """The AuditService over one ``AuditStore``."""
+    """The AuditService over one audit store (SQLite or PostgreSQL)."""
 
-    def __init__(self, store: AuditStore) -> None:
+    def __init__(self, store: AuditBackend) -> None:
         """Serve ``store``."""
         self.store = store
 

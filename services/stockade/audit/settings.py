@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Literal
 
 from pydantic import Field
@@ -23,7 +24,15 @@ class AuditSettings(ServerSettings):
     synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     """SQLite ``synchronous``: NORMAL survives a killed process, FULL also power loss."""
 
+    store_dsn: str = Field(default="", repr=False)
+    """Where the log lives: empty or ``sqlite:///path`` for SQLite (one replica),
+    ``postgresql://…`` for PostgreSQL (several replicas). Not shown in repr: it may hold a
+    password."""
+    replica_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    """This replica's name on PostgreSQL: the hash chain it appends to. Unique per live
+    replica (a second process with the same id is refused); the pod name by default."""
+
     @property
     def db_path(self) -> str:
-        """The SQLite file."""
+        """The SQLite file (when ``store_dsn`` does not name another)."""
         return str(self.state_dir / "audit.db")

@@ -42,7 +42,7 @@ from stockade.audit.model import (
 from stockade.audit.notify import HeadWatch
 from stockade.audit.paging import clamp_page_size, decode_token, encode_token
 from stockade.audit.schema import SELECT_ROW
-from stockade.audit.validate import normalise_batch
+from stockade.audit.validate import dedupe, normalise_batch
 from stockade.audit.verify import verify_file
 from stockade.audit.writer import ChainWriter
 from stockade.errors import DependencyUnavailable, InvalidArgument, ResourceExhausted
@@ -213,7 +213,7 @@ class AuditStore:
         if not events:
             return AppendResult(0, 0, self._head_sequence)
         rows = normalise_batch(events, self._clock())
-        unique, duplicates = _dedupe(rows)
+        unique, duplicates = dedupe(rows)
         accepted, skipped = await asyncio.shield(self._write(unique))
         duplicates += skipped
         counter = self._instruments.events_ingested
@@ -426,14 +426,3 @@ def _write_error(err: Exception) -> Exception:
         )
     log.error("audit store: write failed: %s", err)
     return DependencyUnavailable(f"the audit store could not write: {err}")
-
-
-def _dedupe(rows: list[AuditEventRow]) -> tuple[list[AuditEventRow], int]:
-    """Drop repeats of an event id within one batch (the first occurrence wins)."""
-    seen: set[str] = set()
-    unique: list[AuditEventRow] = []
-    for row in rows:
-        if row.event_id not in seen:
-            seen.add(row.event_id)
-            unique.append(row)
-    return unique, len(rows) - len(unique)

@@ -176,3 +176,14 @@ def normalise_batch(events: Sequence[AuditEventRow], now_ns: int) -> list[AuditE
             field="events",
         )
     return [normalise_event(event, now_ns, i) for i, event in enumerate(events)]
+
+
+def dedupe(rows: list[AuditEventRow]) -> tuple[list[AuditEventRow], int]:
+    """Drop repeats of an event id within one batch (the first occurrence wins)."""
+    seen: set[str] = set()
+    unique: list[AuditEventRow] = []
+    for row in rows:
+        if row.event_id not in seen:
+            seen.add(row.event_id)
+            unique.append(row)
+    return unique, len(rows) - len(unique)

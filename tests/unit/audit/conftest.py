@@ -1,13 +1,17 @@
-"""Fixtures of the audit unit tests: an event builder and an open store."""
+"""Fixtures of the audit unit tests: an event builder and an open store of each backend."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from stockade.audit.backend import AuditBackend
 from stockade.audit.model import AuditEventRow
+from stockade.audit.pg_store import PostgresAuditStore
 from stockade.audit.store import AuditStore
 
 BASE_NS = 1_700_000_000_000_000_000
@@ -49,9 +53,42 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "audit.db"
 
 
+@dataclass(frozen=True)
+class StoreOpener:
+    """Opens the audit store of one backend at one place (a file, or a database)."""
+
+    kind: str
+    target: str
+
+    async def __call__(self, *, chain_id: str = "replica-a", **options: Any) -> AuditBackend:
+        """Open (again) the store; ``options`` go to the backend's ``open``."""
+        if self.kind == "sqlite":
+            return await AuditStore.open(self.target, **options)
+        return await PostgresAuditStore.open(self.target, chain_id=chain_id, **options)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_store(request: pytest.FixtureRequest, db_path: Path) -> StoreOpener:
+    """Opens a store of each backend in turn (STORE-1): a fresh SQLite file, or a fresh
+    database on the session's real PostgreSQL server."""
+    if request.param == "sqlite":
+        return StoreOpener("sqlite", str(db_path))
+    return StoreOpener("postgresql", request.getfixturevalue("pg_dsn"))
+
+
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[AuditStore]:
-    """An open store on a fresh file, closed after the test."""
+async def store(open_store: StoreOpener) -> AsyncIterator[AuditBackend]:
+    """An open store of each backend on a fresh file or database, closed after the test."""
+    opened = await open_store()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def sqlite_store(db_path: Path) -> AsyncIterator[AuditStore]:
+    """An open SQLite store on a fresh file (for what only SQLite has), closed after."""
     opened = await AuditStore.open(db_path)
     try:
         yield opened

@@ -1,4 +1,5 @@
-"""AuditStore: batched idempotent appends, queries with paging, metrics, tail, reopen."""
+"""The audit store, on SQLite and on PostgreSQL (the ``store``/``open_store`` fixtures run
+each test on both): batched idempotent appends, paging, metrics, tail, reopen."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from stockade.audit.model import PREVIEW_CHARS, AuditEventRow, QueryFilters
 from stockade.audit.store import AuditStore
 from stockade.errors import DependencyUnavailable, InvalidArgument, InvalidPageToken
 
-from .conftest import BASE_NS, EventFactory
+from .conftest import BASE_NS, EventFactory, StoreOpener
 
 
 async def test_append_stores_every_field_and_chains_rows(
@@ -32,7 +33,7 @@ async def test_append_stores_every_field_and_chains_rows(
     assert len({row.row_hash for row in rows}) == 3
 
 
-async def test_wal_mode_and_indexes(store: AuditStore, db_path: Path) -> None:
+async def test_wal_mode_and_indexes(sqlite_store: AuditStore, db_path: Path) -> None:
     with sqlite3.connect(db_path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         indexes = {r[1] for r in db.execute("PRAGMA index_list(agent_audit_log)")}
@@ -191,11 +192,13 @@ async def test_session_metrics_and_summary_row(store: AuditStore, make_event: Ev
         await store.session_metrics("")
 
 
-async def test_reopen_continues_the_chain(db_path: Path, make_event: EventFactory) -> None:
-    first = await AuditStore.open(db_path)
+async def test_reopen_continues_the_chain(
+    open_store: StoreOpener, make_event: EventFactory
+) -> None:
+    first = await open_store()
     await first.append([make_event(i) for i in range(1, 6)])
     await first.close()
-    second = await AuditStore.open(db_path)
+    second = await open_store()
     try:
         assert second.head_sequence == 5
         result = await second.append([make_event(i) for i in range(4, 9)])
@@ -228,8 +231,8 @@ async def test_tail_yields_new_rows_in_order_for_one_session(
     assert got == [f"s1-e{i}" for i in range(1, 11)]
 
 
-async def test_tail_ends_when_the_store_closes(db_path: Path) -> None:
-    opened = await AuditStore.open(db_path)
+async def test_tail_ends_when_the_store_closes(open_store: StoreOpener) -> None:
+    opened = await open_store()
     rows: list[AuditEventRow] = []
 
     async def consume() -> None:
@@ -301,9 +304,9 @@ async def test_wal_is_checkpointed_in_the_background(
 
 
 async def test_close_waits_for_batches_in_flight_and_refuses_later_ones(
-    db_path: Path, make_event: EventFactory
+    open_store: StoreOpener, make_event: EventFactory
 ) -> None:
-    opened = await AuditStore.open(db_path, max_pending_batches=2)
+    opened = await open_store(max_pending_batches=2)
     writes = [
         asyncio.create_task(opened.append([make_event(i) for i in range(k * 100, k * 100 + 100)]))
         for k in range(5)
@@ -318,7 +321,7 @@ async def test_close_waits_for_batches_in_flight_and_refuses_later_ones(
     assert stored >= 100 and stored + 100 * len(refused) == 500
     with pytest.raises(DependencyUnavailable):
         await opened.append([make_event(999)])
-    reopened = await AuditStore.open(db_path)
+    reopened = await open_store()
     try:
         rows, _ = await reopened.query(QueryFilters(), 1000)
         assert len(rows) == stored
@@ -328,8 +331,9 @@ async def test_close_waits_for_batches_in_flight_and_refuses_later_ones(
 
 
 async def test_concurrent_single_event_appends_share_commits(
-    store: AuditStore, make_event: EventFactory
+    sqlite_store: AuditStore, make_event: EventFactory
 ) -> None:
+    store = sqlite_store
     results = await asyncio.gather(
         *(store.append([make_event(i, session=f"s{i % 4}")]) for i in range(200)),
         store.append([make_event(0, session="s0")]),  # a duplicate inside the same rush
