@@ -77,10 +77,16 @@ def parse_store_dsn(dsn: str, default_sqlite_path: str) -> tuple[Kind, str]:
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` without its password, for logs."""
+    """``dsn`` without its password (in the authority or the query), for logs."""
     parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rpartition("@")[2]
+        netloc = f"{parts.username or ''}:***@{host}"
+    query = "&".join(
+        f"{key}=***" if key.lower() in {"password", "passfile", "sslpassword"} else item
+        for item in parts.query.split("&")
+        if item
+        for key in [item.partition("=")[0]]
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
