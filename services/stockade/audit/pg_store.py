@@ -183,6 +183,19 @@ async def migrate(conn: asyncpg.Connection) -> int:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
 
+async def _take_chain(conn: asyncpg.Connection, chain_id: str, wait_s: float) -> bool:
+    """Take the session lock that makes this connection the chain's only writer."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if await conn.fetchval(
+            "SELECT pg_try_advisory_lock($1, hashtext($2))", _CHAIN_LOCK_CLASS, chain_id
+        ):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
 class PostgresAuditStore:
     """The audit log on PostgreSQL; one instance per replica, writing chain ``chain_id``.
 
@@ -224,9 +237,14 @@ class PostgresAuditStore:
         clock: Callable[[], int] = time.time_ns,
         max_pending_batches: int = 32,
         pool_size: int = 4,
+        chain_lock_wait_s: float = 30.0,
         meter: metrics.Meter | None = None,
     ) -> PostgresAuditStore:
         """Connect, migrate, take ownership of chain ``chain_id`` and listen for commits.
+
+        A replica restarted right after it was killed may find its old session still
+        holding the chain until the server notices the dead connection: ``open`` waits up
+        to ``chain_lock_wait_s`` for the chain to be free before refusing.
 
         Raises ``DependencyUnavailable`` when the server cannot be reached and
         ``InvalidArgument`` when another live process already writes this chain.
@@ -240,9 +258,7 @@ class PostgresAuditStore:
             raise DependencyUnavailable(f"cannot reach the audit database: {err}") from err
         try:
             await migrate(writer)
-            owned = await writer.fetchval(
-                "SELECT pg_try_advisory_lock($1, hashtext($2))", _CHAIN_LOCK_CLASS, chain_id
-            )
+            owned = await _take_chain(writer, chain_id, chain_lock_wait_s)
             if not owned:
                 raise InvalidArgument(
                     f"another live audit replica already writes chain {chain_id!r}:"

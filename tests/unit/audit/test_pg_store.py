@@ -71,7 +71,7 @@ async def test_a_second_live_process_on_the_same_chain_is_refused(
     first = await _open(pg_dsn, "replica-a")
     await first.append([make_event(1), make_event(2)])
     with pytest.raises(InvalidArgument, match="already writes chain 'replica-a'"):
-        await _open(pg_dsn, "replica-a")
+        await _open(pg_dsn, "replica-a", chain_lock_wait_s=0.5)
     await first.close()
     # Once the owner is gone the chain is free again, and continues where it was.
     again = await _open(pg_dsn, "replica-a")
