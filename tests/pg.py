@@ -14,6 +14,7 @@ conftest (the root conftest does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -34,9 +35,11 @@ def with_database(dsn: str, database: str) -> str:
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
-    """The DSN of the session's PostgreSQL server (its maintenance database)."""
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server for the block: ``STOCKADE_TEST_POSTGRES_DSN`` if set, else a
+    throwaway pgserver; yields the DSN of its maintenance database. Raises
+    ``RuntimeError`` with the reason when none can start (the benchmarks use it too)."""
     given = os.environ.get(ENV_DSN, "").strip()
     if given:
         yield given
@@ -48,10 +51,8 @@ def pg_server() -> Iterator[str]:
         warnings.simplefilter("ignore")
         try:
             import pgserver
-        except ImportError as err:  # never a silent skip: say what is missing
-            pytest.fail(
-                f"PostgreSQL tests need the pgserver package (make venv) or {ENV_DSN}: {err}"
-            )
+        except ImportError as err:
+            raise RuntimeError(f"the pgserver package is missing (make venv): {err}") from err
     # A short path: the server's unix socket lives in its data folder (107-byte limit).
     data = tempfile.mkdtemp(prefix="stk-pg-")
     try:
@@ -60,7 +61,7 @@ def pg_server() -> Iterator[str]:
             server = pgserver.get_server(data, cleanup_mode="stop")
     except Exception as err:
         shutil.rmtree(data, ignore_errors=True)
-        pytest.fail(f"could not start PostgreSQL (pgserver) in {data}: {err!r}; set {ENV_DSN}")
+        raise RuntimeError(f"could not start PostgreSQL (pgserver) in {data}: {err!r}") from err
     try:
         yield server.get_uri()
     finally:
@@ -68,6 +69,23 @@ def pg_server() -> Iterator[str]:
             warnings.simplefilter("ignore")
             server.cleanup()
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The DSN of the session's PostgreSQL server (its maintenance database)."""
+    try:
+        with postgres_server() as dsn:
+            yield dsn
+    except RuntimeError as err:  # never a silent skip: fail with the reason
+        pytest.fail(f"PostgreSQL tests need a server: {err}; or set {ENV_DSN}")
+
+
+async def create_database(server: str) -> str:
+    """A fresh, empty database on ``server``; returns its DSN."""
+    name = f"stk_{uuid.uuid4().hex[:16]}"
+    await _admin(server, f'CREATE DATABASE "{name}"')
+    return with_database(server, name)
 
 
 async def _admin(server: str, statement: str) -> None:

@@ -1,4 +1,4 @@
-"""PERF-3: sustained audit ingestion through RecordBatch over real gRPC.
+"""PERF-3 and PERF-3-pg: sustained audit ingestion through RecordBatch over real gRPC.
 
 The audit service runs as its own process (``python -m stockade.audit``, as deployed) on
 a unix socket; the bench process streams batches of 1,000 realistic events (200-char
@@ -7,7 +7,9 @@ message to the acknowledgement of the last; three rounds, the median is reported
 baseline, measured in the same rounds on the same disk, is raw batched inserts of the
 same rows into the same ``agent_audit_log`` schema with plain ``sqlite3`` (1,000-row
 transactions, WAL, synchronous=NORMAL, no hashing, no validation, no RPC); the ratio
-says how much of SQLite's own speed the service keeps.
+says how much of SQLite's own speed the service keeps. PERF-3-pg does the same with the
+service on PostgreSQL (a throwaway pgserver, or ``STOCKADE_TEST_POSTGRES_DSN``) against
+raw batched ``COPY`` of the same rows into the same table in a fresh database.
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 
 from stockade.audit.chain import GENESIS
 from stockade.audit.convert import row_from_proto
+from stockade.audit.pg_store import COPY_COLUMNS, migrate
 from stockade.audit.schema import INSERT_ROW, SCHEMA
 from stockade.client.base import aio_channel
 from stockade.stack import LocalStack
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2
 from tests.bench.common import figure
+from tests.pg import create_database, postgres_server
 
 BATCH = 1000
 MESSAGES_PER_CALL = 20
@@ -152,6 +157,75 @@ async def _run() -> list[dict[str, Any]]:
     ]
 
 
+async def _raw_pg_rate(dsn: str, events: list[a_pb2.AuditEvent]) -> float:
+    """Rows/s of plain batched COPYs of the same rows into the same PostgreSQL table
+    (1,000-row transactions; no hashing, no validation, no RPC, no locks)."""
+    rows = [
+        (seq, 0, *row_from_proto(event), "raw", seq, GENESIS, GENESIS)
+        for seq, event in enumerate(events, start=1)
+    ]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn)
+        t0 = time.perf_counter()
+        for start in range(0, len(rows), BATCH):
+            async with conn.transaction():
+                await conn.copy_records_to_table(
+                    "agent_audit_log",
+                    records=rows[start : start + BATCH],
+                    columns=list(COPY_COLUMNS),
+                )
+        return len(rows) / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+async def _run_pg(server: str) -> list[dict[str, Any]]:
+    per_round = CALLS * MESSAGES_PER_CALL * BATCH
+    service: list[float] = []
+    raw: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = LocalStack(
+            Path(tmp) / "stack",
+            common_env={
+                "STOCKADE_AUDIT_STORE_DSN": await create_database(server),
+                "STOCKADE_AUDIT_REPLICA_ID": "bench",
+            },
+        )
+        try:
+            await stack.start(["audit"])
+            async with aio_channel(stack.addresses["audit"]) as channel:
+                warmup = a_pb2.RecordBatchRequest(events=_events(10**8, BATCH))
+                await _service_rate(channel, [warmup.SerializeToString()])
+                for round_no in range(ROUNDS):
+                    events = _events(round_no * per_round, per_round)
+                    messages = [
+                        a_pb2.RecordBatchRequest(events=events[i : i + BATCH]).SerializeToString()
+                        for i in range(0, len(events), BATCH)
+                    ]
+                    service.append(await _service_rate(channel, messages))
+                    raw.append(await _raw_pg_rate(await create_database(server), events))
+        finally:
+            await stack.close()
+    rate, baseline = statistics.median(service), statistics.median(raw)
+    return [
+        figure(
+            "PERF-3-pg",
+            "audit ingestion through RecordBatch on PostgreSQL, median of 3 rounds"
+            " (baseline: raw batched COPY into the same PostgreSQL table, rows/s)",
+            rate,
+            "events/s",
+            baseline=baseline,
+            ratio=rate / baseline,
+            target=">= 0.4x raw batched inserts",
+        )
+    ]
+
+
 def run() -> list[dict[str, Any]]:
-    """The PERF-3 figure."""
-    return asyncio.run(_run())
+    """The PERF-3 figure (SQLite) and PERF-3-pg (a throwaway PostgreSQL, or
+    ``STOCKADE_TEST_POSTGRES_DSN``)."""
+    figures = asyncio.run(_run())
+    with postgres_server() as server:
+        figures += asyncio.run(_run_pg(server))
+    return figures
