@@ -54,6 +54,12 @@ class AuditBackend(Protocol):
     async def verify(self) -> VerifyResult:
         """Check the hash chain(s)."""
 
+    async def chain_head(self) -> tuple[str, int, str]:
+        """(chain id, head position, head hash) of the chain this store appends to."""
+
+    async def row_hash_at(self, chain_id: str, position: int) -> str | None:
+        """A chain's stored hash at ``position`` (``""``: deleted by retention)."""
+
     async def close(self) -> None:
         """Close the store."""
 

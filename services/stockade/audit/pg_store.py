@@ -573,6 +573,29 @@ class PostgresAuditStore:
             termination_reason=str(stop[0][0]) if stop else "",
         )
 
+    async def chain_head(self) -> tuple[str, int, str]:
+        """(chain id, head position, head hash) of this replica's chain, as committed."""
+        found = await self._fetch(
+            "SELECT head_sequence, head_hash FROM audit_chain WHERE chain_id = $1",
+            self._chain_id,
+        )
+        return self._chain_id, int(found[0][0]), str(found[0][1])
+
+    async def row_hash_at(self, chain_id: str, position: int) -> str | None:
+        """The stored hash at ``position`` of ``chain_id``; ``""`` when retention deleted
+        it, None when the row is not stored."""
+        found = await self._fetch(
+            "SELECT row_hash FROM agent_audit_log WHERE chain_id = $1 AND chain_seq = $2",
+            chain_id,
+            position,
+        )
+        if found:
+            return str(found[0][0])
+        anchor = await self._fetch(
+            "SELECT anchor_sequence FROM audit_chain WHERE chain_id = $1", chain_id
+        )
+        return "" if anchor and position <= int(anchor[0][0]) else None
+
     async def verify(self) -> VerifyResult:
         """Check every replica's chain in one snapshot; name the chain and row that broke.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -31,6 +32,12 @@ class AuditSettings(ServerSettings):
     replica_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
     """This replica's name on PostgreSQL: the hash chain it appends to. Unique per live
     replica (a second process with the same id is refused); the pod name by default."""
+
+    head_signing_key_file: Path | None = None
+    """Ed25519 private key (PEM, PKCS#8) that signs this replica's chain head; with it the
+    head is exported as a log line every ``head_export_interval_s``."""
+    head_export_interval_s: float = Field(default=60.0, gt=0, le=86_400)
+    """How often the signed chain head is exported."""
 
     @property
     def db_path(self) -> str:

@@ -403,6 +403,31 @@ class AuditStore:
             termination_reason=str(stop[0]) if stop else "",
         )
 
+    async def chain_head(self) -> tuple[str, int, str]:
+        """(chain id, head position, head hash): what ``heads`` signs. SQLite has one
+        chain, named ``"sqlite"``."""
+        async with self._reader.execute(
+            "SELECT head_sequence, head_hash FROM audit_chain"
+        ) as cursor:
+            found = await cursor.fetchone()
+        assert found is not None  # created with the schema
+        return "sqlite", int(found[0]), str(found[1])
+
+    async def row_hash_at(self, chain_id: str, position: int) -> str | None:
+        """The stored hash at ``position`` of the chain; ``""`` when retention deleted
+        it, None when the row is not stored."""
+        if chain_id != "sqlite":
+            return None
+        async with self._reader.execute(
+            "SELECT row_hash FROM agent_audit_log WHERE sequence = ?", (position,)
+        ) as cursor:
+            found = await cursor.fetchone()
+        if found is not None:
+            return str(found[0])
+        async with self._reader.execute("SELECT anchor_sequence FROM audit_chain") as cursor:
+            anchor = await cursor.fetchone()
+        return "" if anchor is not None and position <= int(anchor[0]) else None
+
     async def verify(self) -> VerifyResult:
         """Check the whole retained chain and report the first broken link.
 
