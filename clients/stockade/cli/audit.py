@@ -70,8 +70,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify = commands.add_parser("verify", help="check the hash chain (exit 1 if broken)")
     common(verify)
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
-    verify.add_argument(
+    offline = verify.add_mutually_exclusive_group()
+    offline.add_argument(
         "--db", type=Path, help="check this audit.db file offline instead of asking the service"
+    )
+    offline.add_argument(
+        "--dsn",
+        help="check every chain of this PostgreSQL audit store (postgresql://…) offline",
+    )
+    verify.add_argument(
+        "--heads",
+        type=Path,
+        help="with --db/--dsn: also check the signed chain heads in this log file",
+    )
+    verify.add_argument(
+        "--head-public-key", type=Path, help="the public key (PEM) the heads are signed with"
     )
     verify.set_defaults(func=_verify)
 
@@ -228,8 +241,14 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    if args.db is not None:
-        result = _verify_offline(args.db)
+    if (args.heads is None) != (args.head_public_key is None):
+        sys.stderr.write("error: --heads and --head-public-key go together\n")
+        return 2
+    if args.heads is not None and args.db is None and args.dsn is None:
+        sys.stderr.write("error: --heads needs --db or --dsn (the store to compare with)\n")
+        return 2
+    if args.db is not None or args.dsn is not None:
+        result = _verify_offline(args.db) if args.db is not None else _verify_dsn(args.dsn)
         if result is None:
             return 1
     else:
@@ -243,10 +262,12 @@ def _verify(args: argparse.Namespace) -> int:
             json.dumps(MessageToDict(result, always_print_fields_with_no_presence=True)) + "\n"
         )
     elif result.ok:
-        sys.stdout.write(
-            f"ok: {result.rows_checked} rows, every link holds;"
-            f" head {result.head_sequence} {result.head_hash}\n"
+        where = (
+            f"head {result.head_sequence} {result.head_hash}"
+            if result.head_hash
+            else result.detail  # every chain of a PostgreSQL store, each with its rows
         )
+        sys.stdout.write(f"ok: {result.rows_checked} rows, every link holds; {where}\n")
         if result.refused_rows or result.cut_rows:
             sys.stdout.write(
                 f"note: {result.refused_rows} stand-in rows of refused events (the events"
@@ -258,7 +279,63 @@ def _verify(args: argparse.Namespace) -> int:
             f"BROKEN at sequence {result.first_broken_sequence}: {result.detail}"
             f" ({result.rows_checked} rows checked)\n"
         )
-    return 0 if result.ok else 1
+    heads_ok = True if args.heads is None else _check_heads(args)
+    return 0 if result.ok and heads_ok else 1
+
+
+def _check_heads(args: argparse.Namespace) -> bool:
+    """Compare the exported signed heads with the store; print what differs."""
+    import asyncio
+
+    from stockade.audit.heads import parse_heads
+    from stockade.audit.offline import (
+        check_heads_postgres,
+        check_heads_sqlite,
+        load_head_public_key,
+    )
+    from stockade.errors import StockadeError
+
+    try:
+        key = load_head_public_key(args.head_public_key)
+        with open(args.heads, encoding="utf-8", errors="replace") as fh:
+            heads = parse_heads(fh)
+        if args.db is not None:
+            problems = asyncio.run(check_heads_sqlite(args.db, heads, key))
+        else:
+            problems = asyncio.run(check_heads_postgres(args.dsn, heads, key))
+    except (StockadeError, OSError, ValueError, sqlite3.Error) as err:
+        sys.stderr.write(f"error: {getattr(err, 'message', err)}\n")
+        return False
+    if not heads:
+        sys.stdout.write("HEADS: no signed heads in the file\n")
+        return False
+    for problem in problems:
+        sys.stdout.write(f"HEADS BROKEN: {problem}\n")
+    if not problems:
+        sys.stdout.write(f"signed heads: {len(heads)} checked, every one matches the store\n")
+    return not problems
+
+
+def _verify_dsn(dsn: str) -> a_pb2.VerifyLogResponse | None:
+    """The check of every chain of a PostgreSQL store, as the service would answer it."""
+    import asyncio
+
+    from stockade.audit.offline import verify_postgres
+    from stockade.errors import StockadeError
+
+    try:
+        found = asyncio.run(verify_postgres(dsn))
+    except StockadeError as err:
+        sys.stderr.write(f"error: {err.message}\n")
+        return None
+    return a_pb2.VerifyLogResponse(
+        ok=found.ok,
+        rows_checked=found.rows_checked,
+        first_broken_sequence=found.first_broken_sequence,
+        detail=found.detail,
+        refused_rows=found.refused_rows,
+        cut_rows=found.cut_rows,
+    )
 
 
 def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:

@@ -3,6 +3,7 @@ verifies on its own, and is caught by comparing the store with heads exported be
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -173,3 +174,69 @@ def test_the_signing_key_must_be_an_ed25519_private_key(tmp_path: Path) -> None:
     for path in (wrong, tmp_path / "missing.pem"):
         with pytest.raises(InvalidArgument):
             load_head_key(path)
+
+
+async def test_the_cli_checks_every_postgres_chain_and_the_signed_heads_offline(
+    pg_dsn: str,
+    tmp_path: Path,
+    make_event: EventFactory,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stockade.cli.main import build_parser
+
+    a = await PostgresAuditStore.open(pg_dsn, chain_id="replica-a")
+    b = await PostgresAuditStore.open(pg_dsn, chain_id="replica-b")
+    try:
+        await a.append([make_event(i, session="sa") for i in range(3)])
+        await b.append([make_event(i, session="sb") for i in range(2)])
+        heads = await _exported(a, caplog) + await _exported(b, caplog)
+    finally:
+        await a.close()
+        await b.close()
+    log_file = tmp_path / "heads.log"
+    log_file.write_text("".join(json.dumps({"msg": h.log_message()}) + "\n" for h in heads))
+    public = tmp_path / "head.pub"
+    public.write_bytes(
+        KEY.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+    def cli(*argv: str) -> int:
+        args = build_parser().parse_args(["audit", "verify", *argv])
+        return int(args.func(args))
+
+    keys = ("--heads", str(log_file), "--head-public-key", str(public))
+    assert await asyncio.to_thread(cli, "--dsn", pg_dsn, *keys) == 0
+    out = capsys.readouterr().out
+    assert "ok: 5 rows" in out and "'replica-a': 3 rows ok" in out
+    assert "signed heads: 2 checked, every one matches the store" in out
+    conn = await asyncpg.connect(pg_dsn)
+    try:  # replace b's last row and its recorded head with a forgery that links up
+        row = await conn.fetchrow(
+            "SELECT * FROM agent_audit_log WHERE chain_id = 'replica-b' AND chain_seq = 2"
+        )
+        assert row is not None
+        event = [row[k] for k in list(row.keys())[2:-4]]
+        event[list(row.keys())[2:-4].index("output_preview")] = "forged"
+        digest = hash_values(row["prev_hash"], [2, row["stored_ns"], *event])
+        await conn.execute(
+            "UPDATE agent_audit_log SET output_preview = 'forged', row_hash = $1"
+            " WHERE sequence = $2",
+            digest,
+            row["sequence"],
+        )
+        await conn.execute(
+            "UPDATE audit_chain SET head_hash = $1 WHERE chain_id = 'replica-b'", digest
+        )
+    finally:
+        await conn.close()
+    assert await asyncio.to_thread(cli, "--dsn", pg_dsn) == 0  # the chains alone still hold
+    assert await asyncio.to_thread(cli, "--dsn", pg_dsn, *keys) == 1
+    assert (
+        "HEADS BROKEN: chain 'replica-b' position 2: the stored hash differs from the signed"
+        in capsys.readouterr().out
+    )
+    assert await asyncio.to_thread(cli, "--dsn", pg_dsn, "--heads", str(log_file)) == 2
+    assert await asyncio.to_thread(cli, "--heads", str(log_file), "--head-public-key", "x") == 2
