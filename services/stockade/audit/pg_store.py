@@ -542,10 +542,11 @@ class PostgresAuditStore:
             "SELECT tool_name, count(*), count(*) FILTER (WHERE status = 'FAIL'),"
             " count(*) FILTER (WHERE status = 'DENIED'),"
             " avg(elapsed_ms) FILTER (WHERE status != 'DENIED'), max(elapsed_ms)"
-            " FROM agent_audit_log WHERE session_id = $1 AND status != $2"
+            " FROM agent_audit_log WHERE session_id = $1 AND status <> ALL($2::text[])"
             " GROUP BY tool_name ORDER BY tool_name",
             session_id,
-            AuditStatus.SESSION_STOP.value,
+            # Summary rows and the decision service's decision records are not calls.
+            [AuditStatus.SESSION_STOP.value, AuditStatus.DECIDED.value],
         )
         tools = tuple(
             ToolMetrics(

@@ -174,6 +174,7 @@ async def test_session_metrics_and_summary_row(store: AuditStore, make_event: Ev
             make_event(
                 6, tool_name="session", status="SESSION_STOP", termination_reason="max steps"
             ),
+            make_event(7, status="DECIDED", verdict="ALLOW"),  # a decision record: not a call
         ]
     )
     metrics = await store.session_metrics("s1")
