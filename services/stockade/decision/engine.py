@@ -24,7 +24,6 @@ from stockade.decision.explain import Explanation, explain_call
 from stockade.decision.modes import Mode
 from stockade.decision.rules import (
     BASH_TOOL,
-    POLICY_SOURCES,
     CallContent,
     CompiledRule,
     Effect,
@@ -563,8 +562,3 @@ def _decide_allow_only(
         mode,
         (),
     )
-
-
-def is_policy_rule(rule: Rule) -> bool:
-    """True for MANAGED, ENV and PROJECT rules."""
-    return rule.source in POLICY_SOURCES

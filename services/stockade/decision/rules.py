@@ -779,10 +779,6 @@ class CompiledRule:
         """True when the rule has no content, or content without wildcards."""
         return self._command is None or self._command.literal is not None
 
-    def applies_to_tool(self, tool_name: str) -> bool:
-        """True if the tool part matches."""
-        return self.tool is None or self.tool == tool_name
-
     def matches(self, call: CallContent) -> bool:
         """DENY/ASK semantics: the tool matches and any content field matches (DEC-1/2)."""
         if self.tool is not None and self.tool != call.tool_name:

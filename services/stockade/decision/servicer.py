@@ -19,7 +19,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from stockade.decision.approvals import GrantScope, Resolution
 from stockade.decision.core import CallInput, DecisionCore, Outcome, settlement
-from stockade.decision.engine import Decision, HookSignal, SignalKind
+from stockade.decision.engine import HookSignal, SignalKind
 from stockade.decision.explain import Risk
 from stockade.decision.facts import facts_from_pb
 from stockade.decision.grants import SignedGrant
@@ -177,26 +177,9 @@ def grant_to_pb(grant: SignedGrant | None) -> d_pb2.Grant | None:
     )
 
 
-def decision_to_pb(d: Decision) -> d_pb2.DecideResponse:
-    """The engine's decision as a DecideResponse (without grant/approval/halt)."""
-    return d_pb2.DecideResponse(
-        verdict=VERDICT_TO_PB[d.verdict],
-        reason=d.reason,
-        winning_rule=_rule_pb_cached(d.winning_rule),
-        conflicts=[d_pb2.Conflict(rule=_rule_pb_cached(c.rule), note=c.note) for c in d.conflicts]
-        if d.conflicts
-        else None,
-        policy_version=d.policy_version,
-        explanation=c_pb2.Explanation(
-            risk=RISK_TO_PB[d.explanation.risk], summary=d.explanation.summary
-        ),
-        mode=MODE_TO_PB[d.mode],
-    )
-
-
 def _decide_response(outcome: Outcome) -> d_pb2.DecideResponse:
-    """The whole DecideResponse in one constructor call (``decision_to_pb`` plus grant,
-    approval and halt), the hot path of every Decide."""
+    """The whole DecideResponse in one constructor call (decision, grant, approval and
+    halt), the hot path of every Decide."""
     d = outcome.decision
     g = outcome.grant
     expl = d.explanation
