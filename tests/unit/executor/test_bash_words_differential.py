@@ -101,6 +101,9 @@ PIECES = [
     "&",
     ";;",
     "--",
+    "$i",
+    '"$i"',
+    "${i}",
 ]
 
 SEPARATORS = [" ; ", "\n", " && ", " || ", " | ", ";", "\n\n", " \\\n; "]
@@ -118,6 +121,8 @@ FORMS = [
     'c3 "$({})"',
     "if {}; then c2; fi",
     "for i in a b; do {}; done",
+    "for i in 'x y' -c '*'; do {}; done",
+    "IFS=a; for i in bab; do {}; done",
     "case a in a) {};; esac",
     "f() {{ {}; }}; f",
     "x=1 {}",
@@ -234,6 +239,7 @@ HANDWRITTEN = [
     "{ c1 x; } && ( c2 y ) || c3 z",
     "c1 $(c2 in) `c3 bq`",
     "c1 {{a,b},{c,d}}e {z..x} {01..3}",
+    "c1 {{a,b} a{b,c",  # an unclosed `{` is literal, the next one may open a list
 ]
 
 
@@ -255,6 +261,7 @@ def test_handwritten_words_match_bash(script: str, places: tuple[Path, Path, Pat
         "c1 >/dev/null\\\na",  # the target is /dev/nulla to bash
         "c1 <<<w\\\na",
         "c1 && c1 >/dev/null a",  # `a` is the second c1's argument
+        "c1 { {",  # one word `{ {` to tree-sitter, two to bash
     ],
 )
 def test_divergences_found_by_the_fuzzer_are_refused(

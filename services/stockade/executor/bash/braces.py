@@ -58,7 +58,8 @@ def _expand(atoms: list[Atom]) -> list[list[Atom]]:
             return [atoms]
         j, commas = _matching_close(atoms, i)
         if j < 0:
-            return [atoms]
+            start = i + 1  # `{{a,b}`: an unclosed `{` is literal; the next may open a list
+            continue
         amble = atoms[i + 1 : j]
         items: list[list[Atom]] | None
         if commas:
