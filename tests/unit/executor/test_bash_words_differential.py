@@ -262,6 +262,8 @@ def test_handwritten_words_match_bash(script: str, places: tuple[Path, Path, Pat
         "c1 <<<w\\\na",
         "c1 && c1 >/dev/null a",  # `a` is the second c1's argument
         "c1 { {",  # one word `{ {` to tree-sitter, two to bash
+        "c1 &--o=v",  # an assignment to tree-sitter, a command to bash
+        "c2 `c1 \\\\ a`",  # inside backticks `\\ ` is `\ `: a word of its own
     ],
 )
 def test_divergences_found_by_the_fuzzer_are_refused(
