@@ -64,6 +64,9 @@ class LocalStack:
 
         # Admin RPCs (ResolveApproval, AddRule, SetMode ...) need a token: one per stack.
         self.admin_token = secrets.token_hex(16)
+        # The console has a token of its own, named, and is the decision service's one
+        # delegate: it may name the person it acts for, the stack's admin token may not.
+        self.console_token = secrets.token_hex(16)
         keys = self.base_dir / "keys"
         if (keys / PRIVATE_KEY_NAME).exists():
             self.grant_private_key = keys / PRIVATE_KEY_NAME
@@ -81,7 +84,10 @@ class LocalStack:
         env.setdefault("OTEL_SDK_DISABLED", "true")
         if name == "decision":
             env["STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE"] = str(self.grant_private_key)
-            env["STOCKADE_DECISION_ADMIN_TOKENS"] = self.admin_token
+            env["STOCKADE_DECISION_ADMIN_TOKENS"] = (
+                f"{self.admin_token},console={self.console_token}"
+            )
+            env["STOCKADE_DECISION_DELEGATE_IDENTITIES"] = "token:console"
             # Relative paths in calls and rules are taken from the executor's workspace.
             workspace = self.extra_env.get("executor", {}).get("STOCKADE_EXECUTOR_WORKSPACE")
             if workspace:
@@ -89,7 +95,7 @@ class LocalStack:
         if name == "console":
             env["STOCKADE_CONSOLE_DECISION_ADDR"] = self.addresses["decision"]
             env["STOCKADE_CONSOLE_AUDIT_ADDR"] = self.addresses["audit"]
-            env["STOCKADE_CONSOLE_DECISION_ADMIN_TOKEN"] = self.admin_token
+            env["STOCKADE_CONSOLE_DECISION_ADMIN_TOKEN"] = self.console_token
             env["STOCKADE_READY_FILE"] = str(self._ready_file(name))
         if name == "executor":
             env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)

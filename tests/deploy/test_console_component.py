@@ -75,6 +75,7 @@ def test_the_console_environment_is_its_settings(objs: list[Manifest]) -> None:
 def test_the_decision_service_trusts_the_console(objs: list[Manifest]) -> None:
     env = env_of(main_container(objs, "decision"))
     assert "console" in env["STOCKADE_DECISION_ADMIN_IDENTITIES"]["value"].split(",")
+    assert env["STOCKADE_DECISION_DELEGATE_IDENTITIES"]["value"] == "mtls:console"
 
 
 def test_the_console_reaches_decision_and_audit_only(objs: list[Manifest]) -> None:

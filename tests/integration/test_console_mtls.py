@@ -32,7 +32,7 @@ POLICY = '[permissions]\nask = ["file_write"]\n[limits]\napproval_timeout_second
 
 @asynccontextmanager
 async def mtls_stack(
-    tmp: Path, admin_identities: list[str]
+    tmp: Path, admin_identities: list[str], delegates: list[str] | None = None
 ) -> AsyncIterator[tuple[str, Path, str]]:
     pki = tmp / "pki"
     devcerts.generate(pki)
@@ -47,7 +47,9 @@ async def mtls_stack(
 
     dsettings = load_settings(
         DecisionSettings, listen="127.0.0.1:0", state_dir=tmp / "decision",
-        policy_file=tmp / "policy.toml", admin_identities=admin_identities, **tls("decision"),
+        policy_file=tmp / "policy.toml", admin_identities=admin_identities,
+        delegate_identities=delegates if delegates is not None else ["mtls:console"],
+        **tls("decision"),
     )  # fmt: skip
     asettings = load_settings(
         AuditSettings, listen="127.0.0.1:0", state_dir=tmp / "audit", **tls("audit")
@@ -105,7 +107,8 @@ async def test_the_console_answers_over_mtls_as_the_signed_in_person(tmp_path: P
                     d_pb2.AwaitApprovalRequest(approval_id=asked.approval_id), timeout=30
                 )
                 assert answer.verdict == c_pb2.VERDICT_ALLOW
-                assert answer.approval.resolver.startswith("bob@example.com")
+                # The person the console signed in, authenticated through the console.
+                assert answer.approval.resolver == "bob@example.com"
                 audit = await client.get("/audit")
                 assert audit.status_code == 200 and "hash chain intact" in audit.text
 
@@ -133,3 +136,31 @@ async def test_without_the_console_among_admin_identities_answers_are_refused(
                 assert done.status_code == 303
                 page = await client.get("/approvals")
                 assert "Not answered" in page.text and "admin RPC" in page.text
+
+
+async def test_a_console_that_is_not_the_delegate_cannot_name_a_person(tmp_path: Path) -> None:
+    # An admin caller, but the delegate is someone else: its header does not make the
+    # answer bob's; the resolver recorded is the console's own identity.
+    async with mtls_stack(tmp_path, ["admin", "console"], ["mtls:other-ui"]) as (
+        url, pki, decision_addr,
+    ):  # fmt: skip
+        tls = TlsConfig(pki / "agent.crt", pki / "agent.key", pki / "ca.crt")
+        async with aio_channel(decision_addr, tls=tls) as ch:
+            stub: d_grpc.DecisionServiceAsyncStub = d_grpc.DecisionServiceStub(ch)  # type: ignore[assignment]
+            args = struct_pb2.Struct()
+            args.update({"file_path": "a.md", "content": "x"})
+            asked = await stub.Decide(
+                d_pb2.DecideRequest(call=c_pb2.ToolCall(
+                    call_id="c1", tool_name="file_write", arguments=args, session_id="s1")),
+                timeout=10,
+            )  # fmt: skip
+            async with httpx.AsyncClient(base_url=url) as client:
+                csrf = await _signed_in(client)
+                await client.post(
+                    f"/approvals/{asked.approval_id}/resolve",
+                    data={"csrf_token": csrf, "action": "allow_once"},
+                )
+                answer = await stub.AwaitApproval(
+                    d_pb2.AwaitApprovalRequest(approval_id=asked.approval_id), timeout=30
+                )
+                assert answer.approval.resolver == "mtls:console"

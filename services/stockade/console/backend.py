@@ -180,9 +180,9 @@ class Backend:
         req = d_pb2.ResolveApprovalRequest(
             approval_id=r.approval_id,
             resolution=RESOLUTIONS[r.action],
-            # Until the decision service records the authenticated delegate itself, this
-            # field carries the authenticated person (never a name typed into a form).
-            resolver=person.name,
+            # No resolver field: the decision service takes the resolver from the
+            # authenticated caller (the console, a configured delegate) and the person it
+            # names in x-stockade-on-behalf-of (``_as``).
             reason=r.note,
         )
         if r.action == "always_allow":

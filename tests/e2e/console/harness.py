@@ -253,7 +253,10 @@ async def console_stack(tmp: Path, *, timeout: float = 120, **console: Any) -> A
         listen="127.0.0.1:0",
         state_dir=tmp / "decision",
         policy_file=tmp / "policy.toml",
-        admin_tokens=[ADMIN_TOKEN],
+        # The console's token is named, and that name is the one delegate: it may name the
+        # person it acts for; nobody else may.
+        admin_tokens=[f"console={ADMIN_TOKEN}"],
+        delegate_identities=["token:console"],
         workspace=str(tmp),
     )
     asettings = load_settings(AuditSettings, listen="127.0.0.1:0", state_dir=tmp / "audit")
