@@ -120,7 +120,9 @@ async def test_a_cancel_command_whose_caller_gave_up_is_killed(
     async with pair(fault_stack, tmp_path) as p:
         marker = sleep_marker()
         request = await p.request("s1", "c-timeout", f"sleep {marker} & sleep {marker}; echo no")
-        stream = p.executor.Execute(request, timeout=3)
+        # The deadline must outlast the sandbox's start-up and the check below on a busy
+        # machine (3 s once left no time to see the command start).
+        stream = p.executor.Execute(request, timeout=10)
         # The shell and its two sleeps (the shell's command line names the marker too).
         await wait_for(lambda: len(pids_with(marker)) >= 3, what="the command to start")
         try:

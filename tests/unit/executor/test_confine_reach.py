@@ -376,7 +376,7 @@ async def test_git_dirs_created_before_a_timeout_are_removed_too(
         "git init -q planted && echo planted && sleep 600",
         cwd=str(repo),
         policy=_policy(repo, protect_git=True),
-        timeout_s=3,
+        timeout_s=10,  # room for the sandbox and `git init` on a busy machine
     )
     assert outcome.timed_out and "planted" in outcome.stdout
     deadline = asyncio.get_running_loop().time() + 60
