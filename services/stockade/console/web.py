@@ -47,7 +47,7 @@ from stockade.console.security import (
     reset_csrf,
     same_origin,
 )
-from stockade.console.views import MODES
+from stockade.console.views import MODES, ApprovalView
 
 log = logging.getLogger("stockade.console")
 
@@ -335,26 +335,33 @@ class ConsoleWeb:
             raise HTTPException(503, str(exc)) from None
         template = self.templates.env.get_template("_approval.html")
 
+        def event(view: ApprovalView) -> ServerSentEvent:
+            html = (
+                template.render(a=view, role=role, csrf=csrf, Role=Role, CSRF_FIELD=CSRF_FIELD)
+                if view.pending
+                else ""
+            )
+            return ServerSentEvent(
+                event="approval",
+                data=json.dumps(
+                    {
+                        "id": view.approval_id,
+                        "state": view.state,
+                        "resolver": view.resolver,
+                        "tool": view.tool_name,
+                        "html": html,
+                    }
+                ),
+            )
+
         async def stream() -> AsyncIterator[ServerSentEvent]:
+            # The page was rendered before this stream registered (and a reconnect starts
+            # over): send what is pending now first — the follower is already registered,
+            # so nothing created in between is lost, and the page skips cards it has.
+            for view in self.feed.pending():
+                yield event(view)
             async for change in changes:
-                view = change.approval
-                html = (
-                    template.render(a=view, role=role, csrf=csrf, Role=Role, CSRF_FIELD=CSRF_FIELD)
-                    if view.pending
-                    else ""
-                )
-                yield ServerSentEvent(
-                    event="approval",
-                    data=json.dumps(
-                        {
-                            "id": view.approval_id,
-                            "state": view.state,
-                            "resolver": view.resolver,
-                            "tool": view.tool_name,
-                            "html": html,
-                        }
-                    ),
-                )
+                yield event(change.approval)
 
         return EventSourceResponse(stream(), ping=15, send_timeout=30)
 
