@@ -46,26 +46,7 @@ class PidsCgroupRoot:
     @classmethod
     def create(cls, name: str) -> PidsCgroupRoot:
         """Create ``name`` under a writable pids hierarchy; raise ``OSError`` if none."""
-        errors: list[str] = []
-        for base, version in _candidates("pids"):
-            _sweep(base)
-            path = os.path.join(base, name)
-            try:
-                os.mkdir(path)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                errors.append(f"{base}: {exc.strerror}")
-                continue
-            if version == 2:
-                try:
-                    _write(os.path.join(path, "cgroup.subtree_control"), "+pids")
-                except OSError as exc:
-                    errors.append(f"{path}: cannot delegate pids: {exc.strerror}")
-                    os.rmdir(path)
-                    continue
-            return cls(path, version)
-        raise OSError(0, "no writable pids cgroup: " + ("; ".join(errors) or "none mounted"))
+        return cls(*_create_root("pids", name))
 
     def child(self, name: str, max_pids: int) -> str:
         """Create a child cgroup with ``pids.max``; return its path."""
@@ -102,29 +83,7 @@ class MemoryCgroupRoot:
     @classmethod
     def create(cls, name: str) -> MemoryCgroupRoot:
         """Create ``name`` under a writable memory hierarchy; raise ``OSError`` if none."""
-        errors: list[str] = []
-        for base, version in _candidates("memory"):
-            _sweep(base)
-            path = os.path.join(base, name)
-            try:
-                os.mkdir(path)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                errors.append(f"{base}: {exc.strerror}")
-                continue
-            try:
-                if version == 2:
-                    _write(os.path.join(path, "cgroup.subtree_control"), "+memory")
-                else:
-                    # Children count in their parent's usage (the default on most hosts).
-                    _write_if_present(os.path.join(path, "memory.use_hierarchy"), "1")
-            except OSError as exc:
-                errors.append(f"{path}: cannot delegate memory: {exc.strerror}")
-                remove_cgroup(path)
-                continue
-            return cls(path, version)
-        raise OSError(0, "no writable memory cgroup: " + ("; ".join(errors) or "none mounted"))
+        return cls(*_create_root("memory", name))
 
     def child(self, name: str, limit_bytes: int) -> str:
         """Create (or reuse: v2 shares one tree with pids) a child cgroup with the limit."""
@@ -139,6 +98,34 @@ class MemoryCgroupRoot:
     def remove(self) -> None:
         """Remove every (empty) child and the root itself; best effort."""
         PidsCgroupRoot(self.path, self.version).remove()
+
+
+def _create_root(controller: str, name: str) -> tuple[str, int]:
+    """Create ``name`` under the first writable hierarchy of ``controller`` and delegate
+    the controller to its children; (path, cgroup version), or ``OSError`` if none."""
+    errors: list[str] = []
+    for base, version in _candidates(controller):
+        _sweep(base)
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            errors.append(f"{base}: {exc.strerror}")
+            continue
+        try:
+            if version == 2:
+                _write(os.path.join(path, "cgroup.subtree_control"), f"+{controller}")
+            elif controller == "memory":
+                # Children count in their parent's usage (the default on most hosts).
+                _write_if_present(os.path.join(path, "memory.use_hierarchy"), "1")
+        except OSError as exc:
+            errors.append(f"{path}: cannot delegate {controller}: {exc.strerror}")
+            remove_cgroup(path)
+            continue
+        return path, version
+    raise OSError(0, f"no writable {controller} cgroup: " + ("; ".join(errors) or "none mounted"))
 
 
 def set_memory(cgroup: str, limit_bytes: int) -> None:
