@@ -9,8 +9,7 @@ one PostgreSQL) both provide it. ``STOCKADE_AUDIT_STORE_DSN`` picks one: unset o
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Literal, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Protocol
 
 from stockade.audit.model import (
     AppendResult,
@@ -20,9 +19,10 @@ from stockade.audit.model import (
     StoredRow,
     VerifyResult,
 )
-from stockade.errors import InvalidArgument
+from stockade.db import dsn as db_dsn
+from stockade.db.dsn import Kind, redact_dsn
 
-Kind = Literal["sqlite", "postgresql"]
+__all__ = ["AuditBackend", "Kind", "parse_store_dsn", "redact_dsn"]
 
 
 class AuditBackend(Protocol):
@@ -65,34 +65,5 @@ class AuditBackend(Protocol):
 
 
 def parse_store_dsn(dsn: str, default_sqlite_path: str) -> tuple[Kind, str]:
-    """Which backend ``dsn`` selects and what to open it with (a file or a libpq DSN)."""
-    dsn = dsn.strip()
-    if not dsn:
-        return "sqlite", default_sqlite_path
-    scheme = urlsplit(dsn).scheme.lower()
-    if scheme == "sqlite":
-        # sqlite:///abs/path (three slashes: no host); sqlite:// alone is the default file.
-        path = dsn[len("sqlite://") :]
-        return "sqlite", path or default_sqlite_path
-    if scheme in {"postgresql", "postgres"}:
-        return "postgresql", dsn
-    raise InvalidArgument(
-        "STOCKADE_AUDIT_STORE_DSN must be empty, sqlite:///path or postgresql://…",
-        field="store_dsn",
-    )
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` without its password (in the authority or the query), for logs."""
-    parts = urlsplit(dsn)
-    netloc = parts.netloc
-    if parts.password is not None:
-        host = netloc.rpartition("@")[2]
-        netloc = f"{parts.username or ''}:***@{host}"
-    query = "&".join(
-        f"{key}=***" if key.lower() in {"password", "passfile", "sslpassword"} else item
-        for item in parts.query.split("&")
-        if item
-        for key in [item.partition("=")[0]]
-    )
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+    """Which backend ``STOCKADE_AUDIT_STORE_DSN`` selects (see ``stockade.db.dsn``)."""
+    return db_dsn.parse_store_dsn(dsn, default_sqlite_path, setting="STOCKADE_AUDIT_STORE_DSN")

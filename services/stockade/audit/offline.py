@@ -15,14 +15,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from stockade.audit.heads import SignedHead, check_heads
 from stockade.audit.model import VerifyResult
 from stockade.audit.pg_store import verify_chains
-from stockade.errors import DependencyUnavailable, InvalidArgument
+from stockade.db.postgres import connect
+from stockade.errors import InvalidArgument
 
 
 async def _connect(dsn: str) -> asyncpg.Connection:
-    try:
-        return await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
-        raise DependencyUnavailable(f"cannot reach the audit database: {err}") from err
+    return await connect(dsn, what="audit")
 
 
 async def verify_postgres(dsn: str) -> VerifyResult:

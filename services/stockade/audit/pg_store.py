@@ -48,6 +48,8 @@ from stockade.audit.model import (
 from stockade.audit.notify import HeadWatch
 from stockade.audit.paging import clamp_page_size, decode_token, encode_token
 from stockade.audit.validate import dedupe, normalise_batch
+from stockade.db.postgres import CONNECTION_ERRORS, connect, open_pool
+from stockade.db.postgres import migrate as db_migrate
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
 log = logging.getLogger("stockade.audit.pg_store")
@@ -126,12 +128,7 @@ _CONFLICTS = 2 + EVENT_FIELDS.index("conflict_log")
 _REFUSED = '{"' + REFUSED_KEY + '":'
 _CUT = '{"' + CUT_KEY + '":'
 
-_CONNECTION_ERRORS = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-)
+_CONNECTION_ERRORS = CONNECTION_ERRORS
 
 
 def _row(values: Sequence[Any] | asyncpg.Record) -> StoredRow:
@@ -155,32 +152,12 @@ def check_chain_id(chain_id: str) -> str:
 
 
 async def migrate(conn: asyncpg.Connection) -> int:
-    """Apply the missing migrations under the migration lock; return the schema version.
-
-    Two replicas starting together serialise here: the second finds the work done.
+    """Apply the missing audit migrations under the migration lock; return the schema
+    version. Two replicas starting together serialise here: the second finds the work done.
     """
-    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-    try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS audit_schema_version"
-            " (version INTEGER PRIMARY KEY, applied_ns BIGINT NOT NULL)"
-        )
-        current = int(
-            await conn.fetchval("SELECT coalesce(max(version), 0) FROM audit_schema_version")
-        )
-        for version, sql in MIGRATIONS:
-            if version <= current:
-                continue
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(
-                    "INSERT INTO audit_schema_version VALUES ($1, $2)", version, time.time_ns()
-                )
-            log.info("audit store: applied schema migration %d", version)
-            current = version
-        return current
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+    return await db_migrate(
+        conn, MIGRATIONS, version_table="audit_schema_version", lock_key=_MIGRATION_LOCK
+    )
 
 
 async def _take_chain(conn: asyncpg.Connection, chain_id: str, wait_s: float) -> bool:
@@ -252,10 +229,7 @@ class PostgresAuditStore:
         check_chain_id(chain_id)
         if max_pending_batches < 1:
             raise InvalidArgument("max_pending_batches must be at least 1")
-        try:
-            writer = await asyncpg.connect(dsn)
-        except _CONNECTION_ERRORS as err:
-            raise DependencyUnavailable(f"cannot reach the audit database: {err}") from err
+        writer = await connect(dsn, what="audit")
         try:
             await migrate(writer)
             owned = await _take_chain(writer, chain_id, chain_lock_wait_s)
@@ -277,7 +251,7 @@ class PostgresAuditStore:
                 chain_id,
             )
             log_head = int(await writer.fetchval("SELECT sequence FROM audit_log_head"))
-            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=pool_size)
+            pool = await open_pool(dsn, what="audit", min_size=1, max_size=pool_size)
         except BaseException:
             await writer.close()
             raise
