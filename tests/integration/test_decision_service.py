@@ -263,6 +263,49 @@ async def test_always_allow_on_an_explicit_ask_allows_once_and_says_why(tmp_path
         assert again.verdict == c_pb2.VERDICT_ASK  # the policy still asks, as it says
 
 
+async def test_an_approval_carries_the_rule_that_asked_on_every_rpc(tmp_path: Path) -> None:
+    """The resolver sees which rule asked, not only its reason: WatchApprovals,
+    ResolveApproval and AwaitApproval all return it, as stored (it survives a restart)."""
+    policy = (
+        '[permissions]\nask = [{pattern = "file_write(**/deploy/**)", '
+        'reason = "deploy files need a second pair of eyes"}]\n'
+        "[limits]\napproval_timeout_seconds = 30\n"
+    )
+    async with decision_server(tmp_path, policy=policy) as stub:
+        asked = await stub.Decide(
+            d_pb2.DecideRequest(call=call("file_write", file_path="deploy/prod.yaml"))
+        )
+        assert asked.verdict == c_pb2.VERDICT_ASK
+        tool_ask = await stub.Decide(bash_request("make test", ["make test"], "c2"))
+        watched = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id="s1"))
+        seen = {}
+        for _ in range(2):
+            ap = (await watched.read()).approval
+            seen[ap.approval_id] = ap.rule
+        watched.cancel()
+    want_policy = c_pb2.Rule(
+        effect=c_pb2.RULE_EFFECT_ASK,
+        pattern="file_write(**/deploy/**)",
+        source=c_pb2.RULE_SOURCE_MANAGED,
+        reason="deploy files need a second pair of eyes",
+    )
+    assert seen[asked.approval_id] == want_policy == asked.winning_rule
+    assert seen[tool_ask.approval_id].source == c_pb2.RULE_SOURCE_TOOL
+    assert seen[tool_ask.approval_id].pattern == "run_bash"
+    assert seen[tool_ask.approval_id].reason == "not read-only"
+    # A restart reads the rule back from the database.
+    async with decision_server(tmp_path, policy=policy) as stub:
+        resolved = await stub.ResolveApproval(
+            d_pb2.ResolveApprovalRequest(
+                approval_id=asked.approval_id, resolution=d_pb2.RESOLUTION_DENY
+            ),
+            metadata=ADMIN,
+        )
+        assert resolved.approval.rule == want_policy
+        waited = await stub.AwaitApproval(d_pb2.AwaitApprovalRequest(approval_id=asked.approval_id))
+        assert waited.verdict == c_pb2.VERDICT_DENY and waited.approval.rule == want_policy
+
+
 async def test_admin_rpcs_need_a_token_and_decide_does_not(tmp_path: Path) -> None:
     async with decision_server(tmp_path) as stub:
         await stub.CreateSession(d_pb2.CreateSessionRequest(session_id="s1"))

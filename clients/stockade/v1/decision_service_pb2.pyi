@@ -768,6 +768,7 @@ class Approval(_message.Message):
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     RESOLVER_FIELD_NUMBER: _builtins.int
     ALWAYS_ALLOW_APPLIES_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
     approval_id: _builtins.str
     """The approval id."""
     session_id: _builtins.str
@@ -799,6 +800,13 @@ class Approval(_message.Message):
     def expire_time(self) -> _timestamp_pb2.Timestamp:
         """When it expires if nobody answers."""
 
+    @_builtins.property
+    def rule(self) -> _common_pb2.Rule:
+        """The rule that asked: the winning rule of the ASK decision (effect, pattern, source,
+        its reason, its id for session rules), so a resolver sees which rule wants a person,
+        not only its reason. Unset for approvals stored before the rule was kept.
+        """
+
     def __init__(
         self,
         *,
@@ -812,10 +820,11 @@ class Approval(_message.Message):
         expire_time: _timestamp_pb2.Timestamp | None = ...,
         resolver: _builtins.str = ...,
         always_allow_applies: _builtins.bool = ...,
+        rule: _common_pb2.Rule | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation", "rule", b"rule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["always_allow_applies", b"always_allow_applies", "approval_id", b"approval_id", "call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation", "reason", b"reason", "resolver", b"resolver", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always_allow_applies", b"always_allow_applies", "approval_id", b"approval_id", "call", b"call", "create_time", b"create_time", "expire_time", b"expire_time", "explanation", b"explanation", "reason", b"reason", "resolver", b"resolver", "rule", b"rule", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -66,6 +66,14 @@ def rule_view(rule: c_pb2.Rule) -> RuleView:
     )
 
 
+def asking_rule(a: d_pb2.Approval) -> RuleView | None:
+    """The approval's asking rule with its texts masked, or None when it has none."""
+    if not a.HasField("rule"):
+        return None
+    r = rule_view(a.rule)
+    return RuleView(r.rule_id, r.effect, redact_text(r.pattern), r.source, redact_text(r.reason))
+
+
 @dataclass(frozen=True)
 class ApprovalView:
     """One approval as the approvals page shows it."""
@@ -78,6 +86,8 @@ class ApprovalView:
     """Masked, indented JSON."""
     reason: str
     """Why it asks: the asking rule's reason or ``rule PATTERN requires approval``."""
+    rule: RuleView | None
+    """The rule that asked (None for an approval stored before the rule was kept)."""
     risk: str
     summary: str
     state: str
@@ -103,6 +113,7 @@ def approval_view(a: d_pb2.Approval) -> ApprovalView:
         tool_name=a.call.tool_name,
         arguments=shown_arguments(json_format.MessageToDict(a.call.arguments)),
         reason=redact_text(a.reason),
+        rule=asking_rule(a),
         risk=_name(c_pb2.RiskLevel, a.explanation.risk, "RISK_LEVEL_"),
         summary=redact_text(a.explanation.summary),
         state=_name(d_pb2.ApprovalState, a.state, "APPROVAL_STATE_"),

@@ -22,7 +22,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from stockade.contract.tools import PRIMARY_FIELDS
-from stockade.decision.rules import BASH_TOOL, escape_content
+from stockade.decision.rules import BASH_TOOL, Rule, escape_content
 from stockade.decision.sessions import (
     ApprovalRecord,
     ApprovalState,
@@ -195,6 +195,7 @@ class ApprovalBroker:
         summary: str,
         timeout_s: float,
         always_allow_applies: bool = True,
+        rule: Rule | None = None,
     ) -> ApprovalRecord:
         """Store a pending approval and tell the watchers; ``ResourceExhausted`` past the
         pending limits (the caller's ASK then fails closed)."""
@@ -227,6 +228,7 @@ class ApprovalBroker:
             create_time=now,
             expire_time=now + timeout_s,
             always_allow_applies=always_allow_applies,
+            rule=rule,
         )
         await self._store.insert_approval(rec)
         self._publish(rec)

@@ -187,6 +187,7 @@ class DecisionCore:
                 # Only the tool's own ask (P6) gives way to an allow rule, unless immune.
                 always_allow_applies=decision.step == "P6"
                 and not decision.winning_rule.bypass_immune,
+                rule=decision.winning_rule,
             )
             approval_id = approval.approval_id
             always_allow_applies = approval.always_allow_applies

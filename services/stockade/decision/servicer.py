@@ -241,6 +241,7 @@ def approval_to_pb(a: ApprovalRecord) -> d_pb2.Approval:
         expire_time=_ts(a.expire_time),
         resolver=a.resolver,
         always_allow_applies=a.always_allow_applies,
+        rule=None if a.rule is None else rule_to_pb(a.rule),
     )
 
 

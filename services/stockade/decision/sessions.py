@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS approvals (
   resolution TEXT NOT NULL DEFAULT '',
   resolve_reason TEXT NOT NULL DEFAULT '',
   always_allow_applies INTEGER NOT NULL DEFAULT 1,
-  finish_time REAL
+  finish_time REAL,
+  rule_json TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS session_rules_session ON session_rules(session_id, seq);
 CREATE INDEX IF NOT EXISTS grants_session ON grants(session_id);
@@ -98,6 +99,9 @@ _MIGRATIONS = (
         # Answered before the upgrade: the deadline is the latest the answer can have come.
         "UPDATE approvals SET finish_time = expire_time WHERE state <> 'pending'",
     ),
+    # The rule that asked (JSON of the winning rule); '' for approvals made before it was
+    # kept: the reason they carry is all that is known of their rule.
+    ("approvals", "rule_json", "TEXT NOT NULL DEFAULT ''", None),
 )
 # Created after the migrations: they use columns older databases only have from then on.
 _LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS approvals_finished ON approvals(finish_time)",)
@@ -183,6 +187,9 @@ class ApprovalRecord:
     always_allow_applies: bool = True
     """Whether an ALWAYS_ALLOW answer can take effect (False when an explicit ask rule or
     a hook asked: they outrank allow rules and ask every time)."""
+    rule: Rule | None = None
+    """The rule that asked (the ASK decision's winning rule); None for approvals stored
+    before the rule was kept."""
 
 
 @dataclass
@@ -552,11 +559,11 @@ class SessionStore:
         }
         await self._db.execute(
             "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
-            "summary, state, create_time, expire_time, always_allow_applies) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "summary, state, create_time, expire_time, always_allow_applies, rule_json) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rec.approval_id, rec.session_id, rec.call.call_id, json.dumps(call), rec.reason,
              rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
-             int(rec.always_allow_applies)),
+             int(rec.always_allow_applies), rule_to_json(rec.rule)),
         )  # fmt: skip
         await self._db.commit()
 
@@ -650,8 +657,45 @@ class SessionStore:
 
 _APPROVAL_SELECT = (
     "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
-    "expire_time, resolver, resolution, resolve_reason, always_allow_applies FROM approvals"
+    "expire_time, resolver, resolution, resolve_reason, always_allow_applies, rule_json "
+    "FROM approvals"
 )
+
+
+def rule_to_json(rule: Rule | None) -> str:
+    """An approval's asking rule as stored ('' when unknown)."""
+    if rule is None:
+        return ""
+    return json.dumps(
+        {
+            "effect": rule.effect.value,
+            "pattern": rule.pattern,
+            "source": rule.source.value,
+            "reason": rule.reason,
+            "rule_id": rule.rule_id,
+            "bypass_immune": rule.bypass_immune,
+        },
+        ensure_ascii=False,
+    )
+
+
+def rule_from_json(text: str) -> Rule | None:
+    """The stored asking rule; None when none was stored (or it cannot be read: the rule
+    is shown to people, never used to decide, so an unreadable one is left out)."""
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+        return Rule(
+            Effect(raw["effect"]),
+            str(raw["pattern"]),
+            Source(raw["source"]),
+            str(raw.get("reason", "")),
+            str(raw.get("rule_id", "")),
+            bool(raw.get("bypass_immune", False)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _approval(row: Any) -> ApprovalRecord:
@@ -677,4 +721,5 @@ def _approval(row: Any) -> ApprovalRecord:
         resolution=row[10],
         resolve_reason=row[11],
         always_allow_applies=bool(row[12]),
+        rule=rule_from_json(row[13]),
     )

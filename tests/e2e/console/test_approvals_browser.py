@@ -29,6 +29,11 @@ async def test_pending_approval_appears_live_and_allow_once_lets_the_waiter_proc
         text = await card.inner_text()
         assert "file_write" in text and "s1" in text and "lead" in text
         assert "sk-live-0123456789abcdef" not in text and "REDACTED" in text
+        # The rule that asked is on the card: the policy's `ask = ["file_write"]`.
+        rule = card.locator("[data-testid=asking-rule]")
+        assert await rule.locator("code.pattern").inner_text() == "file_write"
+        rule_text = await rule.inner_text()
+        assert "ask" in rule_text and "managed" in rule_text
         await s.screenshot(page, "approvals-pending")
         await card.locator("button[value=allow_once]").click()
         await page.wait_for_url(f"{s.url}/approvals")

@@ -64,6 +64,26 @@ def test_approval_view_masks_arguments_and_reason() -> None:
     assert view.pending and view.agent_name == "lead"
 
 
+def test_approval_view_shows_the_asking_rule_masked_and_none_when_unknown() -> None:
+    rule = c_pb2.Rule(
+        effect=c_pb2.RULE_EFFECT_ASK,
+        pattern="run_bash(*ghp_" + "b" * 36 + "*)",
+        source=c_pb2.RULE_SOURCE_SESSION,
+        reason="token in use: password=supersecretvalue",
+        rule_id="rule-7",
+    )
+    with_rule = approval_view(d_pb2.Approval(approval_id="a", reason="r", rule=rule))
+    assert with_rule.rule is not None
+    assert (with_rule.rule.effect, with_rule.rule.source, with_rule.rule.rule_id) == (
+        "ask",
+        "session",
+        "rule-7",
+    )
+    assert "b" * 36 not in with_rule.rule.pattern and "run_bash(" in with_rule.rule.pattern
+    assert "supersecretvalue" not in with_rule.rule.reason
+    assert approval_view(d_pb2.Approval(approval_id="a", reason="r")).rule is None
+
+
 def test_audit_row_shows_the_whole_decision_masked() -> None:
     conflicts = json.dumps(
         [

@@ -15,7 +15,7 @@ from stockade.decision.engine import Facts
 from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
-from stockade.decision.rules import Effect
+from stockade.decision.rules import Effect, Rule, Source
 from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
 from stockade.errors import ApprovalAlreadyResolved, ApprovalNotFound, InvalidPattern
 
@@ -199,7 +199,9 @@ async def test_a_database_from_before_always_allow_applies_is_upgraded(tmp_path:
     try:
         old = await store.get_approval("appr-old")
         assert old.state is ApprovalState.PENDING and old.always_allow_applies
+        assert old.rule is None  # made before the asking rule was kept: unknown, not invented
         broker = ApprovalBroker(store)
+        asking = Rule(Effect.ASK, "file_write", Source.PROJECT, "edits need review", "", False)
         made = await broker.create(
             "s1",
             PendingCall("c2", "file_write", {"file_path": "a"}),
@@ -208,12 +210,53 @@ async def test_a_database_from_before_always_allow_applies_is_upgraded(tmp_path:
             summary="Writes a",
             timeout_s=60,
             always_allow_applies=False,
+            rule=asking,
         )
-        assert not (await store.get_approval(made.approval_id)).always_allow_applies
+        stored = await store.get_approval(made.approval_id)
+        assert not stored.always_allow_applies and stored.rule == asking
     finally:
         await store.close()
     reopened = await SessionStore.open(path)  # the upgrade runs once; reopening is a no-op
     try:
-        assert len(await reopened.pending_approvals("s1")) == 2
+        pending = {a.approval_id: a.rule for a in await reopened.pending_approvals("s1")}
+        assert pending == {"appr-old": None, made.approval_id: asking}
     finally:
         await reopened.close()
+
+
+async def test_an_unreadable_stored_rule_is_left_out_not_invented(tmp_path: Path) -> None:
+    """The asking rule is shown to people and never decides anything: a row whose stored rule
+    cannot be read (hand-edited, or written by a newer release with another effect) still
+    loads, without a rule."""
+    import sqlite3
+
+    store = await SessionStore.open(tmp_path / "d.db")
+    try:
+        await store.create_session("s1", Mode.DEFAULT)
+        broker = ApprovalBroker(store)
+        made = await broker.create(
+            "s1",
+            PendingCall("c1", "file_write", {"file_path": "a"}),
+            reason="r",
+            risk="medium",
+            summary="s",
+            timeout_s=60,
+            rule=Rule(Effect.ASK, "file_write", Source.SESSION, "", "rule-1"),
+        )
+        assert (await store.get_approval(made.approval_id)).rule is not None
+    finally:
+        await store.close()
+    bad = [
+        "{",
+        '{"effect": "maybe", "pattern": "x", "source": "managed"}',
+        '{"pattern": "x"}',
+        "[]",
+    ]
+    for text in bad:
+        with sqlite3.connect(tmp_path / "d.db") as db:
+            db.execute("UPDATE approvals SET rule_json = ?", (text,))
+        store = await SessionStore.open(tmp_path / "d.db")
+        try:
+            assert (await store.get_approval(made.approval_id)).rule is None, text
+        finally:
+            await store.close()
