@@ -16,7 +16,7 @@ from typing import Any
 
 from stockade.agent.limits import LimitSettings
 from stockade.agent.loop import AgentCore
-from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, Provider, ToolSchema
+from stockade.llm.base import Message, ModelToolCall, ModelTurn, Provider, ToolSchema
 from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2

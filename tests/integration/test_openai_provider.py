@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from stockade.agent.providers.base import Message, ModelToolCall, ProviderError, ToolSchema
-from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider, retry_after_seconds
+from stockade.llm.base import Message, ModelToolCall, ProviderError, ToolSchema
+from stockade.llm.openai import OpenAIConfig, OpenAIProvider, retry_after_seconds
 from tests.openai_fake import FakeServer, Reply, completion, fake_openai_server, sse
 
 

@@ -66,7 +66,7 @@ def test_the_client_has_no_server_parts_or_dependencies(
 ) -> None:
     client = wheels["stockade-client"]
     names = client.namelist()
-    for server_part in ("decision/", "executor/", "server/", "agent/", "cli/", "papers/"):
+    for server_part in ("decision/", "executor/", "audit/", "server/", "agent/", "cli/", "papers/"):
         assert not [n for n in names if n.startswith(f"stockade/{server_part}")], server_part
     assert "stockade/client/base.py" in names and "stockade/v1/common_pb2.py" in names
     requires = _requires(client)

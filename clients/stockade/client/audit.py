@@ -12,7 +12,7 @@ exponential backoff while the service is unreachable. A batch the service may or
 have stored is sent again; the service ignores repeated event ids (AUD-4).
 
 Nothing can block the stream: JSON fields too long or too deep are cut to a marker
-(``stockade.audit.bounds``) before they are written, and an event the service refuses
+(``stockade.contract.audit_bounds``) before they are written, and an event the service refuses
 as malformed (INVALID_ARGUMENT, or too big for a message) is never retried: it goes to a
 dead-letter file next to the spool (``<spool>.rejected``) and a small stand-in row that
 says it was refused (with the SHA-256 and size of what was sent) takes its place in the
@@ -47,15 +47,15 @@ from typing import Any, Literal
 import grpc
 from opentelemetry import metrics
 
-from stockade.audit.bounds import (
+from stockade.client.audit_metrics import client_instruments
+from stockade.client.base import DEFAULT_DEADLINE_S, TlsConfig, aio_channel, sync_channel
+from stockade.client.spool import Spool, SpoolBusy, SpoolFull
+from stockade.contract.audit_bounds import (
     MAX_EVENT_BYTES,
     MAX_MESSAGE_BYTES,
     bound_json_text,
     refused_marker,
 )
-from stockade.audit.metrics import client_instruments
-from stockade.client.base import DEFAULT_DEADLINE_S, TlsConfig, aio_channel, sync_channel
-from stockade.client.spool import Spool, SpoolBusy, SpoolFull
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2_grpc as a_grpc
 

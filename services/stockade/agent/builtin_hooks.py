@@ -35,7 +35,7 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
-from stockade.audit.bounds import (
+from stockade.contract.audit_bounds import (
     MAX_JSON_DEPTH,
     bound_json_text,
     bounded_json,

@@ -17,15 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stockade.agent.limits import CompactionCircuitBreaker
-from stockade.agent.providers.base import Message, Provider
+from stockade.llm.base import SUMMARY_PROMPT, Message, Provider
 
 MICRO_PLACEHOLDER = "[old tool output cleared to save context; call the tool again if needed]"
 SUMMARY_PREFIX = "Summary of the earlier conversation (compacted):\n"
-SUMMARY_PROMPT = (
-    "Summarise the conversation below for the assistant that will continue it. Keep every "
-    "fact, file path, identifier, decision and open question; drop chatter. Plain text, "
-    "no tool calls."
-)
 _PER_MESSAGE_OVERHEAD = 4
 _TRANSCRIPT_CHARS_PER_MESSAGE = 2_000
 

@@ -53,13 +53,6 @@ from stockade.agent.pipeline import (
     denied_outcome,
     error_outcome,
 )
-from stockade.agent.providers.base import (
-    Message,
-    ModelTurn,
-    Provider,
-    ProviderError,
-    checked_turn,
-)
 from stockade.agent.registry import BUILTIN_TOOLS, Location, ToolRegistry, default_registry
 from stockade.agent.remote_tools import ToolProviderClient, discover
 from stockade.agent.skills import SkillError, SkillLibrary
@@ -72,6 +65,13 @@ from stockade.agent.subagent import (
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.errors import FailedPrecondition, StockadeError
+from stockade.llm.base import (
+    Message,
+    ModelTurn,
+    Provider,
+    ProviderError,
+    checked_turn,
+)
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2

@@ -25,15 +25,15 @@ from opentelemetry import trace
 from stockade.agent.builtin_hooks import CancelToken
 from stockade.agent.hooks import CallStatus, DecisionInfo, ToolCallContext, ToolResultContext
 from stockade.agent.limits import DuplicateDetector
-from stockade.agent.providers.base import MAX_ARGUMENT_DEPTH, ModelToolCall
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.subagent import AgentScope, silent_refusal
 from stockade.agent.toolspec_proto import dict_to_struct
-from stockade.audit.bounds import value_depth_exceeds
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
+from stockade.contract.audit_bounds import value_depth_exceeds
 from stockade.errors import InvalidArgument, UnknownTool
+from stockade.llm.base import MAX_ARGUMENT_DEPTH, ModelToolCall
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2

@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stockade.agent import schema as json_schema
-from stockade.agent.providers.base import ToolSchema
 from stockade.contract.tools import SEED_TOOLS
 from stockade.contract.tools import Location as ContractLocation
 from stockade.errors import InvalidArgument, UnknownTool
+from stockade.llm.base import ToolSchema
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 
 from stockade.agent.loop import AgentCore
 from stockade.agent.memory import MemoryStore
-from stockade.agent.providers.base import Provider
-from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
-from stockade.agent.providers.scripted import ScriptedProvider, load_script
 from stockade.agent.registry import ToolRegistry, default_registry
 from stockade.agent.remote_hooks import RemoteHook
 from stockade.agent.remote_tools import ToolProviderClient
@@ -23,6 +20,9 @@ from stockade.client.base import TlsConfig, aio_channel
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.errors import InvalidArgument
+from stockade.llm.base import Provider
+from stockade.llm.openai import OpenAIConfig, OpenAIProvider
+from stockade.llm.scripted import ScriptedProvider, load_script
 from stockade.server import Registration
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc

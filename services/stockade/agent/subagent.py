@@ -16,9 +16,9 @@ from typing import Any
 
 from stockade.agent.hooks import HookPipeline
 from stockade.agent.limits import Budget
-from stockade.agent.providers.base import Message
 from stockade.agent.registry import ToolRegistry
 from stockade.errors import InvalidArgument, PermissionDenied
+from stockade.llm.base import Message
 
 SILENT_ASK_USER_ERROR = (
     "Error: ask_user is not available to subagents (silent context). Decide with the "

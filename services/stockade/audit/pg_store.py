@@ -31,7 +31,6 @@ from typing import Any
 import asyncpg
 from opentelemetry import metrics
 
-from stockade.audit.bounds import CUT_KEY, REFUSED_KEY
 from stockade.audit.chain import GENESIS, ChainChecker, hash_values
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
@@ -48,6 +47,7 @@ from stockade.audit.model import (
 from stockade.audit.notify import HeadWatch
 from stockade.audit.paging import clamp_page_size, decode_token, encode_token
 from stockade.audit.validate import dedupe, normalise_batch
+from stockade.contract.audit_bounds import CUT_KEY, REFUSED_KEY
 from stockade.db.postgres import CONNECTION_ERRORS, connect, open_pool
 from stockade.db.postgres import migrate as db_migrate
 from stockade.errors import DependencyUnavailable, InvalidArgument

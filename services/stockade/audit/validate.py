@@ -2,7 +2,7 @@
 
 ``output_preview`` is shortened to ``PREVIEW_CHARS`` characters (AUD-1), and a JSON field
 (``arguments_json``, ``conflict_log``) longer than ``MAX_JSON_CHARS`` or nested deeper
-than ``MAX_JSON_DEPTH`` is replaced by its cut marker (``stockade.audit.bounds``: the
+than ``MAX_JSON_DEPTH`` is replaced by its cut marker (``stockade.contract.audit_bounds``: the
 row says it was cut, with the SHA-256 and size of the full value), so a big or deeply
 nested call is recorded, never dropped and never an INTERNAL error. Every other field
 that is missing, malformed or longer than its limit is refused with ``InvalidArgument``
@@ -15,12 +15,6 @@ import json
 import re
 from collections.abc import Sequence
 
-from stockade.audit.bounds import (
-    MAX_JSON_CHARS,
-    bound_json_text,
-    cut_marker,
-    json_depth_exceeds,
-)
 from stockade.audit.model import (
     PREVIEW_CHARS,
     RULE_SOURCES,
@@ -28,6 +22,12 @@ from stockade.audit.model import (
     VERDICTS,
     AuditEventRow,
     AuditStatus,
+)
+from stockade.contract.audit_bounds import (
+    MAX_JSON_CHARS,
+    bound_json_text,
+    cut_marker,
+    json_depth_exceeds,
 )
 from stockade.errors import InvalidArgument
 

@@ -15,10 +15,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from stockade.audit.bounds import CUT_KEY, REFUSED_KEY
 from stockade.audit.chain import ChainChecker
 from stockade.audit.model import EVENT_FIELDS, VerifyResult
 from stockade.audit.schema import SELECT_ROW
+from stockade.contract.audit_bounds import CUT_KEY, REFUSED_KEY
 from stockade.errors import InvalidArgument
 
 _N_HASHED = 2 + len(EVENT_FIELDS)  # sequence, stored_ns, event fields

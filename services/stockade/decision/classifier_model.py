@@ -1,13 +1,11 @@
-"""The classifier's model: the agent's provider interface (OpenAI-compatible or scripted)
-adapted to the one call the classifier makes, and built from the decision settings."""
+"""The classifier's model: the shared LLM provider interface (``stockade.llm``,
+OpenAI-compatible or scripted) adapted to the one call the classifier makes, and built
+from the decision settings."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from stockade.agent.providers.base import Message, Provider
-from stockade.agent.providers.openai import OpenAIConfig, OpenAIProvider
-from stockade.agent.providers.scripted import ScriptedProvider, load_script
 from stockade.decision.classifier import (
     DEFAULT_PROMPT,
     Classifier,
@@ -16,10 +14,13 @@ from stockade.decision.classifier import (
 )
 from stockade.decision.settings import DecisionSettings
 from stockade.errors import InvalidArgument
+from stockade.llm.base import Message, Provider
+from stockade.llm.openai import OpenAIConfig, OpenAIProvider
+from stockade.llm.scripted import ScriptedProvider, load_script
 
 
 class ProviderModel:
-    """A ``CompletionModel`` over any agent ``Provider``: system + user in, text out."""
+    """A ``CompletionModel`` over any ``stockade.llm`` ``Provider``: system + user in, text out."""
 
     def __init__(self, provider: Provider) -> None:
         self._provider = provider

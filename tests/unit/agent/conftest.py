@@ -20,12 +20,12 @@ from stockade.agent.hooks import Hook
 from stockade.agent.limits import LimitSettings
 from stockade.agent.loop import AgentCore
 from stockade.agent.memory import MemoryStore
-from stockade.agent.providers.base import Message, ModelTurn, ToolSchema
 from stockade.agent.registry import ToolRegistry
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.skills import SkillLibrary
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
+from stockade.llm.base import Message, ModelTurn, ToolSchema
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2 as c_pb2

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.agent.providers.base import MAX_ARGUMENT_DEPTH, ModelToolCall, ModelTurn
+from stockade.llm.base import MAX_ARGUMENT_DEPTH, ModelToolCall, ModelTurn
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
@@ -146,7 +146,7 @@ def test_audit_arguments_cut_big_and_deep_values() -> None:
 
 
 def test_openai_tool_call_with_too_deep_arguments_fails_alone() -> None:
-    from stockade.agent.providers.openai import _tool_call
+    from stockade.llm.openai import _tool_call
 
     deep = "[" * 100_000 + "]" * 100_000  # json.loads alone: RecursionError
     call = _tool_call(0, "c1", "read_file", '{"x":' + deep + "}")

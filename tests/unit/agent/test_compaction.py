@@ -16,7 +16,7 @@ from stockade.agent.compaction import (
     summarise,
 )
 from stockade.agent.limits import CompactionCircuitBreaker
-from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, ToolSchema
+from stockade.llm.base import Message, ModelToolCall, ModelTurn, ToolSchema
 
 
 class Summariser:

@@ -16,8 +16,8 @@ from stockade.agent.hooks import (
     ToolCallContext,
 )
 from stockade.agent.limits import LimitSettings
-from stockade.agent.providers.base import ModelToolCall, ModelTurn
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec, default_registry
+from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2 as c_pb2
@@ -444,7 +444,7 @@ async def test_secrets_are_redacted_before_the_model_and_the_log(harness: Harnes
 async def test_provider_error_ends_with_error(harness: Harness) -> None:
     class Broken:
         async def complete(self, *args: Any, **kw: Any) -> ModelTurn:
-            from stockade.agent.providers.base import ProviderError
+            from stockade.llm.base import ProviderError
 
             raise ProviderError("HTTP 500: boom")
 

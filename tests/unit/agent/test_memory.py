@@ -20,8 +20,8 @@ from stockade.agent.memory import (
     MemoryStore,
     prompt_section,
 )
-from stockade.agent.providers.base import ModelToolCall, ModelTurn
 from stockade.agent.settings import AgentSettings
+from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.server import load_settings
 from stockade.v1 import executor_service_pb2 as x_pb2
 from tests.unit.agent.conftest import Harness, ListProvider, finished, run

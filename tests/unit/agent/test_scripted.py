@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from stockade.agent.compaction import SUMMARY_PREFIX, summarise
-from stockade.agent.providers.base import Message, ModelToolCall
-from stockade.agent.providers.scripted import ScriptedProvider, parse_script
 from stockade.errors import InvalidArgument
+from stockade.llm.base import Message, ModelToolCall
+from stockade.llm.scripted import ScriptedProvider, parse_script
 
 SCRIPT = {
     "turns": [

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from stockade.agent.loop import offered_registry
-from stockade.agent.providers.openai import OpenAIProvider
 from stockade.agent.registry import Location
 from stockade.agent.service import AgentApp
 from stockade.agent.settings import AgentSettings
 from stockade.errors import InvalidArgument
+from stockade.llm.openai import OpenAIProvider
 from stockade.server import SettingsError, load_settings
 
 

@@ -11,10 +11,10 @@ import grpc
 import pytest
 
 from stockade.agent.loop import AgentCore
-from stockade.agent.providers.base import ModelToolCall, ModelTurn
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
+from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.papers.service import PapersApp
 from stockade.papers.settings import PapersSettings
 from stockade.server import Registration

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from stockade.agent.loop import offered_registry
-from stockade.agent.providers.base import ModelToolCall, ModelTurn
 from stockade.agent.registry import default_registry
 from stockade.agent.service import AgentApp
 from stockade.agent.settings import AgentSettings
 from stockade.agent.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
+from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.server import SettingsError, load_settings
 from stockade.v1 import executor_service_pb2 as x_pb2
 from tests.unit.agent.conftest import Harness, ListProvider, finished, run

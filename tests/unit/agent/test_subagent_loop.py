@@ -6,7 +6,7 @@ from typing import Any
 
 from stockade.agent.hooks import Hook, LifecycleEvent
 from stockade.agent.limits import LimitSettings
-from stockade.agent.providers.base import ModelToolCall, ModelTurn
+from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from stockade.audit.bounds import CUT_KEY, MAX_JSON_CHARS, MAX_JSON_DEPTH, is_cut
 from stockade.audit.model import PREVIEW_CHARS
 from stockade.audit.validate import MAX_BATCH_EVENTS, MAX_CHARS, normalise_batch, normalise_event
+from stockade.contract.audit_bounds import CUT_KEY, MAX_JSON_CHARS, MAX_JSON_DEPTH, is_cut
 from stockade.errors import InvalidArgument
 
 from .conftest import BASE_NS, EventFactory

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stockade.agent.providers.openai import parse_completion
-from stockade.agent.providers.scripted import ScriptedProvider, load_script, parse_script
 from stockade.errors import InvalidArgument
+from stockade.llm.openai import parse_completion
+from stockade.llm.scripted import ScriptedProvider, load_script, parse_script
 
 
 async def test_replays_turns_in_order(tmp_path: Path) -> None:

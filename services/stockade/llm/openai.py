@@ -26,7 +26,8 @@ from typing import Any
 
 import httpx
 
-from stockade.agent.providers.base import (
+from stockade.contract.audit_bounds import json_depth_exceeds, value_depth_exceeds
+from stockade.llm.base import (
     MAX_ARGUMENT_DEPTH,
     Message,
     ModelToolCall,
@@ -34,7 +35,6 @@ from stockade.agent.providers.base import (
     ProviderError,
     ToolSchema,
 )
-from stockade.audit.bounds import json_depth_exceeds, value_depth_exceeds
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,8 @@ from typing import Any
 
 import yaml
 
-from stockade.agent.compaction import SUMMARY_PROMPT
-from stockade.agent.providers.base import Message, ModelToolCall, ModelTurn, ToolSchema
 from stockade.errors import InvalidArgument
+from stockade.llm.base import SUMMARY_PROMPT, Message, ModelToolCall, ModelTurn, ToolSchema
 
 SCRIPT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 

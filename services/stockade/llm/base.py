@@ -1,16 +1,27 @@
-"""The interface between the agent loop and an LLM provider (AGT-9)."""
+"""The interface between a caller (the agent loop, the auto-mode classifier) and an LLM
+provider (AGT-9)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from stockade.audit.bounds import value_depth_exceeds
+from stockade.contract.audit_bounds import value_depth_exceeds
 
 #: Deepest nesting of objects/arrays in a tool call's arguments. A call nested deeper
 #: fails alone with an error result the model sees (it could not cross a gRPC hop: the
 #: protobuf decoders stop near 33 levels of Struct), the turn goes on.
 MAX_ARGUMENT_DEPTH = 16
+
+
+#: The system prompt of a request to summarise a conversation (context compaction). It
+#: lives with the providers because the scripted provider answers such a request itself,
+#: without consuming a scripted turn.
+SUMMARY_PROMPT = (
+    "Summarise the conversation below for the assistant that will continue it. Keep every "
+    "fact, file path, identifier, decision and open question; drop chatter. Plain text, "
+    "no tool calls."
+)
 
 
 @dataclass(frozen=True)
