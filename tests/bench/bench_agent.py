@@ -14,8 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from stockade.agent.core import AgentCore
 from stockade.agent.limits import LimitSettings
-from stockade.agent.loop import AgentCore
 from stockade.llm.base import Message, ModelToolCall, ModelTurn, Provider, ToolSchema
 from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2

@@ -17,7 +17,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from stockade.agent.service import AgentApp
+from stockade.agent.app import AgentApp
 from stockade.agent.settings import AgentSettings
 from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings

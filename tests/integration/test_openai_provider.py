@@ -284,7 +284,8 @@ async def test_agent_turn_driven_by_the_http_model(server: FakeServer) -> None:
     back in the next request as a ``tool`` message, and the final text ends the turn."""
     import grpc
 
-    from stockade.agent.loop import AgentCore
+    from stockade.agent.convert import event_to_pb
+    from stockade.agent.core import AgentCore
     from stockade.client.decision import DecisionClient
     from stockade.client.executor import ExecutorClient
     from stockade.v1 import agent_service_pb2 as a_pb2
@@ -324,7 +325,7 @@ async def test_agent_turn_driven_by_the_http_model(server: FakeServer) -> None:
             audit=Sink(),
             provider_for=lambda _script: model,
         )
-        events = [e async for e in core.run_turn("s1", "read x")]
+        events = [event_to_pb(e) async for e in core.run_turn("s1", "read x")]
     await model.aclose()
     await grpc_server.stop(None)
     assert events[-1].terminated.reason == a_pb2.TERMINATION_REASON_COMPLETED

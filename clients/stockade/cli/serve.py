@@ -36,7 +36,7 @@ def build_app(name: str, **overrides: Any) -> ServiceApp:
         from stockade.papers.settings import PapersSettings
 
         return PapersApp(load_settings(PapersSettings))
-    from stockade.agent.service import AgentApp
+    from stockade.agent.app import AgentApp
     from stockade.agent.settings import AgentSettings
 
     return AgentApp(load_settings(AgentSettings))

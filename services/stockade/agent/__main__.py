@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.agent.service import AgentApp
+from stockade.agent.app import AgentApp
 from stockade.agent.settings import AgentSettings
 from stockade.server import load_settings, serve
 

@@ -17,18 +17,34 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 
 from stockade.agent.builtin_hooks import CancelToken
+from stockade.agent.convert import call_to_pb, status_from_pb, verdict_from_pb
+from stockade.agent.events import (
+    CallInfo,
+    Emit,
+    PermissionRequested,
+    PermissionResolved,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from stockade.agent.hooks import CallStatus, DecisionInfo, ToolCallContext, ToolResultContext
 from stockade.agent.limits import DuplicateDetector
+from stockade.agent.outcome import (
+    ExecutionStatus,
+    Outcome,
+    Verdict,
+    cancelled_outcome,
+    denied_outcome,
+    error_outcome,
+)
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.subagent import AgentScope, silent_refusal
-from stockade.agent.toolspec_proto import dict_to_struct
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.contract.audit_bounds import value_depth_exceeds
@@ -39,62 +55,6 @@ from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 
 log = logging.getLogger(__name__)
-
-CANCELLED_TEXT = "Cancelled: the user cancelled the turn."
-
-
-class Emit(Protocol):
-    """Puts one RunTurn event on the stream, tagged with the agent that caused it."""
-
-    def __call__(self, agent_name: str, **event: Any) -> None:
-        """Emit ``event`` (one ``RunTurnResponse`` oneof field)."""
-        ...
-
-
-@dataclass
-class Outcome:
-    """How one call ended, before and after PostToolUse hooks."""
-
-    status: x_pb2.ExecutionStatus.ValueType
-    """Execution status (REFUSED for denials and refusals)."""
-    verdict: c_pb2.Verdict.ValueType
-    """The permission verdict (UNSPECIFIED when no decision was made)."""
-    content: str
-    """The result the model sees."""
-    reason: str = ""
-    """Why, for denials and errors."""
-    rule: c_pb2.Rule = field(default_factory=c_pb2.Rule)
-    """The rule that decided."""
-    policy_version: str = ""
-    """The decision's policy version."""
-    conflicts: str = "[]"
-    """The decision's conflict log as JSON."""
-    elapsed_ms: int = 0
-    """Wall time from the start of the call's checks."""
-    halt: bool = False
-    """The decision service asked the agent to end the turn (DEC-9)."""
-    halt_reason: str = ""
-    """Why."""
-    ends_turn: bool = False
-    """A builtin (ask_user) ends the turn after this step."""
-    outcome_unknown: bool = False
-    """The agent stopped waiting for the executor (its deadline passed, or the stream
-    broke after the call was sent): the tool may have run, so the audit row says UNKNOWN
-    rather than a failure that may not have happened."""
-
-    @property
-    def call_status(self) -> CallStatus:
-        """The status hooks and the audit log see."""
-        if self.outcome_unknown:
-            return CallStatus.UNKNOWN
-        if self.status == x_pb2.EXECUTION_STATUS_OK:
-            return CallStatus.OK
-        if self.status == x_pb2.EXECUTION_STATUS_CANCELLED:
-            return CallStatus.CANCELLED
-        if self.verdict == c_pb2.VERDICT_DENY or self.status == x_pb2.EXECUTION_STATUS_REFUSED:
-            return CallStatus.DENIED
-        return CallStatus.FAIL
-
 
 #: Statuses that end a call as failed or possibly failed (they abort siblings).
 _FAILED = frozenset({CallStatus.FAIL, CallStatus.UNKNOWN})
@@ -117,30 +77,6 @@ def _usable(call: ModelToolCall) -> dict[str, Any]:
     """The call's arguments, or {} when they cannot be used (they could not be sent on:
     the stream event and the hooks see the call without them)."""
     return {} if _unusable_arguments(call) else dict(call.arguments)
-
-
-def error_outcome(message: str, reason: str = "") -> Outcome:
-    """A call that could not run because it was malformed (not a denial)."""
-    return Outcome(x_pb2.EXECUTION_STATUS_ERROR, c_pb2.VERDICT_UNSPECIFIED, message, reason)
-
-
-def denied_outcome(reason: str, rule: c_pb2.Rule | None = None) -> Outcome:
-    """A refused call."""
-    return Outcome(
-        x_pb2.EXECUTION_STATUS_REFUSED,
-        c_pb2.VERDICT_DENY,
-        f"Denied: {reason}",
-        reason,
-        rule
-        or c_pb2.Rule(effect=c_pb2.RULE_EFFECT_DENY, pattern="*", source=c_pb2.RULE_SOURCE_DEFAULT),
-    )
-
-
-def cancelled_outcome(reason: str = "cancelled by the user") -> Outcome:
-    """A call stopped (or never started) because the turn was cancelled."""
-    return Outcome(
-        x_pb2.EXECUTION_STATUS_CANCELLED, c_pb2.VERDICT_UNSPECIFIED, CANCELLED_TEXT, reason
-    )
 
 
 @dataclass
@@ -281,8 +217,7 @@ class ExecutionPipeline:
         """
         if not item.announced:
             item.announced = True
-            pb_call = self._pb_call(scope, item.call, _usable(item.call))
-            emit(scope.name, tool_call_started={"call": pb_call})
+            emit(scope.name, ToolCallStarted(self._call(scope, item.call, _usable(item.call))))
 
     # ------------------------------------------------------------ checks
 
@@ -356,7 +291,8 @@ class ExecutionPipeline:
         emit: Emit,
     ) -> None:
         assert item.spec is not None
-        pb_call = self._pb_call(scope, item.call, item.arguments)
+        call = self._call(scope, item.call, item.arguments)
+        pb_call = call_to_pb(call)
         if item.spec.location is Location.EXECUTOR:
             try:
                 inspection = await self.executor.inspect(x_pb2.InspectRequest(call=pb_call))
@@ -373,7 +309,7 @@ class ExecutionPipeline:
         )
         item.decision = decision
         if decision.verdict == c_pb2.VERDICT_ASK:
-            decision = await self._approval(scope, item, pb_call, decision, cancel, emit)
+            decision = await self._approval(scope, item, call, decision, cancel, emit)
             if item.outcome is not None:
                 return
         if decision.verdict != c_pb2.VERDICT_ALLOW:
@@ -388,7 +324,7 @@ class ExecutionPipeline:
         self,
         scope: AgentScope,
         item: PendingCall,
-        pb_call: c_pb2.ToolCall,
+        call: CallInfo,
         decision: d_pb2.DecideResponse,
         cancel: CancelToken,
         emit: Emit,
@@ -403,13 +339,13 @@ class ExecutionPipeline:
         self._announce(scope, item, emit)
         emit(
             scope.name,
-            permission_requested={
-                "approval_id": decision.approval_id,
-                "call": pb_call,
-                "reason": decision.reason,
-                "explanation": decision.explanation,
-                "always_allow_applies": decision.always_allow_applies,
-            },
+            PermissionRequested(
+                decision.approval_id,
+                call,
+                decision.reason,
+                decision.explanation,
+                decision.always_allow_applies,
+            ),
         )
         waiter = asyncio.ensure_future(
             self.decision.await_approval(decision.approval_id, timeout_s=self.approval_wait_s)
@@ -422,21 +358,19 @@ class ExecutionPipeline:
                     raise
                 emit(
                     scope.name,
-                    permission_resolved={
-                        "approval_id": decision.approval_id,
-                        "verdict": c_pb2.VERDICT_DENY,
-                        "reason": "the turn was cancelled while waiting for the approval",
-                    },
+                    PermissionResolved(
+                        decision.approval_id,
+                        Verdict.DENY,
+                        "the turn was cancelled while waiting for the approval",
+                    ),
                 )
                 item.outcome = cancelled_outcome("cancelled while waiting for an approval")
                 return decision
         emit(
             scope.name,
-            permission_resolved={
-                "approval_id": decision.approval_id,
-                "verdict": answer.verdict,
-                "reason": answer.reason,
-            },
+            PermissionResolved(
+                decision.approval_id, verdict_from_pb(answer.verdict), answer.reason
+            ),
         )
         resolved = d_pb2.DecideResponse()
         resolved.CopyFrom(decision)
@@ -495,7 +429,7 @@ class ExecutionPipeline:
         async def finish(item: PendingCall) -> None:
             task = tasks[id(item)]
             item.outcome = await self._interruptible(scope, item, task, cancel)
-            if id(item) in aborted and item.outcome.status == x_pb2.EXECUTION_STATUS_CANCELLED:
+            if id(item) in aborted and item.outcome.status is ExecutionStatus.CANCELLED:
                 item.outcome.reason = "aborted: a sibling call in the same batch failed"
                 item.outcome.content = f"Cancelled: {item.outcome.reason}."
             self._attach(item.outcome, item.decision)
@@ -551,7 +485,7 @@ class ExecutionPipeline:
             else c_pb2.INTERRUPT_BEHAVIOR_BLOCK
         )
         request = x_pb2.ExecuteRequest(
-            call=self._pb_call(scope, item.call, item.arguments),
+            call=call_to_pb(self._call(scope, item.call, item.arguments)),
             grant=item.grant,
             interrupt_behavior=behaviour,
         )
@@ -583,9 +517,12 @@ class ExecutionPipeline:
             result = x_pb2.ExecuteResult(status=status, error=error)
         ok = result.status == x_pb2.EXECUTION_STATUS_OK
         content = result.content if ok else f"Error: {result.error or result.content}"
-        verdict = c_pb2.VERDICT_ALLOW
         return Outcome(
-            result.status, verdict, content, "" if ok else result.error, outcome_unknown=unknown
+            status_from_pb(result.status),
+            Verdict.ALLOW,
+            content,
+            "" if ok else result.error,
+            outcome_unknown=unknown,
         )
 
     async def _run_remote(self, scope: AgentScope, item: PendingCall) -> Outcome:
@@ -604,10 +541,10 @@ class ExecutionPipeline:
             from_subagent=scope.from_subagent,
             timeout_s=self.tool_timeout_s,
         )
-        status = x_pb2.EXECUTION_STATUS_ERROR if answer.is_error else x_pb2.EXECUTION_STATUS_OK
+        status = ExecutionStatus.ERROR if answer.is_error else ExecutionStatus.OK
         return Outcome(
             status,
-            c_pb2.VERDICT_ALLOW,
+            Verdict.ALLOW,
             answer.content,
             answer.content if answer.is_error else "",
             outcome_unknown=answer.outcome_unknown,
@@ -626,7 +563,7 @@ class ExecutionPipeline:
         assert outcome is not None
         outcome.elapsed_ms = item.elapsed_ms()
         decision = DecisionInfo(
-            verdict=_name(c_pb2.Verdict, outcome.verdict, "VERDICT_"),
+            verdict="" if outcome.verdict is Verdict.UNSPECIFIED else outcome.verdict.value,
             matched_rule=outcome.rule.pattern,
             rule_source=_name(c_pb2.RuleSource, outcome.rule.source, "RULE_SOURCE_"),
             conflict_log=outcome.conflicts,
@@ -650,16 +587,16 @@ class ExecutionPipeline:
         item.span.set_attribute("stockade.verdict", decision.verdict)
         emit(
             scope.name,
-            tool_call_finished={
-                "call_id": item.call.id,
-                "tool_name": item.call.name,
-                "status": outcome.status,
-                "verdict": outcome.verdict,
-                "content": outcome.content,
-                "winning_rule": outcome.rule,
-                "reason": outcome.reason,
-                "elapsed_ms": outcome.elapsed_ms,
-            },
+            ToolCallFinished(
+                call_id=item.call.id,
+                tool_name=item.call.name,
+                status=outcome.status,
+                verdict=outcome.verdict,
+                content=outcome.content,
+                winning_rule=outcome.rule,
+                reason=outcome.reason,
+                elapsed_ms=outcome.elapsed_ms,
+            ),
         )
 
     # ------------------------------------------------------------ helpers
@@ -668,23 +605,22 @@ class ExecutionPipeline:
     def _attach(outcome: Outcome, decision: d_pb2.DecideResponse | None) -> None:
         if decision is None:
             return
-        if outcome.verdict == c_pb2.VERDICT_UNSPECIFIED or outcome.verdict == decision.verdict:
-            outcome.verdict = decision.verdict
+        decided = verdict_from_pb(decision.verdict)
+        if outcome.verdict is Verdict.UNSPECIFIED or outcome.verdict is decided:
+            outcome.verdict = decided
         outcome.rule = decision.winning_rule
         outcome.policy_version = decision.policy_version
         outcome.conflicts = _conflicts_json(decision)
 
     @staticmethod
-    def _pb_call(
-        scope: AgentScope, call: ModelToolCall, arguments: Mapping[str, Any]
-    ) -> c_pb2.ToolCall:
-        return c_pb2.ToolCall(
+    def _call(scope: AgentScope, call: ModelToolCall, arguments: Mapping[str, Any]) -> CallInfo:
+        return CallInfo(
             call_id=call.id,
             tool_name=call.name,
-            arguments=dict_to_struct(arguments),
+            arguments=arguments,
             session_id=scope.session_id,
-            from_subagent=scope.from_subagent,
             agent_name=scope.name,
+            from_subagent=scope.from_subagent,
         )
 
     @staticmethod

@@ -172,6 +172,23 @@ class ToolRegistry:
         return ToolRegistry(spec for spec in self._specs.values() if spec.read_only)
 
 
+UNAVAILABLE_BUILTINS = frozenset({"load_skill"})
+"""Built-ins that need configuration (load_skill: a skills folder); without it they are
+never offered to the model."""
+
+
+def offered_registry(
+    registry: ToolRegistry, unavailable: frozenset[str] = UNAVAILABLE_BUILTINS
+) -> ToolRegistry:
+    """The tools worth offering: remote tools need a provider, built-ins an implementation."""
+    drop = [
+        spec.name
+        for spec in registry
+        if (spec.location is Location.REMOTE and not spec.provider) or spec.name in unavailable
+    ]
+    return registry.without(drop)
+
+
 def _obj(required: Iterable[str] = (), **properties: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": dict(properties), "required": list(required)}
 

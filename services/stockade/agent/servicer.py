@@ -1,22 +1,21 @@
-"""AgentService: maps protobuf to the agent core and back (kept thin)."""
+"""AgentService: maps protobuf to the agent core and back (kept thin).
+
+Requests are checked and turned into domain values by ``stockade.agent.convert``; the
+core's typed events become stream messages there too.
+"""
 
 from __future__ import annotations
 
-import re
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from stockade.agent.loop import AgentCore
+from stockade.agent.convert import approval_answer_from_pb, event_to_pb, turn_request_from_pb
+from stockade.agent.core import AgentCore
 from stockade.errors import InvalidArgument
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
-from stockade.v1 import decision_service_pb2 as d_pb2
-
-SESSION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
-MAX_MESSAGE_CHARS = 200_000
 
 
 class AgentServicer(a_grpc.AgentServiceServicer):
@@ -28,19 +27,11 @@ class AgentServicer(a_grpc.AgentServiceServicer):
     async def RunTurn(
         self, request: a_pb2.RunTurnRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[a_pb2.RunTurnResponse]:
-        session_id = request.session_id or f"s-{uuid.uuid4().hex[:12]}"
-        if not SESSION_ID.match(session_id):
-            raise InvalidArgument(
-                "session_id must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
-            )
-        if not request.message.strip():
-            raise InvalidArgument("message must not be empty")
-        if len(request.message) > MAX_MESSAGE_CHARS:
-            raise InvalidArgument(f"message is longer than {MAX_MESSAGE_CHARS} characters")
+        turn = turn_request_from_pb(request)
         async for event in self.core.run_turn(
-            session_id, request.message, request.script, request.mode
+            turn.session_id, turn.message, turn.script, turn.mode
         ):
-            yield event
+            yield event_to_pb(event)
 
     async def Cancel(
         self, request: a_pb2.CancelTurnRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -54,17 +45,7 @@ class AgentServicer(a_grpc.AgentServiceServicer):
         request: a_pb2.ResolveAgentApprovalRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> a_pb2.ResolveAgentApprovalResponse:
-        if not request.approval_id:
-            raise InvalidArgument("approval_id is required")
-        if request.resolution == d_pb2.RESOLUTION_UNSPECIFIED:
-            raise InvalidArgument("resolution must be ALLOW_ONCE, DENY or ALWAYS_ALLOW")
-        forward = d_pb2.ResolveApprovalRequest(
-            approval_id=request.approval_id,
-            resolution=request.resolution,
-            resolver=request.resolver,
-        )
-        if request.HasField("scope"):
-            forward.scope.CopyFrom(request.scope)
+        forward = approval_answer_from_pb(request)
         # The caller's own credentials decide whether it may answer (admin RPC).
         authorization = next(
             (

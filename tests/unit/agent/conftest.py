@@ -16,9 +16,10 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from stockade.agent.convert import event_to_pb
+from stockade.agent.core import AgentCore
 from stockade.agent.hooks import Hook
 from stockade.agent.limits import LimitSettings
-from stockade.agent.loop import AgentCore
 from stockade.agent.memory import MemoryStore
 from stockade.agent.registry import ToolRegistry
 from stockade.agent.remote_tools import ToolProviderClient
@@ -278,7 +279,7 @@ async def run(
     core: AgentCore, message: str = "go", session_id: str = "s1", **kw: Any
 ) -> list[a_pb2.RunTurnResponse]:
     """Run a turn and collect its events."""
-    return [event async for event in core.run_turn(session_id, message, **kw)]
+    return [event_to_pb(event) async for event in core.run_turn(session_id, message, **kw)]
 
 
 def kinds(events: list[a_pb2.RunTurnResponse]) -> list[str]:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from stockade.agent.convert import event_to_pb
 from stockade.llm.base import MAX_ARGUMENT_DEPTH, ModelToolCall, ModelTurn
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2 as c_pb2
@@ -109,7 +110,7 @@ async def test_a_result_is_released_only_once_its_audit_event_is_durable(
 
     async def consume() -> None:
         async for event in core.run_turn("s1", "go"):
-            seen.append(str(event.WhichOneof("event")))
+            seen.append(str(event_to_pb(event).WhichOneof("event")))
 
     task = asyncio.create_task(consume())
     deadline = asyncio.get_running_loop().time() + 30

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from stockade.agent.convert import event_to_pb
 from stockade.agent.hooks import (
     Block,
     Hook,
@@ -133,7 +134,8 @@ async def test_ask_is_surfaced_and_resolved_through_the_agent(harness: Harness) 
     core = harness.core(provider)
     stream = core.run_turn("s1", "write")
     events: list[a_pb2.RunTurnResponse] = []
-    async for event in stream:
+    async for item in stream:
+        event = event_to_pb(item)
         events.append(event)
         if event.WhichOneof("event") == "permission_requested":
             requested = event.permission_requested

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.agent.loop import offered_registry
-from stockade.agent.registry import Location
-from stockade.agent.service import AgentApp
+from stockade.agent.app import AgentApp
+from stockade.agent.registry import Location, offered_registry
 from stockade.agent.settings import AgentSettings
 from stockade.errors import InvalidArgument
 from stockade.llm.openai import OpenAIProvider

@@ -10,7 +10,8 @@ from typing import Any
 import grpc
 import pytest
 
-from stockade.agent.loop import AgentCore
+from stockade.agent.convert import event_to_pb
+from stockade.agent.core import AgentCore
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
@@ -141,5 +142,5 @@ async def test_remote_paper_tools_run_in_parallel_through_the_pipeline(
 
 async def test_unserved_remote_tools_are_not_offered(harness: Harness) -> None:
     provider = ListProvider([turn(ModelToolCall("p1", "search_papers", {"query": "x"}))])
-    events = [e async for e in harness.core(provider).run_turn("s1", "go")]
+    events = [event_to_pb(e) async for e in harness.core(provider).run_turn("s1", "go")]
     assert "unknown tool 'search_papers'" in finished(events)["p1"].content

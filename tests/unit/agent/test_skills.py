@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from stockade.agent.loop import offered_registry
-from stockade.agent.registry import default_registry
-from stockade.agent.service import AgentApp
+from stockade.agent.app import AgentApp
+from stockade.agent.registry import default_registry, offered_registry
 from stockade.agent.settings import AgentSettings
 from stockade.agent.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
 from stockade.llm.base import ModelToolCall, ModelTurn

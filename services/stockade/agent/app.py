@@ -1,4 +1,9 @@
-"""The agent as a runnable service."""
+"""The agent as a runnable service: the composition root.
+
+Opens the channels to the decision service, the executor, the audit service, tool
+providers and remote hooks; builds the core (``stockade.agent.core``) and the servicer; and
+closes everything after the server drained.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from stockade.agent.loop import AgentCore
+from stockade.agent.core import AgentCore
 from stockade.agent.memory import MemoryStore
 from stockade.agent.registry import ToolRegistry, default_registry
 from stockade.agent.remote_hooks import RemoteHook
