@@ -14,8 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from stockade.agent.registry import Location, default_registry
+from stockade.agent.registry import Location
 from stockade.agent.remote_tools import ToolProviderClient, discover
+from stockade.agent.tools import default_registry
 from stockade.papers.service import PapersApp
 from stockade.papers.settings import PapersSettings
 from stockade.server.app import create_server, stop_server
@@ -33,7 +34,8 @@ async def papers_address() -> AsyncIterator[str]:
 
 async def test_list_tools_merges_into_the_agent_registry(papers_address: str) -> None:
     client = ToolProviderClient(papers_address)
-    registry = default_registry().restrict(["read_file", "search_papers"])
+    registry = default_registry().restrict(["read_file"])
+    assert "search_papers" not in default_registry()  # a product tool, not a default
     taken = await discover(registry, [client])
     await client.close()
     assert taken == {papers_address: ["search_papers", "get_paper_metadata", "get_paper_content"]}

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from stockade.agent.core import AgentCore
 from stockade.agent.memory import MemoryStore
-from stockade.agent.registry import ToolRegistry, default_registry
+from stockade.agent.registry import ToolRegistry
 from stockade.agent.remote_hooks import RemoteHook
 from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
 from stockade.agent.skills import SkillLibrary
+from stockade.agent.tools import default_registry
 from stockade.client.audit import AuditRecorder
 from stockade.client.base import TlsConfig, aio_channel
 from stockade.client.decision import DecisionClient

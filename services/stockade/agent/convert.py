@@ -34,7 +34,7 @@ from stockade.agent.events import (
 )
 from stockade.agent.limits import Termination
 from stockade.agent.outcome import ExecutionStatus, Verdict
-from stockade.agent.toolspec_proto import dict_to_struct
+from stockade.contract.toolspec import dict_to_struct
 from stockade.errors import InvalidArgument
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2

@@ -24,19 +24,20 @@ from stockade.agent.builtin_hooks import AuditSink, CancelRegistry, standard_hoo
 from stockade.agent.events import AgentEvent, Error, EventFactory, Terminated, TurnEvent
 from stockade.agent.hooks import Hook, HookPipeline, LifecycleEvent, LifecycleKind
 from stockade.agent.limits import Budget, LimitSettings, Termination
-from stockade.agent.loop import AgentLoop, LoopResult, TurnState
+from stockade.agent.loop import AgentLoop
 from stockade.agent.memory import MemoryStore, prompt_section
 from stockade.agent.pipeline import ExecutionPipeline
 from stockade.agent.registry import (
     UNAVAILABLE_BUILTINS,
     Location,
     ToolRegistry,
-    default_registry,
     offered_registry,
 )
 from stockade.agent.remote_tools import ToolProviderClient, discover
 from stockade.agent.skills import SkillLibrary
 from stockade.agent.subagent import AgentScope
+from stockade.agent.tools import default_registry
+from stockade.agent.turn import LoopResult, TurnState
 from stockade.client.decision import DecisionClient
 from stockade.client.executor import ExecutorClient
 from stockade.errors import FailedPrecondition

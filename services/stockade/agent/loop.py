@@ -4,31 +4,19 @@ the execution pipeline → results.
 Each step is planned by the limits (max steps with one forced final answer, the shared
 tree budget, diminishing returns, token soft/hard limits with compaction and its circuit
 breaker, cancellation, denial halt); the calls of a step go through ``ExecutionPipeline``.
-Built-in tools (subagent, ask_user, todo_write, compress_context, load_skill, save_memory)
-run here; ``load_skill`` is offered only with a skills folder, and ``save_memory`` persists
-only with a memory folder, whose entries then open every later turn's system prompt.
+A call of a built-in tool goes to its handler (``stockade.agent.tools``: one module per
+tool) with a ``ToolContext`` — the turn, the calling agent, its history and this loop.
 Everything the loop reports goes out as typed events (``stockade.agent.events``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stockade.agent.builtin_hooks import CancelToken
-from stockade.agent.compaction import CompactionError, CompactionResult, Compactor, estimate_tokens
-from stockade.agent.events import (
-    Compaction,
-    Emit,
-    Error,
-    FinalAnswer,
-    StepComplete,
-    SubagentStarted,
-    SubagentStopped,
-    Text,
-)
+from stockade.agent.compaction import CompactionResult, Compactor, estimate_tokens
+from stockade.agent.events import Compaction, Error, FinalAnswer, StepComplete, Text
 from stockade.agent.hooks import HookPipeline, LifecycleEvent, LifecycleKind
 from stockade.agent.limits import (
     DIMINISHING_REMINDER,
@@ -43,57 +31,18 @@ from stockade.agent.limits import (
     TokenBudget,
     TokenState,
 )
-from stockade.agent.memory import MemoryRefused, MemoryStore, check_content
-from stockade.agent.outcome import (
-    ExecutionStatus,
-    Outcome,
-    Verdict,
-    denied_outcome,
-    error_outcome,
-    ok_outcome,
-)
+from stockade.agent.memory import MemoryStore
+from stockade.agent.outcome import ExecutionStatus, Outcome, error_outcome
 from stockade.agent.pipeline import ExecutionPipeline, PendingCall
 from stockade.agent.registry import BUILTIN_TOOLS
-from stockade.agent.skills import SkillError, SkillLibrary
-from stockade.agent.subagent import AgentScope, initial_messages, parse_request, spawn_scope
-from stockade.errors import StockadeError
-from stockade.llm.base import Message, ModelTurn, Provider, ProviderError, checked_turn
+from stockade.agent.skills import SkillLibrary
+from stockade.agent.subagent import AgentScope
+from stockade.agent.tools import BuiltinTool, builtin_handlers
+from stockade.agent.tools.base import SessionState, ToolContext
+from stockade.agent.turn import LoopResult, TurnCancelled, TurnState
+from stockade.llm.base import Message, ModelTurn, ProviderError, checked_turn
 
-__all__ = ["AgentLoop", "LoopResult", "TurnCancelled", "TurnState"]
-
-
-class TurnCancelled(Exception):
-    """The user cancelled the turn while the model was answering."""
-
-
-@dataclass
-class LoopResult:
-    """How one agent loop (lead or subagent) ended."""
-
-    reason: Termination
-    """Why."""
-    detail: str
-    """Details for the stream and the audit row."""
-    answer: str = ""
-    """The final answer, if any."""
-    steps: int = 0
-    """Steps run."""
-
-
-@dataclass
-class TurnState:
-    """State shared by the loops of one turn (the lead and its subagents)."""
-
-    session_id: str
-    """The turn's session."""
-    provider: Provider
-    """The model."""
-    emit: Emit
-    """Puts an event on the turn's stream."""
-    cancel: CancelToken
-    """Set when the user cancels the turn."""
-    tokens_used: int = 0
-    """Tokens the model used in this turn so far (all agents)."""
+__all__ = ["AgentLoop"]
 
 
 class AgentLoop:
@@ -107,14 +56,17 @@ class AgentLoop:
         pipeline: ExecutionPipeline,
         skills: SkillLibrary | None = None,
         memory: MemoryStore | None = None,
+        builtins: Mapping[str, BuiltinTool] | None = None,
     ) -> None:
         self.limits = limits
         self.hooks = hooks
         self.pipeline = pipeline
         self.skills = skills
         self.memory = memory
-        self._todos: dict[str, list[dict[str, Any]]] = {}
-        self._memory: dict[str, list[str]] = {}
+        self.builtins = builtin_handlers() if builtins is None else builtins
+        """The built-in tools this loop runs, by name."""
+        self.sessions = SessionState()
+        """Per-session state of the built-in tools."""
 
     async def run(self, turn: TurnState, scope: AgentScope, messages: list[Message]) -> LoopResult:
         """One agent's ReAct loop (the lead or a subagent)."""
@@ -326,104 +278,12 @@ class AgentLoop:
     async def _builtin(
         self, turn: TurnState, scope: AgentScope, messages: list[Message], item: PendingCall
     ) -> Outcome:
-        name, args = item.call.name, item.arguments
-        if name == "subagent":
-            return await self._subagent(turn, scope, item)
-        if name == "ask_user":
-            question = str(args.get("question", ""))
-            return Outcome(
-                ExecutionStatus.OK,
-                Verdict.ALLOW,
-                question,
-                "question for the user",
-                ends_turn=True,
-            )
-        if name == "todo_write":
-            todos = list(args.get("todos", []))
-            self._todos[scope.session_id] = todos
-            done = sum(1 for t in todos if t.get("status") == "completed")
-            return ok_outcome(f"Todo list updated: {len(todos)} items, {done} completed.")
-        if name == "save_memory":
-            return await self._save_memory(scope, str(args.get("content", "")))
-        if name == "load_skill" and self.skills is not None:
-            try:
-                text = await asyncio.to_thread(self.skills.load, str(args.get("name", "")))
-            except SkillError as exc:
-                return error_outcome(exc.message, "skill not loaded")
-            return ok_outcome(text)
-        if name == "compress_context":
-            await self.hooks.emit(
-                LifecycleEvent(LifecycleKind.PRE_COMPACT, scope.session_id, scope.name)
-            )
-            compactor = Compactor(turn.provider)
-            try:
-                result = await compactor.manual(messages)
-            except CompactionError as exc:
-                return error_outcome(f"Error: {exc}", str(exc))
-            self.apply_compaction(turn, scope, messages, result)
-            await self.hooks.emit(
-                LifecycleEvent(
-                    LifecycleKind.POST_COMPACT, scope.session_id, scope.name, {"kind": "manual"}
+        name = item.call.name
+        tool = self.builtins.get(name)
+        if tool is None:
+            if name in BUILTIN_TOOLS:
+                return error_outcome(
+                    f"Error: {name} is not available in this agent", "not available"
                 )
-            )
-            return ok_outcome(
-                f"Context compacted from about {result.tokens_before} to "
-                f"{result.tokens_after} tokens."
-            )
-        if name in BUILTIN_TOOLS:
-            return error_outcome(f"Error: {name} is not available in this agent", "not available")
-        return error_outcome(f"Error: {name} is not a built-in tool", "not built in")
-
-    async def _save_memory(self, scope: AgentScope, content: str) -> Outcome:
-        try:
-            if self.memory is None:
-                entries = self._memory.setdefault(scope.session_id, [])
-                entries.append(check_content(content))
-                return ok_outcome(
-                    f"Saved to this session's memory ({len(entries)} entries) "
-                    "(not persisted: no memory_dir configured)."
-                )
-            saved = await asyncio.to_thread(
-                self.memory.append, session_id=scope.session_id, agent=scope.name, content=content
-            )
-        except MemoryRefused as exc:
-            return error_outcome(exc.message, "memory not saved")
-        masked = " Secrets in it were masked." if saved.masked else ""
-        return ok_outcome(
-            f"Saved to memory ({saved.bytes_used} of {self.memory.max_file_bytes} bytes used); "
-            f"later sessions will see it.{masked}"
-        )
-
-    async def _subagent(self, turn: TurnState, parent: AgentScope, item: PendingCall) -> Outcome:
-        try:
-            request = parse_request(item.arguments)
-            child = spawn_scope(parent, request, max_depth=self.limits.max_subagent_depth)
-        except StockadeError as exc:
-            return denied_outcome(exc.message)
-        turn.emit(parent.name, SubagentStarted(child.name, child.profile, request.task))
-        details = {"profile": child.profile, "task": request.task}
-        await self.hooks.emit(
-            LifecycleEvent(LifecycleKind.SUBAGENT_START, child.session_id, child.name, details)
-        )
-        result = await self.run(turn, child, initial_messages(child, request))
-        turn.emit(parent.name, SubagentStopped(child.name, result.reason, result.answer))
-        await self.hooks.emit(
-            LifecycleEvent(
-                LifecycleKind.SUBAGENT_STOP,
-                child.session_id,
-                child.name,
-                {"reason": result.reason.value, "detail": result.detail},
-            )
-        )
-        if result.reason is Termination.COMPLETED:
-            return ok_outcome(result.answer)
-        outcome = Outcome(
-            ExecutionStatus.ERROR,
-            Verdict.ALLOW,
-            f"Subagent {child.name} stopped ({result.reason.value}: {result.detail})."
-            + (f" Partial answer: {result.answer}" if result.answer else ""),
-            result.detail,
-        )
-        if result.reason is Termination.DENIAL_HALT:
-            outcome.halt, outcome.halt_reason = True, result.detail
-        return outcome
+            return error_outcome(f"Error: {name} is not a built-in tool", "not built in")
+        return await tool.run(ToolContext(turn, scope, messages, item.arguments, self))

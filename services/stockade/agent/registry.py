@@ -3,9 +3,9 @@
 A ``ToolSpec`` is the agent's single source of truth about a tool: the model sees its name,
 description and JSON schema; the execution pipeline reads its traits (interrupt behaviour,
 concurrency safety, sibling abort, read-only) and where it runs (``executor``, ``builtin``
-or ``remote`` behind a ToolProvider). ``default_registry()`` holds the seed's
-classification; deployments add tools from configuration (``ToolConfig``) and from remote
-providers' ListTools answers. ``ToolRegistry.restrict`` implements least privilege for
+or ``remote`` behind a ToolProvider). The default tools are in ``stockade.agent.tools``;
+deployments add tools from configuration (``ToolConfig``) and from remote providers'
+ListTools answers. ``ToolRegistry.restrict`` implements least privilege for
 subagents: a child registry can only ever be narrower than its parent.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stockade.agent import schema as json_schema
+from stockade.contract import argschema as json_schema
 from stockade.contract.tools import SEED_TOOLS
 from stockade.contract.tools import Location as ContractLocation
 from stockade.errors import InvalidArgument, UnknownTool
@@ -189,144 +189,10 @@ def offered_registry(
     return registry.without(drop)
 
 
-def _obj(required: Iterable[str] = (), **properties: Mapping[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": dict(properties), "required": list(required)}
-
-
-_STR: Mapping[str, Any] = {"type": "string"}
-_INT: Mapping[str, Any] = {"type": "integer", "minimum": 0}
-
-
-def _declared(name: str, description: str, parameters: dict[str, Any]) -> ToolSpec:
-    """A seed tool's spec: description and schema here, traits from the contract table."""
-    t = SEED_TOOLS[name]
-    return ToolSpec(
-        name=name,
-        description=description,
-        parameters=parameters,
-        interrupt_behavior=InterruptBehavior(t.interrupt.value),
-        concurrency_safe=t.concurrency_safe,
-        causes_sibling_abort=t.sibling_abort,
-        read_only=t.read_only,
-        location=Location(t.location.value),
-        primary_content_field=t.primary_field,
-    )
-
-
 #: Names of the built-in agent tools (run inside the agent, never by the executor).
 BUILTIN_TOOLS = frozenset(
     t.name for t in SEED_TOOLS.values() if t.location is ContractLocation.BUILTIN
 )
-
-
-def default_specs() -> list[ToolSpec]:
-    """The seed's classification table (AGT-2, traits in ``stockade.contract.tools``) with
-    descriptions and argument schemas."""
-    paper_id = _obj(["paper_id"], paper_id=_STR)
-    specs = [
-        _declared(
-            "search_papers",
-            "Search the paper catalogue by free text; returns ids, titles and years.",
-            _obj(["query"], query=_STR, limit={"type": "integer", "minimum": 1, "maximum": 50}),
-        ),
-        _declared("get_paper_metadata", "Metadata of one paper by id.", paper_id),
-        _declared("get_paper_content", "Full text of one paper by id.", paper_id),
-        _declared("rag_search", "Semantic search over parsed papers.", _obj(["query"], query=_STR)),
-        _declared(
-            "query_target", "Look up an astronomical target by name.", _obj(["name"], name=_STR)
-        ),
-        _declared(
-            "read_file",
-            "Read a text file inside the allowed roots.",
-            _obj(["file_path"], file_path=_STR, offset=_INT, limit=_INT),
-        ),
-        _declared(
-            "grep_files",
-            "Search file contents with a regular expression.",
-            _obj(["pattern"], pattern=_STR, path=_STR, glob=_STR),
-        ),
-        _declared(
-            "glob_files",
-            "List files matching a glob pattern.",
-            _obj(["pattern"], pattern=_STR, path=_STR),
-        ),
-        _declared("load_skill", "Load a skill's instructions by name.", _obj(["name"], name=_STR)),
-        _declared("download_paper", "Download a paper's PDF into the library.", paper_id),
-        _declared("parse_paper", "Parse a downloaded paper into text.", paper_id),
-        _declared(
-            "file_write",
-            "Create or overwrite a text file.",
-            _obj(["file_path", "content"], file_path=_STR, content=_STR),
-        ),
-        _declared(
-            "file_edit",
-            "Replace a unique string in a file that was read first.",
-            _obj(
-                ["file_path", "old_string", "new_string"],
-                file_path=_STR,
-                old_string=_STR,
-                new_string=_STR,
-                replace_all={"type": "boolean"},
-            ),
-        ),
-        _declared(
-            "save_note", "Save a research note.", _obj(["content"], title=_STR, content=_STR)
-        ),
-        _declared(
-            "todo_write",
-            "Replace the task list.",
-            _obj(
-                ["todos"],
-                todos={
-                    "type": "array",
-                    "items": _obj(
-                        ["content", "status"],
-                        content=_STR,
-                        status={"enum": ["pending", "in_progress", "completed"]},
-                    ),
-                },
-            ),
-        ),
-        _declared(
-            "compress_context", "Summarise the conversation so far to free context space.", _obj()
-        ),
-        _declared(
-            "save_memory", "Persist a fact for later sessions.", _obj(["content"], content=_STR)
-        ),
-        _declared(
-            "run_bash",
-            "Run a bash command in the sandbox.",
-            _obj(
-                ["command"],
-                command={"type": "string", "minLength": 1},
-                timeout_s={"type": "number", "minimum": 0},
-                description=_STR,
-            ),
-        ),
-        _declared(
-            "ask_user",
-            "Ask the user a question and wait for the answer.",
-            _obj(["question"], question=_STR),
-        ),
-        _declared(
-            "subagent",
-            "Delegate a task to a subagent with fresh context and a restricted tool set.",
-            _obj(
-                ["task"],
-                task={"type": "string", "minLength": 1},
-                profile=_STR,
-                tools={"type": "array", "items": _STR},
-                name=_STR,
-            ),
-        ),
-    ]
-    assert {s.name for s in specs} == set(SEED_TOOLS), "every seed tool has a spec"
-    return specs
-
-
-def default_registry() -> ToolRegistry:
-    """A registry holding the seed's default classification."""
-    return ToolRegistry(default_specs())
 
 
 class ToolConfig(BaseModel):

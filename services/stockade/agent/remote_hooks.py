@@ -29,7 +29,7 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
-from stockade.agent.toolspec_proto import dict_to_struct, struct_to_dict
+from stockade.contract.toolspec import dict_to_struct, struct_to_dict
 from stockade.v1 import common_pb2
 from stockade.v1 import hook_service_pb2 as hook_pb2
 from stockade.v1 import hook_service_pb2_grpc as hook_grpc

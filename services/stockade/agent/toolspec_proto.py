@@ -1,7 +1,8 @@
 """Conversions between the registry's ``ToolSpec`` and the ``stockade.v1.ToolSpec`` message.
 
-Used by ToolProvider servers (which declare their tools with traits) and by the agent when
-it merges a provider's ListTools answer into its registry. Protobuf only, no gRPC.
+Used when the agent merges a provider's ListTools answer into its registry (and by tests
+that play a provider). The wire form of each trait is the contract's
+(``stockade.contract.toolspec``), shared with providers. Protobuf only, no gRPC.
 """
 
 from __future__ import annotations
@@ -9,34 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
-
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
+from stockade.contract.tools import Interrupt
+from stockade.contract.tools import Location as ContractLocation
+from stockade.contract.toolspec import (
+    INTERRUPT_TO_PB,
+    LOCATION_FROM_PB,
+    LOCATION_TO_PB,
+    dict_to_struct,
+    struct_to_dict,
+)
 from stockade.v1 import common_pb2
-
-_INTERRUPT_TO_PB = {
-    InterruptBehavior.CANCEL: common_pb2.INTERRUPT_BEHAVIOR_CANCEL,
-    InterruptBehavior.BLOCK: common_pb2.INTERRUPT_BEHAVIOR_BLOCK,
-}
-_LOCATION_TO_PB = {
-    Location.EXECUTOR: common_pb2.TOOL_LOCATION_EXECUTOR,
-    Location.BUILTIN: common_pb2.TOOL_LOCATION_BUILTIN,
-    Location.REMOTE: common_pb2.TOOL_LOCATION_REMOTE,
-}
-_LOCATION_FROM_PB = {value: key for key, value in _LOCATION_TO_PB.items()}
-
-
-def dict_to_struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
-    """A JSON-like mapping as a ``google.protobuf.Struct``."""
-    message = struct_pb2.Struct()
-    message.update(dict(value))
-    return message
-
-
-def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    """A ``google.protobuf.Struct`` as a plain dict."""
-    result: dict[str, Any] = json_format.MessageToDict(message)
-    return result
 
 
 def spec_to_proto(
@@ -51,11 +35,11 @@ def spec_to_proto(
         name=spec.name,
         description=spec.description,
         arguments_schema=dict_to_struct(spec.parameters),
-        interrupt_behavior=_INTERRUPT_TO_PB[spec.interrupt_behavior],
+        interrupt_behavior=INTERRUPT_TO_PB[Interrupt(spec.interrupt_behavior.value)],
         concurrency_safe=spec.is_concurrency_safe(arguments or {}),
         causes_sibling_abort=spec.causes_sibling_abort,
         read_only=spec.read_only,
-        location=_LOCATION_TO_PB[spec.location],
+        location=LOCATION_TO_PB[ContractLocation(spec.location.value)],
         primary_content_field=spec.primary_content_field,
     )
 
@@ -72,6 +56,7 @@ def spec_from_proto(message: common_pb2.ToolSpec, *, provider: str = "") -> Tool
         if message.HasField("arguments_schema")
         else {"type": "object"}
     )
+    location = LOCATION_FROM_PB.get(message.location, ContractLocation.REMOTE)
     return ToolSpec(
         name=message.name,
         description=message.description,
@@ -80,7 +65,7 @@ def spec_from_proto(message: common_pb2.ToolSpec, *, provider: str = "") -> Tool
         concurrency_safe=message.concurrency_safe,
         causes_sibling_abort=message.causes_sibling_abort,
         read_only=message.read_only,
-        location=_LOCATION_FROM_PB.get(message.location, Location.REMOTE),
+        location=Location(location.value),
         primary_content_field=message.primary_content_field,
         provider=provider,
     )

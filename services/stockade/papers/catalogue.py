@@ -13,10 +13,41 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.agent.registry import ToolSpec, default_registry
+from stockade.contract.tools import SEED_TOOLS
+from stockade.contract.toolspec import ToolDeclaration
 from stockade.errors import InvalidArgument, NotFound, UnknownTool
 
-TOOL_NAMES = ("search_papers", "get_paper_metadata", "get_paper_content")
+_PAPER_ID: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"paper_id": {"type": "string"}},
+    "required": ["paper_id"],
+}
+TOOLS: Mapping[str, ToolDeclaration] = {
+    d.name: d
+    for d in (
+        ToolDeclaration(
+            SEED_TOOLS["search_papers"],
+            "Search the paper catalogue by free text; returns ids, titles and years.",
+            {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                },
+                "required": ["query"],
+            },
+        ),
+        ToolDeclaration(
+            SEED_TOOLS["get_paper_metadata"], "Metadata of one paper by id.", _PAPER_ID
+        ),
+        ToolDeclaration(
+            SEED_TOOLS["get_paper_content"], "Full text of one paper by id.", _PAPER_ID
+        ),
+    )
+}
+"""The tools this provider serves: descriptions and schemas here, traits (read-only,
+parallel, cancellable) from the contract's seed table."""
+TOOL_NAMES = tuple(TOOLS)
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -190,10 +221,9 @@ class PaperCatalogue:
     def __init__(self, papers: Iterable[Paper] = SAMPLE_PAPERS) -> None:
         self._papers = {paper.paper_id: paper for paper in papers}
 
-    def tool_specs(self) -> list[ToolSpec]:
+    def tool_declarations(self) -> list[ToolDeclaration]:
         """The tools this provider serves, with the seed's traits (read-only, parallel)."""
-        registry = default_registry()
-        return [registry.get(name) for name in TOOL_NAMES]
+        return list(TOOLS.values())
 
     def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
         """Papers ranked by term matches (title ×3, keywords ×2, summary ×1), newest first."""
@@ -236,7 +266,7 @@ class PaperCatalogue:
         """
         if tool_name not in TOOL_NAMES:
             raise UnknownTool(f"this provider does not serve {tool_name!r}", tool=tool_name)
-        args = default_registry().get(tool_name).validate(dict(arguments))
+        args = TOOLS[tool_name].validate(dict(arguments))
         if tool_name == "search_papers":
             results = self.search(args["query"], int(args.get("limit", 5)))
             return json.dumps({"results": results}, ensure_ascii=False)

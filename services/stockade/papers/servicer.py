@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from stockade.agent.toolspec_proto import spec_to_proto, struct_to_dict
+from stockade.contract.toolspec import declaration_to_proto, struct_to_dict
 from stockade.errors import InvalidArgument, NotFound, UnknownTool
 from stockade.papers.catalogue import TOOL_NAMES, PaperCatalogue
 from stockade.v1 import tool_provider_pb2 as tp_pb2
@@ -30,7 +30,7 @@ class PapersServicer(tp_grpc.ToolProviderServicer):
         self, request: tp_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tp_pb2.ListToolsResponse:
         return tp_pb2.ListToolsResponse(
-            tools=[spec_to_proto(spec) for spec in self.catalogue.tool_specs()]
+            tools=[declaration_to_proto(d) for d in self.catalogue.tool_declarations()]
         )
 
     async def CallTool(

@@ -17,7 +17,8 @@ from stockade.agent.hooks import (
     ToolCallContext,
 )
 from stockade.agent.limits import LimitSettings
-from stockade.agent.registry import InterruptBehavior, Location, ToolSpec, default_registry
+from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
+from stockade.agent.tools import default_registry
 from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2

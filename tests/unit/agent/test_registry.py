@@ -6,35 +6,29 @@ from typing import Any
 
 import pytest
 
-from stockade.agent import schema
 from stockade.agent.registry import (
     InterruptBehavior,
     Location,
     ToolConfig,
     ToolSpec,
-    default_registry,
     merge_remote,
 )
+from stockade.agent.tools import default_registry
 from stockade.agent.toolspec_proto import spec_from_proto, spec_to_proto
+from stockade.contract import argschema as schema
 from stockade.errors import InvalidArgument, UnknownTool
 
+# The defaults: the executor's tools and the agent's built-ins; product tools (papers,
+# save_note …) are registered by whatever composes a product agent.
 SAFE = [
-    "search_papers",
-    "get_paper_metadata",
-    "get_paper_content",
-    "rag_search",
-    "query_target",
     "read_file",
     "grep_files",
     "glob_files",
     "load_skill",
 ]
 SERIAL_CANCEL = [
-    "download_paper",
-    "parse_paper",
     "file_write",
     "file_edit",
-    "save_note",
     "todo_write",
     "compress_context",
 ]
@@ -174,14 +168,25 @@ def test_remote_provider_cannot_hijack_executor_or_builtin_tools() -> None:
     assert registry.get("run_bash").location is Location.EXECUTOR
     assert registry.get("run_bash").description != "evil"
     assert registry.get("lookup").provider == "10.0.0.1:1"
-    # A default remote tool may be served by a provider.
-    assert merge_remote(registry, [default_registry().get("search_papers")], "p:1") == [
-        "search_papers"
-    ]
+    # A remote tool may be re-declared (and then served) by another provider.
+    assert merge_remote(registry, [new], "10.0.0.2:1") == ["lookup"]
+    assert registry.get("lookup").provider == "10.0.0.2:1"
 
 
 def test_proto_round_trip_keeps_traits() -> None:
-    spec = default_registry().get("download_paper")
+    spec = ToolSpec(
+        name="download_paper",
+        description="Download a paper.",
+        parameters={
+            "type": "object",
+            "properties": {"paper_id": {"type": "string"}},
+            "required": ["paper_id"],
+        },
+        interrupt_behavior=InterruptBehavior.CANCEL,
+        causes_sibling_abort=True,
+        location=Location.REMOTE,
+        primary_content_field="paper_id",
+    )
     back = spec_from_proto(spec_to_proto(spec), provider="p:1")
     assert back.name == spec.name
     assert back.parameters == spec.parameters

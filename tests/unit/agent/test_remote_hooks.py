@@ -17,7 +17,7 @@ from stockade.agent.hooks import (
     ToolResultContext,
 )
 from stockade.agent.remote_hooks import FailurePolicy, RemoteHook, RemoteHookConfig
-from stockade.agent.toolspec_proto import dict_to_struct, struct_to_dict
+from stockade.contract.toolspec import dict_to_struct, struct_to_dict
 from stockade.v1 import hook_service_pb2 as hook_pb2
 from stockade.v1 import hook_service_pb2_grpc as hook_grpc
 

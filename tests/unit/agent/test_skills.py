@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from stockade.agent.app import AgentApp
-from stockade.agent.registry import default_registry, offered_registry
+from stockade.agent.registry import offered_registry
 from stockade.agent.settings import AgentSettings
 from stockade.agent.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
+from stockade.agent.tools import default_registry
 from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.server import SettingsError, load_settings
 from stockade.v1 import executor_service_pb2 as x_pb2

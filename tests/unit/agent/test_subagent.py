@@ -6,7 +6,7 @@ import pytest
 
 from stockade.agent.hooks import HookPipeline
 from stockade.agent.limits import Budget
-from stockade.agent.registry import default_registry
+from stockade.agent.registry import Location, ToolSpec
 from stockade.agent.subagent import (
     READ_ONLY_TOOLS,
     SILENT_ASK_USER_ERROR,
@@ -16,6 +16,7 @@ from stockade.agent.subagent import (
     silent_refusal,
     spawn_scope,
 )
+from stockade.agent.tools import default_registry
 from stockade.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 
 
@@ -33,8 +34,21 @@ def lead(tools: list[str] | None = None, steps: int = 20) -> AgentScope:
 
 
 def test_explore_profile_gets_only_read_only_tools() -> None:
-    child = spawn_scope(lead(), parse_request({"task": "look around"}), max_depth=2)
-    assert set(child.registry.names()) == set(READ_ONLY_TOOLS)
+    parent = lead()
+    # A product's read-only tool, registered by whatever composed the agent.
+    parent.registry.register(
+        ToolSpec(
+            name="search_papers",
+            description="",
+            read_only=True,
+            concurrency_safe=True,
+            location=Location.REMOTE,
+            provider="p:1",
+        )
+    )
+    child = spawn_scope(parent, parse_request({"task": "look around"}), max_depth=2)
+    assert set(child.registry.names()) == set(READ_ONLY_TOOLS) & set(parent.registry.names())
+    assert {"read_file", "grep_files", "glob_files", "search_papers"} <= set(child.registry.names())
     assert all(spec.read_only for spec in child.registry)
     assert child.silent and child.from_subagent and child.depth == 1
     assert child.session_id == "s1"

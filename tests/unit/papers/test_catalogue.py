@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from stockade.agent.registry import InterruptBehavior
+from stockade.contract.tools import Interrupt, Location
 from stockade.errors import InvalidArgument, NotFound, UnknownTool
 from stockade.papers.catalogue import TOOL_NAMES, PaperCatalogue
 
@@ -54,9 +54,10 @@ def test_bad_calls(tool: str, args: dict[str, object], error: type[Exception]) -
         PaperCatalogue().call(tool, args)
 
 
-def test_tool_specs_carry_the_seed_traits() -> None:
-    specs = PaperCatalogue().tool_specs()
-    assert [s.name for s in specs] == list(TOOL_NAMES)
-    for spec in specs:
-        assert spec.read_only and spec.is_concurrency_safe({})
-        assert spec.interrupt_behavior is InterruptBehavior.CANCEL
+def test_tool_declarations_carry_the_seed_traits() -> None:
+    declarations = PaperCatalogue().tool_declarations()
+    assert [d.name for d in declarations] == list(TOOL_NAMES)
+    for declaration in declarations:
+        traits = declaration.traits
+        assert traits.read_only and traits.concurrency_safe
+        assert traits.interrupt is Interrupt.CANCEL and traits.location is Location.REMOTE

@@ -1,5 +1,8 @@
 """A small JSON-schema validator for tool arguments (AGT-1, AGT-7 "validate and prepare").
 
+Shared by every side that checks a call against a declared schema: the agent before a
+call leaves it, a ToolProvider (the paper catalogue) before it runs one.
+
 Tool schemas use a small subset of JSON Schema: ``type``, ``required``, ``properties``,
 ``enum``, ``additionalProperties``, ``items``, ``minimum``/``maximum`` and
 ``minLength``/``maxLength``. ``jsonschema`` is not a runtime dependency of Stockade, and
