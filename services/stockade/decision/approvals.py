@@ -4,6 +4,13 @@ Approvals are stored by ``SessionStore`` (so they survive a restart); this modul
 the live part: watchers get every change as it happens, waiters wake when an answer
 arrives, and an approval nobody answers before its deadline becomes EXPIRED (a denial).
 
+Replicas (a shared store, STORE-2): the store reports approvals other replicas raise or
+answer (``approval_changed``), so watchers here see the whole fleet's approvals and a
+waiter here wakes when the answer is given elsewhere; after a lost change feed the store
+resynchronises (``resynced``) and every waiter re-reads its approval. Which approvals still
+have a waiter is recorded in the store (``touch_waiters``), since the waiter may sit on
+another replica: an approval no replica has waited for within ``reattach_s`` is abandoned.
+
 Restarts: a waiter cut off by a restart re-attaches (the agent calls AwaitApproval again);
 an approval whose waiter does not come back within ``reattach_s`` is marked EXPIRED as
 abandoned, so no answer can be given that nobody will act on. On shutdown, waits end at
@@ -16,8 +23,8 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import NamedTuple
 
@@ -28,11 +35,12 @@ from stockade.decision.sessions import (
     ApprovalState,
     GrantRecord,
     PendingCall,
-    SessionStore,
     new_id,
 )
+from stockade.decision.store.base import DecisionStore
 from stockade.errors import (
     ApprovalAlreadyResolved,
+    ApprovalNotFound,
     DependencyUnavailable,
     InvalidArgument,
     ResourceExhausted,
@@ -132,7 +140,7 @@ class ApprovalBroker:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: DecisionStore,
         *,
         clock: Callable[[], float] = time.time,
         limits: ApprovalLimits | None = None,
@@ -149,6 +157,7 @@ class ApprovalBroker:
         self._waiters: Counter[str] = Counter()
         self._orphaned: dict[str, float] = {}
         """Pending approval id → when its last waiter left (or this service started)."""
+        store.on_changes(self)
 
     async def load(self) -> None:
         """Read the pending approvals once (at start, or on first use).
@@ -162,8 +171,47 @@ class ApprovalBroker:
             now = self._clock()
             for rec in await self._store.pending_approvals():
                 self._track(rec)
-                self._orphaned[rec.approval_id] = now
+                if not self._store.shared:  # shared: the waiter may be on another replica
+                    self._orphaned[rec.approval_id] = now
             self._loaded = True
+
+    async def approval_changed(self, rec: ApprovalRecord) -> None:
+        """Another replica raised, answered or expired ``rec``: tell the watchers (once
+        per change) and wake the waiters here."""
+        if not self._loaded:
+            return  # ``load`` reads the pending ones from the store
+        if rec.state is ApprovalState.PENDING:
+            if rec.approval_id not in self._pending:
+                self._publish(rec)
+            return
+        if rec.approval_id in self._pending:
+            self._publish(rec)
+        else:  # never seen pending here (raised and answered in between): wake only
+            event = self._answered.pop(rec.approval_id, None)
+            if event is not None:
+                event.set()
+
+    async def resynced(self, pending: Sequence[ApprovalRecord]) -> None:
+        """The store's change feed was lost and is back: reconcile with ``pending`` (what
+        the store holds now) and wake every waiter to re-read its approval."""
+        if not self._loaded:
+            return
+        now_pending = {rec.approval_id: rec for rec in pending}
+        for approval_id in [a for a in self._pending if a not in now_pending]:
+            try:
+                final = await self._store.get_approval(approval_id)
+            except ApprovalNotFound:
+                final = None
+            if final is not None and final.state is not ApprovalState.PENDING:
+                self._publish(final)
+            elif final is None:  # deleted with its session: just stop holding it
+                self._track(replace(self._pending[approval_id], state=ApprovalState.EXPIRED))
+        for rec in now_pending.values():
+            if rec.approval_id not in self._pending:
+                self._publish(rec)
+        for event in self._answered.values():
+            event.set()
+        self._answered.clear()
 
     def _track(self, rec: ApprovalRecord) -> None:
         """Keep ``_pending`` current with ``rec``'s state."""
@@ -395,6 +443,10 @@ class ApprovalBroker:
         replica or after the restart, instead of holding the shutdown's grace period.
         """
         await self.load()
+        if self._store.shared:
+            # Tell every replica a caller waits (again) for this approval, before the
+            # first read: a re-attach after a replica died keeps it from being abandoned.
+            await self._store.touch_waiters([approval_id], self._clock())
         self._waiters[approval_id] += 1
         self._orphaned.pop(approval_id, None)
         stop = stopping()
@@ -452,9 +504,19 @@ class ApprovalBroker:
         for rec in [r for r in self._pending.values() if r.expire_time <= now]:
             expired += await self._expire(rec)
         cutoff = now - self.limits.reattach_s
+        if self._store.shared:
+            # The waiters are spread over the replicas: each touches its own, and an
+            # approval nobody touched within ``reattach_s`` (its replica died, its caller
+            # left) is abandoned by whichever replica sweeps first.
+            await self._store.touch_waiters(list(self._waiters), now)
+            for unwatched in await self._store.unwatched_approvals(cutoff):
+                if not self._waiters.get(unwatched.approval_id):
+                    abandoned += await self._expire(unwatched, ABANDONED_REASON)
         for approval_id in [a for a, t in self._orphaned.items() if t <= cutoff]:
             orphan = self._pending.get(approval_id)
-            if orphan is None or self._waiters.get(approval_id):
+            if orphan is None or self._waiters.get(approval_id) or self._store.shared:
+                # (shared: the caller may have re-attached on another replica; the store's
+                # record of waiters decided above)
                 self._orphaned.pop(approval_id, None)
                 continue
             abandoned += await self._expire(orphan, ABANDONED_REASON)

@@ -26,9 +26,10 @@ from stockade.decision.grants import GrantSigner, SignedGrant
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Source
-from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall, SessionStore
+from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall
 from stockade.decision.shadow import ShadowPolicy
-from stockade.errors import InvalidArgument
+from stockade.decision.store.base import DecisionStore
+from stockade.errors import DependencyUnavailable, InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class DecisionCore:
     def __init__(
         self,
         policies: PolicyStore,
-        store: SessionStore,
+        store: DecisionStore,
         signer: GrantSigner,
         *,
         default_mode: Mode | None = None,
@@ -120,7 +121,12 @@ class DecisionCore:
         return self._default_mode or self.policy.mode
 
     async def decide(
-        self, call: CallInput, facts: Facts, hook_signals: tuple[HookSignal, ...] = ()
+        self,
+        call: CallInput,
+        facts: Facts,
+        hook_signals: tuple[HookSignal, ...] = (),
+        *,
+        _attempt: int = 0,
     ) -> Outcome:
         """Decide one call; attach a grant (ALLOW), an approval (ASK) and the halt flag."""
         if not call.tool_name:
@@ -151,8 +157,18 @@ class DecisionCore:
         if decision.verdict is Effect.ALLOW:
             used = decision.allow_rules_used
             # Only session rules can be counted grants; policy ALLOWs spend nothing.
-            if used and any(r.source is Source.SESSION for r in used):
-                await self.store.use_grants(session.session_id, used)
+            if (
+                used
+                and any(r.source is Source.SESSION for r in used)
+                and not await self.store.use_grants(session.session_id, used)
+            ):
+                # Another replica spent the grant's last use first: this ALLOW no longer
+                # stands; decide again on the session's rules as they are now.
+                if _attempt >= 3:
+                    raise DependencyUnavailable(
+                        "session grants kept changing while deciding; try again"
+                    )
+                return await self.decide(call, facts, hook_signals, _attempt=_attempt + 1)
             grant = self.signer.sign(
                 session_id=call.session_id,
                 call_id=call.call_id,

@@ -27,9 +27,9 @@ from stockade.decision.modes import parse_mode
 from stockade.decision.policy import PolicyStore, rule_lists_doc
 from stockade.decision.records import RECORDS_LOGGER, DecisionSink, log_sink
 from stockade.decision.servicer import AdminAuth, DecisionServicer
-from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
 from stockade.decision.shadow import ShadowPolicy
+from stockade.decision.store import open_decision_store
 from stockade.server import Registration
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -131,12 +131,14 @@ class DecisionApp:
         """Open the session database, load the policy, start reloading; close on exit."""
         s = self.settings
         policies = policy_store(s)
-        store = await SessionStore.open(
-            Path(s.state_dir) / DB_NAME,
+        store = await open_decision_store(
+            s.store_dsn,
+            str(store_path(s)),
             cache_max_sessions=s.session_cache_max,
             max_session_rules=s.max_session_rules,
+            pool_size=s.store_pool_size,
         )
-        log.info("decision loaded %s; sessions in %s", describe_policy(policies), store_path(s))
+        log.info("decision loaded %s", describe_policy(policies))
         shadow = None
         if s.shadow_policy_file is not None:
             shadow_policies = policy_store(s, s.shadow_policy_file)

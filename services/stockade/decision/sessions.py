@@ -21,7 +21,7 @@ import sqlite3
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -206,7 +206,10 @@ def new_id(prefix: str) -> str:
 
 
 class SessionStore:
-    """Sessions, session rules, grants and approvals in one SQLite file."""
+    """Sessions, session rules, grants and approvals in one SQLite file (one replica)."""
+
+    shared = False
+    """Only this process writes the file: nothing changes behind its back."""
 
     def __init__(
         self,
@@ -522,12 +525,15 @@ class SessionStore:
         self._invalidate(row[0])
         return True
 
-    async def use_grants(self, session_id: str, rules: tuple[Rule, ...]) -> None:
-        """Spend one use of each counted grant among ``rules``; delete those used up."""
+    async def use_grants(self, session_id: str, rules: tuple[Rule, ...]) -> bool:
+        """Spend one use of each counted grant among ``rules``; delete those used up.
+
+        Always True here (one process: nobody else spends them); see ``DecisionStore``.
+        """
         cached = self._cache.get(session_id)
         grants = cached.grants_by_rule if cached is not None else None
         if not grants:
-            return
+            return True
         changed = False
         for rule in rules:
             g = grants.get(rule.rule_id)
@@ -544,6 +550,19 @@ class SessionStore:
         if changed:
             await self._db.commit()
             self._invalidate(session_id)
+        return True
+
+    # -- what only a shared store needs (one process: nothing to do) -----------------
+
+    def on_changes(self, listener: object) -> None:
+        """No other replica writes this file, so there is nothing to report."""
+
+    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
+        """Waiters are tracked in this process's memory (the approval broker)."""
+
+    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
+        """Never asked of a private store (the broker tracks its own waiters)."""
+        return []
 
     # -- approvals ----------------------------------------------------------------------
 

@@ -101,6 +101,14 @@ class DecisionSettings(ServerSettings):
     """How long an approval waits for an answer (overrides the policy file; default 120)."""
     policy_poll_s: float = Field(1.0, gt=0)
     """How often the policy file is checked for changes (SIGHUP reloads at once)."""
+    store_dsn: str = Field(default="", repr=False)
+    """Where sessions, rules, grants, approvals and counters live: empty or
+    ``sqlite:///path`` for SQLite (one replica; default ``state_dir/decision.db``),
+    ``postgresql://…`` for PostgreSQL (any number of interchangeable replicas, STORE-2).
+    Not shown in repr: it may hold a password."""
+    store_pool_size: int = Field(10, gt=0, le=200)
+    """PostgreSQL connections per replica (plus one that listens for other replicas'
+    changes)."""
     session_cache_max: int = Field(10_000, gt=0)
     """Sessions kept in memory (least recently used ones fall out and are read back)."""
     max_session_rules: int = Field(1_000, gt=0)

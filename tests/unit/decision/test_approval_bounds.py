@@ -21,8 +21,10 @@ from stockade.decision.approvals import (
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect
 from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
+from stockade.decision.store import DecisionStore
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, ResourceExhausted
 from stockade.server.lifecycle import stopping
+from tests.unit.decision.conftest import StoreOpener
 
 
 class Clock:
@@ -39,12 +41,12 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path, clock: Clock) -> AsyncIterator[SessionStore]:
-    s = await SessionStore.open(tmp_path / "d.db", clock=clock)
+async def store(open_decision_store: StoreOpener, clock: Clock) -> AsyncIterator[DecisionStore]:
+    """The store of each backend (SQLite, PostgreSQL) with sessions s1 and s2."""
+    s = await open_decision_store(clock=clock)
     for sid in ("s1", "s2"):
         await s.create_session(sid, Mode.DEFAULT)
     yield s
-    await s.close()
 
 
 async def ask(broker: ApprovalBroker, session: str = "s1", n: int = 0, timeout: float = 60) -> str:
@@ -224,7 +226,15 @@ async def test_shutdown_ends_waits_at_once_and_keeps_the_approval(
     states = [(await store.get_approval(a)).state for a in approvals]
     assert states == [ApprovalState.PENDING] * 20
     clock.now += 30  # past the re-attach window, not past the approvals' deadline
-    assert await broker.sweep() == (0, 0, 0)
+    if not store.shared:
+        assert await broker.sweep() == (0, 0, 0)
+    else:
+        # Shared store: the callers re-attach to another replica at once (touching the
+        # approval); one that did not within ``reattach_s`` is abandoned by any replica.
+        await store.touch_waiters(approvals[:5], clock())
+        assert await broker.sweep() == (0, 15, 0)
+        states = [(await store.get_approval(a)).state for a in approvals[:5]]
+        assert states == [ApprovalState.PENDING] * 5
 
 
 async def test_schema_upgrade_in_place(tmp_path: Path, clock: Clock) -> None:

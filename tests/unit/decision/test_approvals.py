@@ -17,7 +17,9 @@ from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
 from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
+from stockade.decision.store import DecisionStore
 from stockade.errors import ApprovalAlreadyResolved, ApprovalNotFound, InvalidPattern
+from tests.unit.decision.conftest import StoreOpener
 
 
 class Clock:
@@ -29,11 +31,11 @@ class Clock:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
-    s = await SessionStore.open(tmp_path / "d.db")
+async def store(open_decision_store: StoreOpener) -> AsyncIterator[DecisionStore]:
+    """The store of each backend (SQLite, PostgreSQL) with session s1."""
+    s = await open_decision_store()
     await s.create_session("s1", Mode.DEFAULT)
     yield s
-    await s.close()
 
 
 async def ask(broker: ApprovalBroker, command: str = "make", timeout: float = 60) -> str:

@@ -1,0 +1,158 @@
+"""The decision store interface (STORE-1, STORE-2).
+
+``SessionStore`` (``stockade.decision.sessions``: one SQLite file, one replica, the
+embedded default) and ``PostgresDecisionStore`` (``stockade.decision.store.postgres``:
+any number of interchangeable replicas on one PostgreSQL) both provide
+``DecisionStore``.
+
+A shared store also reports what other replicas change (``StoreListener``): approvals
+raised or answered elsewhere, and a resynchronisation after the change feed was lost,
+so the approval broker's watchers and waiters see the whole fleet's approvals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from stockade.decision.modes import Mode
+from stockade.decision.rules import Effect, Rule, RuleIndex
+from stockade.decision.sessions import (
+    ApprovalRecord,
+    ApprovalState,
+    GrantRecord,
+    SessionRecord,
+)
+
+
+class StoreListener(Protocol):
+    """What a shared store tells the approval broker about other replicas' changes."""
+
+    async def approval_changed(self, rec: ApprovalRecord) -> None:
+        """Another replica raised, answered or expired ``rec`` (its state as stored now)."""
+
+    async def resynced(self, pending: Sequence[ApprovalRecord]) -> None:
+        """The change feed was lost and is back: ``pending`` is every approval pending
+        now; anything learnt before the gap may be stale."""
+
+
+class DecisionStore(Protocol):
+    """Sessions, session rules, modes, grants, approvals and denial counters.
+
+    The behaviour is ``SessionStore``'s; see its docstrings. ``shared`` is True when other
+    replicas write the same store (PostgreSQL).
+    """
+
+    @property
+    def shared(self) -> bool:
+        """True when other replicas write the same store."""
+
+    @property
+    def cached_sessions(self) -> int:
+        """How many sessions the in-memory cache holds now."""
+
+    max_session_rules: int
+
+    def on_changes(self, listener: StoreListener) -> None:
+        """Tell ``listener`` what other replicas change (a no-op for a private store)."""
+
+    async def close(self) -> None:
+        """Close the store."""
+
+    async def create_session(
+        self, session_id: str | None, mode: Mode, *, task: str = ""
+    ) -> tuple[SessionRecord, bool]:
+        """Create a session (or return the existing one); True if created."""
+
+    async def find_session(self, session_id: str) -> SessionRecord | None:
+        """The session, or None."""
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session; ``SessionNotFound`` if absent."""
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its rules, grants and approvals."""
+
+    async def set_mode(self, session_id: str, mode: Mode) -> SessionRecord:
+        """Change a session's mode."""
+
+    async def record_outcome(self, session_id: str, denied: bool) -> SessionRecord:
+        """Update the denial counters (atomically across replicas)."""
+
+    async def add_rule(
+        self, session_id: str, effect: Effect, pattern: str, reason: str = "", request_id: str = ""
+    ) -> Rule:
+        """Add a SESSION rule (idempotent by request_id)."""
+
+    async def remove_rule(self, session_id: str, rule_id: str) -> bool:
+        """Remove a session rule by id."""
+
+    async def list_rules(self, session_id: str) -> list[Rule]:
+        """The session's own rules in order."""
+
+    async def check_rule_capacity(self, session_id: str) -> None:
+        """``ResourceExhausted`` when the session is at ``max_session_rules``."""
+
+    async def session_rules(self, session_id: str, *, cwd: str = "/") -> RuleIndex:
+        """The session's rules and live grants, compiled (cached while unchanged)."""
+
+    async def add_grant(
+        self,
+        session_id: str,
+        pattern: str,
+        *,
+        remaining_uses: int = 0,
+        expire_time: float | None = None,
+        resolver: str = "",
+    ) -> GrantRecord:
+        """Add a scoped ALLOW grant for the session."""
+
+    async def list_grants(self, session_id: str) -> list[GrantRecord]:
+        """The session's live grants."""
+
+    async def revoke_grant(self, grant_id: str) -> bool:
+        """Delete a grant; True if it existed."""
+
+    async def use_grants(self, session_id: str, rules: tuple[Rule, ...]) -> bool:
+        """Spend one use of each counted grant among ``rules``; False when one of them was
+        used up meanwhile (by another replica), so the ALLOW it gave must be decided again."""
+
+    async def insert_approval(self, rec: ApprovalRecord) -> None:
+        """Store a new pending approval."""
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """One approval; ``ApprovalNotFound`` if absent."""
+
+    async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
+        """The pending approval of one call, if a retried Decide already made one."""
+
+    async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
+        """Pending approvals, oldest first, optionally of one session."""
+
+    async def finish_approval(
+        self,
+        approval_id: str,
+        state: ApprovalState,
+        *,
+        resolver: str = "",
+        resolution: str = "",
+        reason: str = "",
+    ) -> bool:
+        """Move a pending approval to ``state``; False if it was no longer pending (the
+        first answer wins, across replicas too)."""
+
+    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
+        """Pending approvals whose deadline has passed."""
+
+    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
+        """Delete answered or expired approvals finished before ``before``."""
+
+    async def count_approvals(self) -> int:
+        """All stored approvals."""
+
+    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
+        """Record that callers on this replica wait for ``approval_ids`` (shared stores:
+        a replica that dies stops touching, and the approval is abandoned elsewhere)."""
+
+    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
+        """Pending approvals no replica has touched since ``cutoff`` (shared stores)."""

@@ -1,0 +1,1131 @@
+"""The decision store on PostgreSQL: interchangeable replicas on one database (STORE-2).
+
+Every replica reads and writes the same tables; what must hold across replicas is done by
+the database, not by a lock in one process:
+
+- first answer wins: ``finish_approval`` is one conditional ``UPDATE … WHERE state =
+  'pending'``; exactly one of two racing resolvers (on any replicas) changes the row;
+- denial counters are atomic: ``UPDATE … SET n = n + 1 RETURNING``, never read-modify-write;
+- a counted grant is spent by a conditional decrement (``remaining_uses >= 1``), so two
+  replicas cannot both spend its last use (the loser decides again);
+- a session's rules and grants change under its row lock, so the rule limit holds.
+
+Every write also announces itself with ``pg_notify`` in its own transaction (delivered on
+commit) on one channel. Each replica LISTENs on a dedicated connection and
+
+- drops its cached copy of a session another replica changed (mode, counters, rules,
+  grants), so the ALLOW path of Decide reads no database when the session is cached;
+- tells the approval broker about approvals raised or answered elsewhere (watchers see
+  them, the waiter of an answered one wakes).
+
+A cached read is kept only if no change to that session was announced since the read
+began (an invalidation counter), so a read racing a remote write never caches the old
+value. If the LISTEN connection is lost, nothing cached is trusted: the cache is dropped
+and not used until the connection is back and the store has resynchronised (cache dropped
+again, pending approvals re-read, every waiter woken to re-read its approval). Until then
+every read goes to the database, and if that is down too, calls fail UNAVAILABLE (the
+caller denies): never a stale grant or mode served as fresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import asyncpg
+
+from stockade.db.postgres import CONNECTION_ERRORS, connect, migrate, open_pool
+from stockade.decision.modes import Mode
+from stockade.decision.rules import Effect, Rule, RuleIndex, Source, compile_rule
+from stockade.decision.sessions import (
+    DEFAULT_CACHE_MAX_SESSIONS,
+    DEFAULT_MAX_SESSION_RULES,
+    MAX_TASK_CHARS,
+    ApprovalRecord,
+    ApprovalState,
+    GrantRecord,
+    PendingCall,
+    SessionRecord,
+    new_id,
+)
+from stockade.decision.store.base import StoreListener
+from stockade.errors import (
+    ApprovalNotFound,
+    DependencyUnavailable,
+    InvalidArgument,
+    ResourceExhausted,
+    SessionNotFound,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: LISTEN/NOTIFY channel of every decision-store change.
+CHANNEL = "stockade_decision"
+#: Advisory lock key of the decision schema's migrations (the audit store uses ...0001).
+_MIGRATION_LOCK = 0x53544B_0010
+#: A NOTIFY payload is at most 8,000 bytes and carries a session id: ids are bounded.
+MAX_ID_CHARS = 1_000
+#: Announced changes queued for the broker; past it the store resynchronises instead.
+MAX_QUEUED_CHANGES = 10_000
+#: How often the LISTEN connection is checked (a half-open TCP connection sends no error).
+PROBE_INTERVAL_S = 2.0
+PROBE_TIMEOUT_S = 5.0
+#: Sessions whose last invalidation is remembered (older ones: the floor, conservatively).
+_TOUCHED_MAX = 50_000
+
+#: Versioned migrations (append only: a released one is never edited).
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+CREATE TABLE decision_sessions (
+  session_id TEXT PRIMARY KEY,
+  mode TEXT NOT NULL,
+  create_time DOUBLE PRECISION NOT NULL,
+  consecutive_denials INTEGER NOT NULL DEFAULT 0,
+  total_denials INTEGER NOT NULL DEFAULT 0,
+  task TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE decision_session_rules (
+  rule_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES decision_sessions(session_id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  effect TEXT NOT NULL,
+  pattern TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  request_id TEXT,
+  UNIQUE (session_id, request_id)
+);
+CREATE INDEX decision_session_rules_session ON decision_session_rules(session_id, seq);
+CREATE TABLE decision_grants (
+  grant_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES decision_sessions(session_id) ON DELETE CASCADE,
+  pattern TEXT NOT NULL,
+  remaining_uses INTEGER NOT NULL DEFAULT 0,
+  unlimited BOOLEAN NOT NULL DEFAULT TRUE,
+  expire_time DOUBLE PRECISION,
+  create_time DOUBLE PRECISION NOT NULL,
+  resolver TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX decision_grants_session ON decision_grants(session_id);
+CREATE TABLE decision_approvals (
+  approval_id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES decision_sessions(session_id) ON DELETE CASCADE,
+  call_id TEXT NOT NULL DEFAULT '',
+  call_json TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  risk TEXT NOT NULL,
+  summary TEXT NOT NULL,
+  state TEXT NOT NULL,
+  create_time DOUBLE PRECISION NOT NULL,
+  expire_time DOUBLE PRECISION NOT NULL,
+  resolver TEXT NOT NULL DEFAULT '',
+  resolution TEXT NOT NULL DEFAULT '',
+  resolve_reason TEXT NOT NULL DEFAULT '',
+  always_allow_applies BOOLEAN NOT NULL DEFAULT TRUE,
+  finish_time DOUBLE PRECISION,
+  waiter_seen DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX decision_approvals_session_call ON decision_approvals(session_id, call_id);
+CREATE INDEX decision_approvals_pending ON decision_approvals(expire_time)
+  WHERE state = 'pending';
+CREATE INDEX decision_approvals_finished ON decision_approvals(finish_time)
+  WHERE state <> 'pending';
+""",
+    ),
+)
+
+_APPROVAL_SELECT = (
+    "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
+    "expire_time, resolver, resolution, resolve_reason, always_allow_applies "
+    "FROM decision_approvals"
+)
+_SESSION_SELECT = (
+    "SELECT session_id, mode, create_time, consecutive_denials, total_denials, task "
+    "FROM decision_sessions"
+)
+
+
+def _approval(row: Any) -> ApprovalRecord:
+    call = json.loads(row[2])
+    return ApprovalRecord(
+        approval_id=row[0],
+        session_id=row[1],
+        call=PendingCall(
+            call_id=call["call_id"],
+            tool_name=call["tool_name"],
+            arguments=call["arguments"],
+            from_subagent=bool(call.get("from_subagent")),
+            agent_name=call.get("agent_name", ""),
+            findings=call.get("findings", ""),
+        ),
+        reason=row[3],
+        risk=row[4],
+        summary=row[5],
+        state=ApprovalState(row[6]),
+        create_time=row[7],
+        expire_time=row[8],
+        resolver=row[9],
+        resolution=row[10],
+        resolve_reason=row[11],
+        always_allow_applies=bool(row[12]),
+    )
+
+
+def _session(row: Any) -> SessionRecord:
+    return SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4], row[5])
+
+
+def _grant_rule(grant_id: str, pattern: str, resolver: str) -> Rule:
+    return Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", grant_id)
+
+
+def _check_id(value: str, what: str) -> str:
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgument(
+            f"{what} is {len(value):,} characters; the limit is {MAX_ID_CHARS:,}", argument=what
+        )
+    return value
+
+
+@dataclass
+class _Cached:
+    record: SessionRecord
+    index: RuleIndex | None = None
+    index_expiry: float | None = None
+    grants_by_rule: dict[str, GrantRecord] | None = None
+
+
+class PostgresDecisionStore:
+    """Sessions, rules, grants, approvals and counters on PostgreSQL, shared by replicas.
+
+    Open with ``await PostgresDecisionStore.open(dsn)``; close with ``close``.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        dsn: str,
+        *,
+        clock: Callable[[], float],
+        cache_max_sessions: int,
+        max_session_rules: int,
+    ) -> None:
+        """Use ``open``."""
+        self._pool = pool
+        self._dsn = dsn
+        self._clock = clock
+        self.cache_max_sessions = max(1, cache_max_sessions)
+        self.max_session_rules = max_session_rules
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        # Invalidation counter: a read that began at counter value s may be cached only if
+        # its session was not invalidated after s (and no gap happened after s).
+        self._seq = 0
+        self._touched: OrderedDict[str, int] = OrderedDict()
+        self._floor = 0
+        self._origin = uuid.uuid4().hex[:16]
+        """This store's id in notifications (its own are not news to it)."""
+        self._listening = False
+        self._listen_conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+        self._changes: asyncio.Queue[str] = asyncio.Queue(MAX_QUEUED_CHANGES)
+        self._resync_needed = asyncio.Event()
+        self._listener: StoreListener | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self.gaps = 0
+        """How many times the change feed was lost (for tests and metrics)."""
+        self.resyncs = 0
+        """How many resynchronisations completed."""
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        cache_max_sessions: int = DEFAULT_CACHE_MAX_SESSIONS,
+        max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
+        pool_size: int = 10,
+    ) -> PostgresDecisionStore:
+        """Connect, apply the migrations (under the migration lock), start listening.
+
+        ``DependencyUnavailable`` when the server cannot be reached.
+        """
+        conn = await connect(dsn, what="decision")
+        try:
+            await migrate(
+                conn, MIGRATIONS, version_table="decision_schema_version", lock_key=_MIGRATION_LOCK
+            )
+        finally:
+            await conn.close()
+        pool = await open_pool(dsn, what="decision", min_size=1, max_size=pool_size)
+        store = cls(
+            pool,
+            dsn,
+            clock=clock,
+            cache_max_sessions=cache_max_sessions,
+            max_session_rules=max_session_rules,
+        )
+        try:
+            await store._listen()
+        except BaseException:
+            await pool.close()
+            raise
+        store._tasks = [
+            asyncio.create_task(store._keep_listening(), name="decision-store-listen"),
+            asyncio.create_task(store._deliver(), name="decision-store-deliver"),
+        ]
+        return store
+
+    # -- the change feed ----------------------------------------------------------------
+
+    @property
+    def listening(self) -> bool:
+        """True while the change feed is connected (caches are used only then)."""
+        return self._listening
+
+    @property
+    def cached_sessions(self) -> int:
+        """How many sessions the in-memory cache holds now."""
+        return len(self._cache)
+
+    def on_changes(self, listener: StoreListener) -> None:
+        """Tell ``listener`` about approvals other replicas change, and about resyncs."""
+        self._listener = listener
+
+    async def _listen(self) -> None:
+        conn = await connect(self._dsn, what="decision")
+        try:
+            await conn.add_listener(CHANNEL, self._on_notify)
+        except BaseException:
+            await conn.close()
+            raise
+        conn.add_termination_listener(self._on_terminated)
+        self._listen_conn = conn
+        self._lost.clear()
+        # Anything read before this point may have missed a notification: start clean.
+        self._gap()
+        self._listening = True
+
+    def _on_terminated(self, conn: object) -> None:
+        self._feed_lost("the LISTEN connection closed")
+
+    def _feed_lost(self, why: str) -> None:
+        if not self._listening:
+            return
+        self._listening = False
+        self.gaps += 1
+        self._gap()
+        self._lost.set()
+        if not self._closed:
+            log.warning("decision store: %s; caches off until it is back", why)
+
+    async def _keep_listening(self) -> None:
+        """Probe the LISTEN connection; when it is lost, reconnect and resynchronise."""
+        backoff = 0.1
+        while not self._closed:
+            if self._listening:
+                conn = self._listen_conn
+                try:
+                    assert conn is not None
+                    await conn.fetchval("SELECT 1", timeout=PROBE_TIMEOUT_S)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # any failure: the feed can no longer be trusted
+                    self._feed_lost(f"the LISTEN connection failed ({type(err).__name__})")
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._lost.wait(), PROBE_INTERVAL_S)
+                    continue
+            old, self._listen_conn = self._listen_conn, None
+            if old is not None:
+                old.terminate()
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("decision store: cannot listen yet (%s); retrying", err)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.1
+            log.info("decision store: change feed back; resynchronising")
+            self._resync_needed.set()
+            with contextlib.suppress(asyncio.QueueFull):
+                self._changes.put_nowait("")  # wake the delivery task to resync
+
+    def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        """One change announced by some replica (runs in the event loop, synchronously)."""
+        origin, _, rest = str(payload).partition("|")
+        kind, _, rest = rest.partition("|")
+        if origin == self._origin:
+            return  # this replica already acted on its own change
+        if kind == "s":  # a session's row, rules or grants changed
+            self._invalidate(rest)
+        elif kind == "a":  # an approval was raised, answered or expired
+            approval_id, _, session_id = rest.partition("|")
+            if session_id:
+                self._invalidate(session_id)  # an answer may have added a grant
+            try:
+                self._changes.put_nowait(approval_id)
+            except asyncio.QueueFull:
+                self._resync_needed.set()
+        elif kind == "x":  # a session was deleted
+            self._invalidate(rest)
+        else:
+            log.warning("decision store: ignored a malformed change notification")
+
+    async def _deliver(self) -> None:
+        """Hand announced approval changes to the broker, in order; resync when asked."""
+        while True:
+            approval_id = await self._changes.get()
+            try:
+                if self._resync_needed.is_set():
+                    await self._resync()
+                    continue
+                if not approval_id or self._listener is None:
+                    continue
+                try:
+                    rec = await self.get_approval(approval_id)
+                except ApprovalNotFound:
+                    continue  # deleted since (its session was deleted)
+                await self._listener.approval_changed(rec)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The database is unreachable or the broker failed: do not lose the change,
+                # resynchronise as soon as the next change (or the feed's return) arrives.
+                log.exception("decision store: delivering a change failed; will resync")
+                self._resync_needed.set()
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(asyncio.QueueFull):
+                    self._changes.put_nowait("")
+
+    async def _resync(self) -> None:
+        self._resync_needed.clear()
+        # Drain what is queued: the full re-read below covers it.
+        while not self._changes.empty():
+            self._changes.get_nowait()
+        self._gap()
+        pending = await self.pending_approvals()
+        if self._listener is not None:
+            await self._listener.resynced(pending)
+        self.resyncs += 1
+
+    async def drop_listen_connection(self) -> None:
+        """Cut the LISTEN connection from the server's side (for fault tests)."""
+        conn = self._listen_conn
+        if conn is None:
+            return
+        pid = conn.get_server_pid()
+        async with self._pool.acquire() as admin:
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)
+
+    # -- the session cache --------------------------------------------------------------
+
+    def _gap(self) -> None:
+        """Forget everything cached: it may have missed a change."""
+        self._seq += 1
+        self._floor = self._seq
+        self._cache.clear()
+        self._touched.clear()
+
+    def _invalidate(self, session_id: str) -> None:
+        self._seq += 1
+        self._touched[session_id] = self._seq
+        self._touched.move_to_end(session_id)
+        while len(self._touched) > _TOUCHED_MAX:
+            _, seq = self._touched.popitem(last=False)
+            self._floor = max(self._floor, seq)
+        self._cache.pop(session_id, None)
+
+    def _written(self, rec: SessionRecord, started: int) -> None:
+        """This replica changed the session's row (mode, counters) and read ``rec`` back
+        in the same statement: keep it cached (with the compiled rules, which the row does
+        not affect) if nothing else changed the session since ``started``; reads still in
+        flight must not cache what they saw before."""
+        sid = rec.session_id
+        fresh = self._may_cache(sid, started)
+        self._seq += 1
+        self._touched[sid] = self._seq
+        self._touched.move_to_end(sid)
+        entry = self._cache.get(sid)
+        if not fresh:
+            self._cache.pop(sid, None)
+        elif entry is not None:
+            entry.record = rec
+        else:
+            self._remember(sid, _Cached(rec))
+
+    def _may_cache(self, session_id: str, started: int) -> bool:
+        return (
+            self._listening
+            and self._floor <= started
+            and self._touched.get(session_id, 0) <= started
+        )
+
+    def _remember(self, session_id: str, entry: _Cached) -> None:
+        self._cache[session_id] = entry
+        self._cache.move_to_end(session_id)
+        while len(self._cache) > self.cache_max_sessions:
+            self._cache.popitem(last=False)
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    async def _run(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run ``work`` on a pooled connection; a lost database is UNAVAILABLE."""
+        if self._closed:
+            raise DependencyUnavailable("the decision store is closed")
+        try:
+            async with self._pool.acquire() as conn:
+                # The pool's proxy forwards every Connection method.
+                return await work(cast(asyncpg.Connection, conn))
+        except CONNECTION_ERRORS as err:
+            raise DependencyUnavailable(
+                f"the decision database is unreachable: {type(err).__name__}"
+            ) from err
+
+    async def _notify(self, conn: asyncpg.Connection, kind: str, *parts: str) -> None:
+        await conn.execute(
+            "SELECT pg_notify($1, $2)", CHANNEL, "|".join((self._origin, kind, *parts))
+        )
+
+    async def close(self) -> None:
+        """Stop listening and close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        self._listening = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._listen_conn is not None:
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self._listen_conn.close(timeout=5)
+        await self._pool.close()
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create_session(
+        self, session_id: str | None, mode: Mode, *, task: str = ""
+    ) -> tuple[SessionRecord, bool]:
+        """Create a session (or return the existing one with that id); True if created."""
+        if len(task) > MAX_TASK_CHARS:
+            raise InvalidArgument(
+                f"task is {len(task):,} characters; the limit is {MAX_TASK_CHARS:,}",
+                argument="task",
+            )
+        sid = _check_id(session_id or new_id("ses"), "session_id")
+        existing = await self.find_session(sid)
+        if existing is not None:
+            return existing, False
+
+        async def insert(conn: asyncpg.Connection) -> bool:
+            status = await conn.execute(
+                "INSERT INTO decision_sessions (session_id, mode, create_time, task) "
+                "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id) DO NOTHING",
+                sid,
+                mode.value,
+                self._clock(),
+                task,
+            )
+            return bool(status == "INSERT 0 1")
+
+        created = await self._run(insert)
+        found = await self.find_session(sid)
+        if found is None:  # deleted by another replica in between
+            raise SessionNotFound(f"session {sid!r} was deleted meanwhile", session_id=sid)
+        return found, created
+
+    async def find_session(self, session_id: str) -> SessionRecord | None:
+        """The session (from the cache while the change feed is up), or None."""
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            self._cache.move_to_end(session_id)
+            return cached.record
+        if len(session_id) > MAX_ID_CHARS:
+            return None  # no such session can exist
+        started = self._seq
+        row = await self._run(
+            lambda c: c.fetchrow(_SESSION_SELECT + " WHERE session_id = $1", session_id)
+        )
+        if row is None:
+            return None
+        rec = _session(row)
+        if self._may_cache(session_id, started) and session_id not in self._cache:
+            self._remember(session_id, _Cached(rec))
+        return rec
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session; ``SessionNotFound`` if absent."""
+        rec = await self.find_session(session_id)
+        if rec is None:
+            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+        return rec
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its rules, grants and approvals (cascading)."""
+
+        async def delete(conn: asyncpg.Connection) -> bool:
+            async with conn.transaction():
+                status = await conn.execute(
+                    "DELETE FROM decision_sessions WHERE session_id = $1", session_id
+                )
+                await self._notify(conn, "x", session_id)
+            return bool(status != "DELETE 0")
+
+        if len(session_id) > MAX_ID_CHARS:
+            return False
+        try:
+            return await self._run(delete)
+        finally:
+            self._invalidate(session_id)
+
+    async def set_mode(self, session_id: str, mode: Mode) -> SessionRecord:
+        """Change a session's mode (every replica's cached copy is dropped)."""
+
+        async def update(conn: asyncpg.Connection) -> Any:
+            async with conn.transaction():
+                row = await conn.fetchrow(
+                    "UPDATE decision_sessions SET mode = $2 WHERE session_id = $1 "
+                    "RETURNING session_id, mode, create_time, consecutive_denials, "
+                    "total_denials, task",
+                    session_id,
+                    mode.value,
+                )
+                if row is not None:
+                    await self._notify(conn, "s", session_id)
+            return row
+
+        started = self._seq
+        try:
+            row = await self._run(update)
+        except BaseException:
+            self._invalidate(session_id)
+            raise
+        if row is None:
+            self._invalidate(session_id)
+            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+        rec = _session(row)
+        self._written(rec, started)
+        return rec
+
+    async def record_outcome(self, session_id: str, denied: bool) -> SessionRecord:
+        """Update the denial counters (DEC-9) in one atomic statement.
+
+        An ALLOW on a session whose cached run of denials is 0 writes nothing (the common
+        path stays free of database round trips).
+        """
+        rec = await self.get_session(session_id)
+        if not denied and rec.consecutive_denials == 0:
+            return rec
+        if denied:
+            sql = (
+                "UPDATE decision_sessions SET consecutive_denials = consecutive_denials + 1, "
+                "total_denials = total_denials + 1 WHERE session_id = $1 "
+            )
+        else:
+            sql = (
+                "UPDATE decision_sessions SET consecutive_denials = 0 "
+                "WHERE session_id = $1 AND consecutive_denials <> 0 "
+            )
+        returning = (
+            "RETURNING session_id, mode, create_time, consecutive_denials, total_denials, task"
+        )
+
+        async def update(conn: asyncpg.Connection) -> Any:
+            async with conn.transaction():
+                row = await conn.fetchrow(sql + returning, session_id)
+                if row is not None:
+                    await self._notify(conn, "s", session_id)
+            return row
+
+        started = self._seq
+        try:
+            row = await self._run(update)
+        except BaseException:
+            self._invalidate(session_id)
+            raise
+        if row is None:
+            self._invalidate(session_id)
+            if denied:
+                raise SessionNotFound(
+                    f"session {session_id!r} does not exist", session_id=session_id
+                )
+            return await self.get_session(session_id)  # already 0 (another replica reset it)
+        rec = _session(row)
+        self._written(rec, started)
+        return rec
+
+    # -- rules --------------------------------------------------------------------------
+
+    async def _lock_session(self, conn: asyncpg.Connection, session_id: str) -> None:
+        """Lock the session's row for this transaction (its rules and grants change one
+        writer at a time, so the rule limit and rule order hold across replicas)."""
+        if (
+            await conn.fetchval(
+                "SELECT 1 FROM decision_sessions WHERE session_id = $1 FOR UPDATE", session_id
+            )
+            is None
+        ):
+            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+
+    async def _check_capacity(self, conn: asyncpg.Connection, session_id: str) -> None:
+        count = int(
+            await conn.fetchval(
+                "SELECT (SELECT count(*) FROM decision_session_rules WHERE session_id = $1) + "
+                "(SELECT count(*) FROM decision_grants WHERE session_id = $1)",
+                session_id,
+            )
+        )
+        if count >= self.max_session_rules:
+            raise ResourceExhausted(
+                f"session {session_id!r} holds {count} session rules and grants; the limit is "
+                f"{self.max_session_rules} (max_session_rules): remove some first",
+                limit="max_session_rules",
+                value=str(self.max_session_rules),
+            )
+
+    async def add_rule(
+        self, session_id: str, effect: Effect, pattern: str, reason: str = "", request_id: str = ""
+    ) -> Rule:
+        """Add a SESSION rule (idempotent by request_id); ``InvalidPattern`` if it is bad."""
+        await self.get_session(session_id)
+        _check_id(request_id, "request_id")
+        rule = Rule(effect, pattern.strip(), Source.SESSION, reason, new_id("rule"))
+        compile_rule(rule, 0)  # reject bad patterns before storing them
+
+        async def insert(conn: asyncpg.Connection) -> Rule:
+            async with conn.transaction():
+                await self._lock_session(conn, session_id)
+                if request_id:
+                    row = await conn.fetchrow(
+                        "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
+                        "WHERE session_id = $1 AND request_id = $2",
+                        session_id,
+                        request_id,
+                    )
+                    if row is not None:
+                        return Rule(Effect(row[1]), row[2], Source.SESSION, row[3], row[0])
+                await self._check_capacity(conn, session_id)
+                await conn.execute(
+                    "INSERT INTO decision_session_rules (rule_id, session_id, seq, effect, "
+                    "pattern, reason, request_id) VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) "
+                    "+ 1 FROM decision_session_rules WHERE session_id = $2), $3, $4, $5, $6)",
+                    rule.rule_id,
+                    session_id,
+                    effect.value,
+                    rule.pattern,
+                    reason,
+                    request_id or None,
+                )
+                await self._notify(conn, "s", session_id)
+            return rule
+
+        try:
+            return await self._run(insert)
+        finally:
+            self._invalidate(session_id)
+
+    async def remove_rule(self, session_id: str, rule_id: str) -> bool:
+        """Remove a session rule by id."""
+
+        async def delete(conn: asyncpg.Connection) -> bool:
+            async with conn.transaction():
+                status = await conn.execute(
+                    "DELETE FROM decision_session_rules WHERE session_id = $1 AND rule_id = $2",
+                    session_id,
+                    rule_id,
+                )
+                await self._notify(conn, "s", session_id)
+            return bool(status != "DELETE 0")
+
+        if len(session_id) > MAX_ID_CHARS:
+            return False
+        try:
+            return await self._run(delete)
+        finally:
+            self._invalidate(session_id)
+
+    async def list_rules(self, session_id: str) -> list[Rule]:
+        """The session's own rules in order (grants are listed by ``list_grants``)."""
+        rows = await self._run(
+            lambda c: c.fetch(
+                "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
+                "WHERE session_id = $1 ORDER BY seq",
+                session_id,
+            )
+        )
+        return [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rows]
+
+    async def check_rule_capacity(self, session_id: str) -> None:
+        """``ResourceExhausted`` when the session holds ``max_session_rules`` already."""
+        await self._run(lambda c: self._check_capacity(c, session_id))
+
+    async def session_rules(self, session_id: str, *, cwd: str = "/") -> RuleIndex:
+        """The session's rules and live grants, compiled (cached until something changes,
+        on this replica or any other)."""
+        rec = await self.get_session(session_id)
+        cached = self._cache.get(rec.session_id)
+        now = self._clock()
+        if (
+            cached is not None
+            and cached.index is not None
+            and (cached.index_expiry is None or now < cached.index_expiry)
+        ):
+            return cached.index
+        started = self._seq
+        rules, grants = await self._run(lambda c: self._read_rules(c, session_id, now))
+        expiries = [g.expire_time for g in grants if g.expire_time is not None]
+        index = RuleIndex([*rules, *(g.rule for g in grants)], cwd=cwd)
+        if self._may_cache(session_id, started):
+            entry = self._cache.get(session_id) or _Cached(rec)
+            entry.index = index
+            entry.index_expiry = min(expiries) if expiries else None
+            entry.grants_by_rule = {g.rule.rule_id: g for g in grants}
+            self._remember(session_id, entry)
+        return index
+
+    async def _read_rules(
+        self, conn: asyncpg.Connection, session_id: str, now: float
+    ) -> tuple[list[Rule], list[GrantRecord]]:
+        # One snapshot for both, so rules and grants belong to the same moment.
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            rule_rows = await conn.fetch(
+                "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
+                "WHERE session_id = $1 ORDER BY seq",
+                session_id,
+            )
+            grant_rows = await conn.fetch(
+                "SELECT grant_id, pattern, remaining_uses, expire_time, create_time, resolver "
+                "FROM decision_grants WHERE session_id = $1 ORDER BY create_time",
+                session_id,
+            )
+        rules = [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rule_rows]
+        grants = [
+            g
+            for gid, pattern, uses, exp, created, resolver in grant_rows
+            for g in [
+                GrantRecord(
+                    gid, session_id, _grant_rule(gid, pattern, resolver), uses, exp, created,
+                    resolver,
+                )
+            ]
+            if g.live(now)
+        ]  # fmt: skip
+        return rules, grants
+
+    # -- grants -------------------------------------------------------------------------
+
+    async def add_grant(
+        self,
+        session_id: str,
+        pattern: str,
+        *,
+        remaining_uses: int = 0,
+        expire_time: float | None = None,
+        resolver: str = "",
+    ) -> GrantRecord:
+        """Add a scoped ALLOW grant for the session."""
+        if remaining_uses < 0:
+            raise InvalidArgument("scope.remaining_uses must not be negative")
+        gid = new_id("grant")
+        rule = _grant_rule(gid, pattern, resolver)
+        compile_rule(rule, 0)
+        now = self._clock()
+
+        async def insert(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                await self._lock_session(conn, session_id)
+                await self._check_capacity(conn, session_id)
+                await conn.execute(
+                    "INSERT INTO decision_grants (grant_id, session_id, pattern, remaining_uses, "
+                    "unlimited, expire_time, create_time, resolver) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    gid,
+                    session_id,
+                    pattern,
+                    remaining_uses,
+                    remaining_uses == 0,
+                    expire_time,
+                    now,
+                    resolver,
+                )
+                await self._notify(conn, "s", session_id)
+
+        try:
+            await self._run(insert)
+        finally:
+            self._invalidate(session_id)
+        return GrantRecord(gid, session_id, rule, remaining_uses, expire_time, now, resolver)
+
+    async def list_grants(self, session_id: str) -> list[GrantRecord]:
+        """The session's live grants."""
+        _, grants = await self._run(lambda c: self._read_rules(c, session_id, self._clock()))
+        return grants
+
+    async def revoke_grant(self, grant_id: str) -> bool:
+        """Delete a grant; True if it existed."""
+
+        async def delete(conn: asyncpg.Connection) -> str | None:
+            async with conn.transaction():
+                sid = await conn.fetchval(
+                    "DELETE FROM decision_grants WHERE grant_id = $1 RETURNING session_id",
+                    grant_id,
+                )
+                if sid is not None:
+                    await self._notify(conn, "s", sid)
+            return None if sid is None else str(sid)
+
+        sid = await self._run(delete)
+        if sid is None:
+            return False
+        self._invalidate(sid)
+        return True
+
+    async def use_grants(self, session_id: str, rules: tuple[Rule, ...]) -> bool:
+        """Spend one use of each counted grant among ``rules``; delete those used up.
+
+        Each use is a conditional decrement, so across replicas a grant's last use is
+        spent once; False when one was used up elsewhere first (decide again).
+        """
+        cached = self._cache.get(session_id)
+        grants = cached.grants_by_rule if cached is not None else None
+        if grants is None:
+            # Not cached (feed down, or evicted): look the rules up in the database.
+            ids = [r.rule_id for r in rules if r.source is Source.SESSION]
+            if not ids:
+                return True
+            rows = await self._run(
+                lambda c: c.fetch(
+                    "SELECT grant_id, unlimited FROM decision_grants WHERE grant_id = ANY($1)",
+                    ids,
+                )
+            )
+            counted = [str(r[0]) for r in rows if not r[1]]
+            gone = {r.rule_id for r in rules if r.rule_id.startswith("grant-")} - {
+                str(r[0]) for r in rows
+            }
+            if gone:
+                self._invalidate(session_id)
+                return False
+        else:
+            counted = [
+                g.grant_id
+                for r in rules
+                for g in [grants.get(r.rule_id)]
+                if g is not None and g.remaining_uses != 0
+            ]
+        if not counted:
+            return True
+
+        async def spend(conn: asyncpg.Connection) -> bool:
+            async with conn.transaction():
+                for gid in counted:
+                    left = await conn.fetchval(
+                        "UPDATE decision_grants SET remaining_uses = remaining_uses - 1 "
+                        "WHERE grant_id = $1 AND NOT unlimited AND remaining_uses >= 1 "
+                        "RETURNING remaining_uses",
+                        gid,
+                    )
+                    if left is None:
+                        raise _Spent
+                    if left == 0:
+                        await conn.execute("DELETE FROM decision_grants WHERE grant_id = $1", gid)
+                await self._notify(conn, "s", session_id)
+            return True
+
+        try:
+            return await self._run(spend)
+        except _Spent:
+            return False
+        finally:
+            self._invalidate(session_id)
+
+    # -- approvals ----------------------------------------------------------------------
+
+    async def insert_approval(self, rec: ApprovalRecord) -> None:
+        """Store a new pending approval and announce it to every replica."""
+        call = {
+            "call_id": rec.call.call_id,
+            "tool_name": rec.call.tool_name,
+            "arguments": dict(rec.call.arguments),
+            "from_subagent": rec.call.from_subagent,
+            "agent_name": rec.call.agent_name,
+            "findings": rec.call.findings,
+        }
+
+        async def insert(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                await conn.execute(
+                    "INSERT INTO decision_approvals (approval_id, session_id, call_id, call_json, "
+                    "reason, risk, summary, state, create_time, expire_time, "
+                    "always_allow_applies, waiter_seen) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)",
+                    rec.approval_id,
+                    rec.session_id,
+                    rec.call.call_id,
+                    json.dumps(call),
+                    rec.reason,
+                    rec.risk,
+                    rec.summary,
+                    rec.state.value,
+                    rec.create_time,
+                    rec.expire_time,
+                    rec.always_allow_applies,
+                )
+                await self._notify(conn, "a", rec.approval_id, "")
+
+        await self._run(insert)
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord:
+        """One approval (always read from the database); ``ApprovalNotFound`` if absent."""
+        row = None
+        if len(approval_id) <= MAX_ID_CHARS:
+            row = await self._run(
+                lambda c: c.fetchrow(_APPROVAL_SELECT + " WHERE approval_id = $1", approval_id)
+            )
+        if row is None:
+            raise ApprovalNotFound(
+                f"approval {approval_id!r} does not exist", approval_id=approval_id
+            )
+        return _approval(row)
+
+    async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
+        """The pending approval of one call, if a retried Decide already made one."""
+        if not call_id:
+            return None
+        row = await self._run(
+            lambda c: c.fetchrow(
+                _APPROVAL_SELECT + " WHERE session_id = $1 AND call_id = $2 AND state = 'pending'",
+                session_id,
+                call_id,
+            )
+        )
+        return None if row is None else _approval(row)
+
+    async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
+        """Pending approvals, oldest first, optionally of one session."""
+        if session_id:
+            rows = await self._run(
+                lambda c: c.fetch(
+                    _APPROVAL_SELECT
+                    + " WHERE state = 'pending' AND session_id = $1 ORDER BY create_time",
+                    session_id,
+                )
+            )
+        else:
+            rows = await self._run(
+                lambda c: c.fetch(
+                    _APPROVAL_SELECT + " WHERE state = 'pending' ORDER BY create_time"
+                )
+            )
+        return [_approval(r) for r in rows]
+
+    async def finish_approval(
+        self,
+        approval_id: str,
+        state: ApprovalState,
+        *,
+        resolver: str = "",
+        resolution: str = "",
+        reason: str = "",
+    ) -> bool:
+        """Move a pending approval to ``state``; False if it was no longer pending.
+
+        One conditional UPDATE is "first answer wins" across replicas: under READ
+        COMMITTED a second UPDATE of the same row waits for the first to commit, re-checks
+        ``state = 'pending'`` on the new row version, and changes nothing.
+        """
+
+        async def update(conn: asyncpg.Connection) -> str | None:
+            async with conn.transaction():
+                sid = await conn.fetchval(
+                    "UPDATE decision_approvals SET state = $2, resolver = $3, resolution = $4, "
+                    "resolve_reason = $5, finish_time = $6 "
+                    "WHERE approval_id = $1 AND state = 'pending' RETURNING session_id",
+                    approval_id,
+                    state.value,
+                    resolver,
+                    resolution,
+                    reason,
+                    self._clock(),
+                )
+                if sid is not None:
+                    await self._notify(conn, "a", approval_id, str(sid))
+            return None if sid is None else str(sid)
+
+        return await self._run(update) is not None
+
+    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
+        """Pending approvals whose deadline has passed (oldest deadline first)."""
+        rows = await self._run(
+            lambda c: c.fetch(
+                _APPROVAL_SELECT + " WHERE state = 'pending' AND expire_time <= $1 "
+                "ORDER BY expire_time LIMIT $2",
+                now,
+                limit,
+            )
+        )
+        return [_approval(r) for r in rows]
+
+    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
+        """Delete up to ``limit`` answered or expired approvals finished before ``before``."""
+        status = await self._run(
+            lambda c: c.execute(
+                "DELETE FROM decision_approvals WHERE approval_id IN (SELECT approval_id FROM "
+                "decision_approvals WHERE finish_time < $1 AND state <> 'pending' LIMIT $2)",
+                before,
+                limit,
+            )
+        )
+        return int(str(status).rpartition(" ")[2] or 0)
+
+    async def count_approvals(self) -> int:
+        """All stored approvals (for tests and metrics)."""
+        return int(await self._run(lambda c: c.fetchval("SELECT count(*) FROM decision_approvals")))
+
+    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
+        """Record that callers on this replica wait for ``approval_ids`` now."""
+        ids = list(approval_ids)
+        if not ids:
+            return
+        await self._run(
+            lambda c: c.execute(
+                "UPDATE decision_approvals SET waiter_seen = greatest(waiter_seen, $2) "
+                "WHERE approval_id = ANY($1) AND state = 'pending'",
+                ids,
+                now,
+            )
+        )
+
+    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
+        """Pending approvals no replica has waited for since ``cutoff``."""
+        rows = await self._run(
+            lambda c: c.fetch(
+                _APPROVAL_SELECT + " WHERE state = 'pending' AND waiter_seen <= $1 "
+                "ORDER BY waiter_seen LIMIT 500",
+                cutoff,
+            )
+        )
+        return [_approval(r) for r in rows]
+
+
+class _Spent(Exception):
+    """A counted grant was used up by another replica first (rolls the spending back)."""

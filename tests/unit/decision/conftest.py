@@ -1,0 +1,56 @@
+"""Fixtures of the decision unit tests: an opener of the decision store of each backend
+(STORE-1, STORE-2): a fresh SQLite file, or a fresh database on the session's real
+PostgreSQL server (tests/pg.py; never skipped)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stockade.decision.sessions import SessionStore
+from stockade.decision.store import DecisionStore, PostgresDecisionStore
+
+
+@dataclass
+class StoreOpener:
+    """Opens the decision store of one backend at one place; on PostgreSQL each call is
+    another replica on the same database. Everything opened is closed after the test."""
+
+    kind: str
+    target: str
+    opened: list[DecisionStore] = field(default_factory=list)
+
+    async def __call__(self, **options: Any) -> DecisionStore:
+        """Open (again) the store; ``options`` go to the backend's ``open``."""
+        store: DecisionStore
+        if self.kind == "sqlite":
+            store = await SessionStore.open(self.target, **options)
+        else:
+            store = await PostgresDecisionStore.open(self.target, pool_size=4, **options)
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def decision_store_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(backend, file or DSN): each test using it runs once per backend."""
+    if request.param == "sqlite":
+        return "sqlite", str(tmp_path / "decision.db")
+    return "postgresql", str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+async def open_decision_store(
+    decision_store_target: tuple[str, str],
+) -> AsyncIterator[StoreOpener]:
+    """An opener of the decision store of each backend; closes what it opened."""
+    opener = StoreOpener(*decision_store_target)
+    try:
+        yield opener
+    finally:
+        for store in reversed(opener.opened):
+            await store.close()

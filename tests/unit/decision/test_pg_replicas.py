@@ -1,0 +1,330 @@
+"""STORE-2 on a real PostgreSQL, two replicas in one process (each its own store: its own
+pool, LISTEN connection, cache and approval broker), as two decision processes would be:
+approvals fan out, answers wake waiters elsewhere, first answer wins, counters are
+atomic, caches are invalidated by notifications, a lost LISTEN connection fails closed and
+resynchronises, and the ALLOW path of Decide reads no database on a cached session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from stockade.decision.approvals import ApprovalBroker, Resolution
+from stockade.decision.core import CallInput, DecisionCore
+from stockade.decision.engine import Facts
+from stockade.decision.grants import GrantSigner
+from stockade.decision.modes import Mode
+from stockade.decision.policy import PolicyStore
+from stockade.decision.rules import Effect, Rule, Source
+from stockade.decision.sessions import ApprovalState, PendingCall
+from stockade.decision.store.postgres import MIGRATIONS, PostgresDecisionStore
+from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, InvalidArgument
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[bool] | bool], what: str, timeout_s: float = 60.0
+) -> None:
+    """Poll ``condition`` until true (a generous deadline: the machine is shared)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = condition()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def replicas(pg_dsn: str) -> AsyncIterator[tuple[PostgresDecisionStore, ...]]:
+    """Two replicas on one fresh database."""
+    a, b = await asyncio.gather(
+        PostgresDecisionStore.open(pg_dsn, pool_size=4),
+        PostgresDecisionStore.open(pg_dsn, pool_size=4),
+    )
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def ask(broker: ApprovalBroker, session: str = "s1", n: int = 0) -> str:
+    rec = await broker.create(
+        session,
+        PendingCall(f"c{n}", "run_bash", {"command": f"make {n}"}),
+        reason="needs approval",
+        risk="medium",
+        summary="Runs make",
+        timeout_s=600,
+    )
+    return rec.approval_id
+
+
+async def test_a_watcher_on_a_sees_approvals_raised_on_b_and_b_waiter_wakes_on_a_answer(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    broker_a, broker_b = ApprovalBroker(a), ApprovalBroker(b)
+    await broker_a.load()
+    await broker_b.load()
+    await a.create_session("s1", Mode.DEFAULT)
+    watch = broker_a.watch("")
+    approval = await ask(broker_b)
+    seen = await asyncio.wait_for(anext(watch), 60)
+    assert seen.approval_id == approval and seen.state is ApprovalState.PENDING
+    waiter = asyncio.create_task(broker_b.wait(approval))
+    await wait_for(lambda: broker_b.waiting(approval) == 1, "b's waiter")
+    resolved = await broker_a.resolve(approval, Resolution.ALLOW_ONCE, resolver="alice")
+    assert resolved.approval.state is ApprovalState.ALLOWED
+    final = await asyncio.wait_for(waiter, 60)
+    assert final.state is ApprovalState.ALLOWED and final.resolver == "alice"
+    # The watcher on a got the answer once (its own broker published it); b's broker
+    # learnt of it by notification and holds nothing pending any more.
+    update = await asyncio.wait_for(anext(watch), 60)
+    assert update.approval_id == approval and update.state is ApprovalState.ALLOWED
+    await wait_for(lambda: broker_b.pending_count == 0, "b to drop the answered approval")
+    await watch.aclose()
+
+
+async def test_racing_resolvers_on_both_replicas_exactly_one_wins(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    brokers = [ApprovalBroker(a), ApprovalBroker(b)]
+    for broker in brokers:
+        await broker.load()  # as the service does at start
+    await a.create_session("s1", Mode.DEFAULT)
+    for round_ in range(5):
+        approval = await ask(brokers[0], n=round_)
+        await wait_for(lambda a=approval: a in brokers[1]._pending, "b to learn of the approval")
+
+        async def answer(i: int, approval: str = approval) -> str | None:
+            resolution = (Resolution.ALLOW_ONCE, Resolution.DENY, Resolution.ALWAYS_ALLOW)[i % 3]
+            try:
+                done = await brokers[i % 2].resolve(approval, resolution, resolver=f"r{i}")
+            except ApprovalAlreadyResolved:
+                return None
+            return done.approval.resolver
+
+        results = await asyncio.gather(*(answer(i) for i in range(12)))
+        winners = [r for r in results if r is not None]
+        assert len(winners) == 1, results
+        stored = await b.get_approval(approval)
+        assert stored.resolver == winners[0]
+    # An ALWAYS_ALLOW winner made exactly one grant per answered approval at most.
+    assert len(await a.list_grants("s1")) <= 5
+
+
+async def test_a_mode_or_rule_change_on_a_reaches_b_cached_session(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    await a.create_session("s1", Mode.DEFAULT)
+    assert (await b.get_session("s1")).mode is Mode.DEFAULT
+    assert [r.pattern for r in (await b.session_rules("s1")).rules] == []
+    assert b.cached_sessions == 1  # cached now: later reads cost nothing
+    await a.set_mode("s1", Mode.PLAN)
+    await wait_for(lambda: b.cached_sessions == 0, "the notification to reach b")
+    assert (await b.get_session("s1")).mode is Mode.PLAN
+    await b.session_rules("s1")
+    await a.add_rule("s1", Effect.DENY, "run_bash(rm *)")
+    await wait_for(lambda: _patterns(b, "s1"), "b to see the new rule", timeout_s=60)
+    grant = await a.add_grant("s1", "run_bash(make)", remaining_uses=1)
+    await wait_for(lambda: _has_rule(b, "s1", grant.grant_id), "b to see the grant")
+    assert await a.revoke_grant(grant.grant_id)
+    await wait_for(lambda: _lacks_rule(b, "s1", grant.grant_id), "b to see the revocation")
+
+
+async def _patterns(store: PostgresDecisionStore, sid: str) -> bool:
+    return [r.pattern for r in (await store.session_rules(sid)).rules] == ["run_bash(rm *)"]
+
+
+async def _has_rule(store: PostgresDecisionStore, sid: str, rule_id: str) -> bool:
+    return rule_id in {r.rule_id for r in (await store.session_rules(sid)).rules}
+
+
+async def _lacks_rule(store: PostgresDecisionStore, sid: str, rule_id: str) -> bool:
+    return not await _has_rule(store, sid, rule_id)
+
+
+async def test_denial_counters_are_atomic_across_replicas(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    await a.create_session("s1", Mode.DEFAULT)
+    await asyncio.gather(*(s.record_outcome("s1", denied=True) for s in (a, b) * 40))
+    rec = await a.get_session("s1")
+    assert (rec.consecutive_denials, rec.total_denials) == (80, 80)
+    await b.record_outcome("s1", denied=False)
+    await wait_for(lambda: _counters(a, "s1", (0, 80)), "a to see the reset run of denials")
+
+
+async def _counters(store: PostgresDecisionStore, sid: str, want: tuple[int, int]) -> bool:
+    rec = await store.get_session(sid)
+    return (rec.consecutive_denials, rec.total_denials) == want
+
+
+async def test_a_counted_grant_is_spent_once_across_replicas(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    await a.create_session("s1", Mode.DEFAULT)
+    for _ in range(5):
+        grant = await a.add_grant("s1", "run_bash(make)", remaining_uses=1)
+        # Both replicas hold the grant in their compiled rules, then both spend it.
+        for store in (a, b):
+            await wait_for(lambda s=store, g=grant.grant_id: _has_rule(s, "s1", g), "the grant")
+        spent = await asyncio.gather(*(s.use_grants("s1", (grant.rule,)) for s in (a, b)))
+        assert sorted(spent) == [False, True]
+        assert grant.grant_id not in {g.grant_id for g in await b.list_grants("s1")}
+    three = await a.add_grant("s1", "run_bash(make all)", remaining_uses=3)
+    for store in (a, b):
+        await wait_for(lambda s=store: _has_rule(s, "s1", three.grant_id), "the grant")
+    spent = await asyncio.gather(*(s.use_grants("s1", (three.rule,)) for s in (a, b, a, b)))
+    assert spent.count(True) == 3
+
+
+async def test_an_allow_on_a_grant_spent_meanwhile_is_decided_again(
+    replicas: tuple[PostgresDecisionStore, ...], pg_dsn: str, tmp_path: Any
+) -> None:
+    a, b = replicas
+    policy = tmp_path / "p.toml"
+    policy.write_text("[permissions]\n")
+    core_b = DecisionCore(PolicyStore(policy, {}), b, GrantSigner(Ed25519PrivateKey.generate()))
+    await a.create_session("s1", Mode.DEFAULT)
+    call = CallInput("s1", "c1", "run_bash", {"command": "make"})
+    # The executor's own ask for the command (P6): a session grant settles it.
+    facts = Facts(tool_rules=(Rule(Effect.ASK, "run_bash", Source.TOOL),))
+    assert (await core_b.decide(call, facts)).decision.verdict is Effect.ASK
+    grant = await a.add_grant("s1", "run_bash(make)", remaining_uses=5)
+    await wait_for(lambda: _has_rule(b, "s1", grant.grant_id), "b to cache the grant")
+    assert (await core_b.decide(call, facts)).decision.verdict is Effect.ALLOW
+    assert [g.remaining_uses for g in await a.list_grants("s1")] == [4]
+    await b.session_rules("s1")  # b holds the grant in its compiled rules again
+    # The grant's uses are spent elsewhere and the news has not reached b (a direct write,
+    # no notification: the window between another replica's commit and its NOTIFY).
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("DELETE FROM decision_grants WHERE grant_id = $1", grant.grant_id)
+    finally:
+        await conn.close()
+    assert _has_rule_cached(b, "s1", grant.grant_id)
+    # b's cached rules still ALLOW, but spending the use fails: b decides again, on the
+    # rules as stored, and asks.
+    assert (await core_b.decide(call, facts)).decision.verdict is Effect.ASK
+
+
+def _has_rule_cached(store: PostgresDecisionStore, sid: str, rule_id: str) -> bool:
+    entry = store._cache.get(sid)
+    return (
+        entry is not None
+        and entry.index is not None
+        and any(r.rule_id == rule_id for r in entry.index.rules)
+    )
+
+
+async def test_a_lost_listen_connection_fails_closed_and_resynchronises(
+    replicas: tuple[PostgresDecisionStore, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = replicas
+    broker_a, broker_b = ApprovalBroker(a), ApprovalBroker(b)
+    await broker_a.load()
+    await broker_b.load()
+    await a.create_session("s1", Mode.DEFAULT)
+    await b.get_session("s1")
+    assert b.cached_sessions == 1
+    approval = await ask(broker_a)
+    await wait_for(lambda: approval in broker_b._pending, "b to learn of the approval")
+    waiter = asyncio.create_task(broker_b.wait(approval))
+    await wait_for(lambda: broker_b.waiting(approval) == 1, "b's waiter")
+    # Cut b's LISTEN connection and keep it from coming back for a while.
+    good_dsn = b._dsn
+    monkeypatch.setattr(b, "_dsn", "postgresql://x@/nowhere?host=/nonexistent-socket-dir")
+    await b.drop_listen_connection()
+    await wait_for(lambda: not b.listening, "b to notice the lost feed")
+    assert b.cached_sessions == 0 and b.gaps == 1
+    # Changes made now never reach b as notifications; b must not serve its old state.
+    await a.set_mode("s1", Mode.PLAN)
+    await broker_a.resolve(approval, Resolution.DENY, resolver="alice", reason="no")
+    assert (await b.get_session("s1")).mode is Mode.PLAN  # read through, not cached
+    assert b.cached_sessions == 0  # and not cached while the feed is down
+    raised_in_gap = await ask(broker_a, n=1)
+    # The feed comes back: b resynchronises (pending re-read, waiters re-read).
+    monkeypatch.setattr(b, "_dsn", good_dsn)
+    await wait_for(lambda: b.resyncs >= 1, "b to resynchronise")
+    final = await asyncio.wait_for(waiter, 60)
+    assert final.state is ApprovalState.DENIED and final.resolver == "alice"
+    await wait_for(lambda: raised_in_gap in broker_b._pending, "b to pick up the gap's ask")
+    assert approval not in broker_b._pending
+    assert b.listening
+    await b.get_session("s1")
+    assert b.cached_sessions == 1  # caching again
+
+
+async def test_the_allow_path_reads_no_database_on_a_cached_session(
+    replicas: tuple[PostgresDecisionStore, ...], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = replicas
+    policy = tmp_path / "p.toml"
+    policy.write_text('[permissions]\nallow = ["read_file"]\n')
+    core = DecisionCore(PolicyStore(policy, {}), a, GrantSigner(Ed25519PrivateKey.generate()))
+    call = CallInput("s1", "c1", "read_file", {"file_path": "/w/a.txt"})
+    facts = Facts(read_only=True)
+    assert (await core.decide(call, facts)).decision.verdict is Effect.ALLOW  # warms the cache
+    trips: list[str] = []
+    real_run = a._run
+
+    async def counting_run(work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
+        trips.append(getattr(work, "__qualname__", "?"))
+        return await real_run(work)
+
+    monkeypatch.setattr(a, "_run", counting_run)
+    for i in range(20):
+        outcome = await core.decide(CallInput("s1", f"c{i}", "read_file", call.arguments), facts)
+        assert outcome.decision.verdict is Effect.ALLOW and outcome.grant is not None
+    assert trips == []
+    # After a denial the next ALLOW resets the run of denials: one atomic write, whose
+    # result this replica caches; the ALLOW after it reads nothing again.
+    await a.record_outcome("s1", denied=True)
+    trips.clear()
+    await core.decide(call, facts)
+    assert len(trips) == 1
+    trips.clear()
+    await core.decide(call, facts)
+    assert trips == []
+
+
+async def test_replicas_starting_together_migrate_once(pg_dsn: str) -> None:
+    stores = await asyncio.gather(*(PostgresDecisionStore.open(pg_dsn) for _ in range(4)))
+    try:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            versions = await conn.fetch("SELECT version FROM decision_schema_version")
+        finally:
+            await conn.close()
+        assert sorted(r[0] for r in versions) == [v for v, _ in MIGRATIONS]
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_overlong_ids_are_refused_not_sent_to_notify(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, _ = replicas
+    with pytest.raises(InvalidArgument, match="session_id is 1,001 characters"):
+        await a.create_session("s" * 1001, Mode.DEFAULT)
+    assert await a.find_session("s" * 5000) is None
+
+
+async def test_an_unreachable_database_is_unavailable() -> None:
+    with pytest.raises(DependencyUnavailable, match="cannot reach the decision database"):
+        await PostgresDecisionStore.open("postgresql://x@/db?host=/nonexistent-socket-dir")
