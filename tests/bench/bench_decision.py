@@ -6,6 +6,8 @@ plumbing, each on a unix socket. They are measured in alternating rounds (echo, 
 echo, Decide, ...) and each figure pools its rounds, so a burst of load from elsewhere on
 this shared machine hits both sides instead of skewing one. The benchmarked Decide is an
 ALLOW, so it includes signing its Ed25519 grant (DEC-12), as every allowed call must.
+PERF-1a-pg/1b-pg are the same with the session store on PostgreSQL (a throwaway pgserver,
+or ``STOCKADE_TEST_POSTGRES_DSN``), each against its own echo rounds in the same run.
 
 The in-process figures measure the decision itself, ``engine.decide`` (matching the call
 against the rules, precedence, mode, explanation). Sessions, grant signing and protobuf
@@ -43,6 +45,7 @@ from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 from tests.bench.common import echo_caller, echo_server, figure, latencies, percentile, throughput
+from tests.pg import create_database, postgres_server
 
 N_LATENCY = 1500
 THROUGHPUT_S = 3.0
@@ -201,7 +204,8 @@ def _decide_request() -> d_pb2.DecideRequest:
     )
 
 
-async def _rpc_figures() -> list[dict[str, Any]]:
+async def _rpc_figures(store_dsn: str = "") -> list[dict[str, Any]]:
+    """PERF-1a/1b on the SQLite store, or with ``store_dsn`` on PostgreSQL (-pg)."""
     with tempfile.TemporaryDirectory(prefix="bd", dir="/tmp") as tmp:
         base = Path(tmp)
         policy = base / "policy.toml"
@@ -217,6 +221,7 @@ async def _rpc_figures() -> list[dict[str, Any]]:
             state_dir=base / "state",
             policy_file=policy,
             grace_seconds=0,
+            store_dsn=store_dsn,
         )
         async with DecisionApp(settings).open() as regs:
             srv = await create_server("decision", settings, regs)
@@ -257,10 +262,11 @@ async def _rpc_figures() -> list[dict[str, Any]]:
                     dec_tp = sum(tp["decide"]) / ROUNDS
             finally:
                 await stop_server(srv)
+    suffix, store = ("-pg", "PostgreSQL store") if store_dsn else ("", "SQLite store")
     return [
         figure(
-            "PERF-1a",
-            "Decide p50 latency vs echo RPC (unix socket, 1,000 policy rules)",
+            f"PERF-1a{suffix}",
+            f"Decide p50 latency vs echo RPC (unix socket, 1,000 policy rules, {store})",
             dec_p50 * 1000,
             "ms",
             baseline=echo_p50 * 1000,
@@ -268,8 +274,8 @@ async def _rpc_figures() -> list[dict[str, Any]]:
             target="<= 1.4",
         ),
         figure(
-            "PERF-1b",
-            f"Decide throughput vs echo RPC at {IN_FLIGHT} in flight",
+            f"PERF-1b{suffix}",
+            f"Decide throughput vs echo RPC at {IN_FLIGHT} in flight ({store})",
             dec_tp,
             "calls/s",
             baseline=echo_tp,
@@ -279,9 +285,17 @@ async def _rpc_figures() -> list[dict[str, Any]]:
     ]
 
 
+async def _pg_figures(server: str) -> list[dict[str, Any]]:
+    return await _rpc_figures(await create_database(server))
+
+
 def run() -> list[dict[str, Any]]:
     """The PERF-1 figures."""
     figures = asyncio.run(_rpc_figures())
+    # The same on PostgreSQL (STORE-2): the session is cached after the first call, so
+    # the ALLOW path reads no database and the ratios should match SQLite's.
+    with postgres_server() as server:
+        figures += asyncio.run(_pg_figures(server))
     dense_10 = rate(dense_rules(10), dense_requests(10))
     dense_1000 = rate(dense_rules(1000), dense_requests(1000))
     figures.append(

@@ -134,7 +134,8 @@ CREATE TABLE decision_approvals (
   resolve_reason TEXT NOT NULL DEFAULT '',
   always_allow_applies BOOLEAN NOT NULL DEFAULT TRUE,
   finish_time DOUBLE PRECISION,
-  waiter_seen DOUBLE PRECISION NOT NULL
+  waiter_seen DOUBLE PRECISION NOT NULL,
+  rule_json TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX decision_approvals_session_call ON decision_approvals(session_id, call_id);
 CREATE INDEX decision_approvals_pending ON decision_approvals(expire_time)

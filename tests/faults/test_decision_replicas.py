@@ -1,0 +1,255 @@
+"""STORE-2 with real processes: two decision service replicas share one PostgreSQL (the
+suite's own server, tests/pg.py). Racing resolvers on both replicas (exactly one wins);
+SIGKILL of the replica holding a waiter (the approval survives, the agent's client
+re-attaches to the other replica and gets the answer given there, and an approval
+nobody waits for is abandoned by the survivor); a rule or mode change on one replica
+seen by Decide on the other; denial counters exact under concurrent denials on both."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+from google.protobuf import struct_pb2
+
+from stockade.client.base import aio_channel
+from stockade.client.decision import DecisionClient
+from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+from tests.faults.conftest import FaultStack, StartStack, wait_for
+
+DECISION_ENV = {
+    "STOCKADE_DECISION_ALLOW": "read_file",
+    "STOCKADE_DECISION_ASK": "file_write",
+    "STOCKADE_DECISION_DENY": "run_bash(rm *)",
+    "STOCKADE_DECISION_APPROVAL_TIMEOUT_S": "600",
+    "STOCKADE_DECISION_DENIAL_MAX_CONSECUTIVE": "1000000",
+    "STOCKADE_DECISION_DENIAL_MAX_TOTAL": "1000000",
+    "STOCKADE_DECISION_APPROVAL_REATTACH_S": "10",
+    "STOCKADE_DECISION_APPROVAL_SWEEP_S": "0.2",
+}
+
+
+def _call(session: str, call_id: str, tool: str, **args: str) -> d_pb2.DecideRequest:
+    arguments = struct_pb2.Struct()
+    arguments.update(args)
+    return d_pb2.DecideRequest(
+        call=c_pb2.ToolCall(
+            session_id=session, call_id=call_id, tool_name=tool, arguments=arguments
+        ),
+        inspection=d_pb2.ToolInspection(read_only=tool == "read_file"),
+    )
+
+
+def read(session: str, call_id: str) -> d_pb2.DecideRequest:
+    return _call(session, call_id, "read_file", file_path="/w/a.txt")
+
+
+def write(session: str, call_id: str) -> d_pb2.DecideRequest:
+    return _call(session, call_id, "file_write", file_path=f"/w/{call_id}.txt", content="x")
+
+
+def remove(session: str, call_id: str) -> d_pb2.DecideRequest:
+    return _call(session, call_id, "run_bash", command=f"rm /w/{call_id}")
+
+
+class Replica:
+    """One decision process (its own stack and state folder) and its clients."""
+
+    def __init__(self, stack: FaultStack, client: DecisionClient, admin: DecisionClient) -> None:
+        self.stack = stack
+        self.client = client
+        self.admin = admin
+
+    @property
+    def address(self) -> str:
+        return self.stack.addresses["decision"]
+
+
+@contextlib.asynccontextmanager
+async def _replicas(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> AsyncIterator[tuple[Replica, Replica]]:
+    stacks = [
+        await fault_stack(
+            ["decision"],
+            env={"decision": DECISION_ENV},
+            common_env={"STOCKADE_DECISION_STORE_DSN": pg_dsn},
+            base=tmp_path / name,
+        )
+        for name in ("a", "b")
+    ]
+    async with contextlib.AsyncExitStack() as exits:
+        replicas = []
+        for stack in stacks:
+            address = stack.addresses["decision"]
+            ch = await exits.enter_async_context(aio_channel(address))
+            admin_ch = await exits.enter_async_context(aio_channel(address))
+            replicas.append(
+                Replica(
+                    stack,
+                    DecisionClient(ch, decide_deadline_s=60),
+                    DecisionClient(admin_ch, decide_deadline_s=60, admin_token=stack.admin_token),
+                )
+            )
+        yield replicas[0], replicas[1]
+
+
+async def _resolve(
+    replica: Replica, approval_id: str, resolution: int = d_pb2.RESOLUTION_ALLOW_ONCE
+) -> d_pb2.ResolveApprovalResponse:
+    return await replica.admin.resolve_approval(
+        d_pb2.ResolveApprovalRequest(approval_id=approval_id, resolution=resolution)  # type: ignore[arg-type]
+    )
+
+
+async def _pending_ids(replica: Replica, session: str) -> set[str]:
+    """The approvals ``replica``'s WatchApprovals backlog holds for ``session`` now."""
+    stream = replica.admin.stub.WatchApprovals(
+        d_pb2.WatchApprovalsRequest(session_id=session),
+        metadata=(("authorization", f"Bearer {replica.stack.admin_token}"),),
+    )
+    seen: set[str] = set()
+    try:
+        while True:
+            # The backlog is sent at once; 3 s of silence after it means it is complete.
+            message = await asyncio.wait_for(stream.read(), 3)
+            if message is grpc.aio.EOF:
+                break
+            if message.approval.state == d_pb2.APPROVAL_STATE_PENDING:
+                seen.add(message.approval.approval_id)
+    except TimeoutError:
+        pass
+    finally:
+        stream.cancel()
+    return seen
+
+
+async def test_racing_resolvers_on_two_replicas_exactly_one_wins(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        for round_ in range(3):
+            asked = await b.client.decide(write("race", f"w{round_}"))
+            assert asked.verdict == c_pb2.VERDICT_ASK, asked.reason
+            approval = asked.approval_id
+            # A watcher on a sees the approval raised on b.
+            await wait_for(
+                lambda ap=approval: _has(a, "race", ap), what="a's watcher to see b's approval"
+            )
+            resolutions = [d_pb2.RESOLUTION_ALLOW_ONCE, d_pb2.RESOLUTION_DENY] * 8
+            outcomes = await asyncio.gather(
+                *(_resolve((a, b)[i % 2], approval, r) for i, r in enumerate(resolutions)),
+                return_exceptions=True,
+            )
+            won = [o for o in outcomes if isinstance(o, d_pb2.ResolveApprovalResponse)]
+            lost = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+            assert len(won) == 1, outcomes
+            assert len(lost) == len(resolutions) - 1
+            assert {e.code() for e in lost} == {grpc.StatusCode.FAILED_PRECONDITION}
+            # Both replicas report the one winning answer.
+            for replica in (a, b):
+                answer = await replica.client.await_approval(approval, timeout_s=60)
+                assert answer.approval.state == won[0].approval.state
+
+
+async def _has(replica: Replica, session: str, approval_id: str) -> bool:
+    return approval_id in await _pending_ids(replica, session)
+
+
+async def test_sigkill_of_the_replica_holding_the_waiter(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        asks = [await a.client.decide(write("kill", f"w{i}")) for i in range(4)]
+        assert {r.verdict for r in asks} == {c_pb2.VERDICT_ASK}
+        approvals = [r.approval_id for r in asks]
+        orphan = (await a.client.decide(write("orphan", "w"))).approval_id
+        # The agent waits through replica a's address (as through a Service).
+        waits = [
+            asyncio.create_task(a.client.await_approval(ap, timeout_s=300)) for ap in approvals
+        ]
+        await asyncio.sleep(0.3)  # let the waits reach replica a before it dies
+        await a.stack.kill("decision")
+        assert not any(w.done() for w in waits), "a wait ended instead of re-attaching"
+        # The Service now routes to the surviving replica: a's address leads to b.
+        a_sock = a.address.removeprefix("unix://")
+        b_sock = b.address.removeprefix("unix://")
+        os.unlink(a_sock)
+        os.symlink(b_sock, a_sock)
+        # The approval nobody waits for is abandoned by b once the re-attach window has
+        # passed; the ones whose callers re-attached to b are not.
+        await wait_for(
+            lambda: _gone(b, "orphan", orphan), timeout_s=120, what="the orphan to be abandoned"
+        )
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await _resolve(b, orphan)
+            raise AssertionError("an approval nobody waited for was answered")
+        assert await _pending_ids(b, "kill") == set(approvals)
+        for ap in approvals:
+            await _resolve(b, ap)
+        answers = await asyncio.wait_for(asyncio.gather(*waits), 120)
+        assert Counter(c_pb2.Verdict.Name(x.verdict) for x in answers) == {"VERDICT_ALLOW": 4}
+        assert all(x.HasField("grant") for x in answers)
+
+
+async def _gone(replica: Replica, session: str, approval_id: str) -> bool:
+    return approval_id not in await _pending_ids(replica, session)
+
+
+async def test_a_rule_or_mode_change_on_one_replica_reaches_decide_on_the_other(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        # b decides (and caches the session) first.
+        assert (await b.client.decide(read("s", "r0"))).verdict == c_pb2.VERDICT_ALLOW
+        rule = c_pb2.Rule(effect=c_pb2.RULE_EFFECT_DENY, pattern="read_file(/w/a.txt)")
+        await a.admin.stub.AddRule(
+            d_pb2.AddRuleRequest(session_id="s", rule=rule),
+            metadata=(("authorization", f"Bearer {a.stack.admin_token}"),),
+        )
+
+        async def b_denies(request: d_pb2.DecideRequest, verdict: int) -> bool:
+            return (await b.client.decide(request)).verdict == verdict
+
+        await wait_for(
+            lambda: b_denies(read("s", "r1"), c_pb2.VERDICT_DENY), what="b to apply a's rule"
+        )
+        assert (await b.client.decide(write("s", "w0"))).verdict == c_pb2.VERDICT_ASK
+        await a.admin.stub.SetMode(
+            d_pb2.SetModeRequest(session_id="s", mode=c_pb2.PERMISSION_MODE_DONT_ASK),
+            metadata=(("authorization", f"Bearer {a.stack.admin_token}"),),
+        )
+        await wait_for(
+            lambda: b_denies(write("s", "w1"), c_pb2.VERDICT_DENY), what="b to apply a's mode"
+        )
+        session = await b.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id="s"))
+        assert session.session.mode == c_pb2.PERMISSION_MODE_DONT_ASK
+
+
+async def test_denial_counters_are_exact_under_concurrent_denials_on_both(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        denied = await asyncio.gather(
+            *(r.client.decide(remove("c", f"x{i}")) for i in range(30) for r in (a, b))
+        )
+        assert Counter(c_pb2.Verdict.Name(x.verdict) for x in denied) == {"VERDICT_DENY": 60}
+        # Every one of them was decided (not a fail-closed stand-in) and counted once.
+        assert all("fail closed" not in x.reason for x in denied)
+        for replica in (a, b):
+            got = await replica.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id="c"))
+            assert (got.session.consecutive_denials, got.session.total_denials) == (60, 60)
+        # An ALLOW on either replica resets the run of denials for both.
+        assert (await a.client.decide(read("c", "r"))).verdict == c_pb2.VERDICT_ALLOW
+
+        async def reset_seen() -> bool:
+            got = await b.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id="c"))
+            return (got.session.consecutive_denials, got.session.total_denials) == (0, 60)
+
+        await wait_for(reset_seen, what="b to see the reset")
