@@ -262,3 +262,22 @@ async def test_an_unreadable_stored_rule_is_left_out_not_invented(tmp_path: Path
             assert (await store.get_approval(made.approval_id)).rule is None, text
         finally:
             await store.close()
+
+
+async def test_the_asking_rule_is_kept_on_both_backends(store: DecisionStore) -> None:
+    broker = ApprovalBroker(store)
+    asking = Rule(Effect.ASK, "run_bash(make *)", Source.MANAGED, "ask for builds", "r-7", True)
+    made = await broker.create(
+        "s1",
+        PendingCall("c9", "run_bash", {"command": "make all"}),
+        reason="needs approval",
+        risk="medium",
+        summary="Runs make",
+        timeout_s=60,
+        rule=asking,
+    )
+    assert (await store.get_approval(made.approval_id)).rule == asking
+    [pending] = await store.pending_approvals("s1")
+    assert pending.rule == asking
+    unknown = await ask(broker, "make test")
+    assert (await store.get_approval(unknown)).rule is None

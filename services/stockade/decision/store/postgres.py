@@ -55,6 +55,8 @@ from stockade.decision.sessions import (
     PendingCall,
     SessionRecord,
     new_id,
+    rule_from_json,
+    rule_to_json,
 )
 from stockade.decision.store.base import StoreListener
 from stockade.errors import (
@@ -148,7 +150,7 @@ CREATE INDEX decision_approvals_finished ON decision_approvals(finish_time)
 
 _APPROVAL_SELECT = (
     "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
-    "expire_time, resolver, resolution, resolve_reason, always_allow_applies "
+    "expire_time, resolver, resolution, resolve_reason, always_allow_applies, rule_json "
     "FROM decision_approvals"
 )
 _SESSION_SELECT = (
@@ -180,6 +182,7 @@ def _approval(row: Any) -> ApprovalRecord:
         resolution=row[10],
         resolve_reason=row[11],
         always_allow_applies=bool(row[12]),
+        rule=rule_from_json(row[13]),
     )
 
 
@@ -977,8 +980,8 @@ class PostgresDecisionStore:
                 await conn.execute(
                     "INSERT INTO decision_approvals (approval_id, session_id, call_id, call_json, "
                     "reason, risk, summary, state, create_time, expire_time, "
-                    "always_allow_applies, waiter_seen) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)",
+                    "always_allow_applies, waiter_seen, rule_json) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9, $12)",
                     rec.approval_id,
                     rec.session_id,
                     rec.call.call_id,
@@ -990,6 +993,7 @@ class PostgresDecisionStore:
                     rec.create_time,
                     rec.expire_time,
                     rec.always_allow_applies,
+                    rule_to_json(rec.rule),
                 )
                 await self._notify(conn, "a", rec.approval_id, "")
 
