@@ -26,9 +26,9 @@ from functools import cache
 from stockade.decision.rules import (
     Effect,
     Rule,
-    _split_glob,
     compile_rule,
     parse_pattern,
+    split_glob,
 )
 from stockade.errors import InvalidPattern
 
@@ -245,7 +245,7 @@ def _parse(rule: Rule) -> _Parsed | None:
         return None
     literal = None
     if p.content is not None:
-        literal = "".join("*" if part is None else part for part in _split_glob(p.content))
+        literal = "".join("*" if part is None else part for part in split_glob(p.content))
     return _Parsed(rule, p.tool, p.content, literal, compiled._text)
 
 

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from stockade.contract.shell import MAX_COMMAND_CHARS
 from stockade.decision.engine import DecisionRequest, Facts, decide
-from stockade.decision.patternset import ANY, DIRS, SEGMENT, PatternSet, Spec, backtrack_free
 from stockade.decision.policy import PolicyDoc, compile_policy
 from stockade.decision.rules import (
     MAX_CONTENT_CHARS,
@@ -33,6 +32,7 @@ from stockade.decision.rules import (
     call_content,
     compile_rule,
 )
+from stockade.decision.rules.patternset import ANY, DIRS, SEGMENT, PatternSet, Spec, backtrack_free
 from stockade.errors import InvalidArgument
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2

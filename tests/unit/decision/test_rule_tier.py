@@ -24,8 +24,8 @@ from stockade.decision.rules import (
     RuleIndex,
     RuleTier,
     Source,
-    _normalize_both,
     call_content,
+    normalize_both,
     normalize_command,
     normalize_path,
 )
@@ -211,7 +211,7 @@ def test_tiers_are_memoised_and_bounded() -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=words)
 def test_both_normal_forms_from_one_split(text: str) -> None:
-    assert _normalize_both(text) == (
+    assert normalize_both(text) == (
         normalize_command(text),
         normalize_command(text, look_through_privilege=False),
     )

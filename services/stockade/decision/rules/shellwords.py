@@ -1,0 +1,265 @@
+"""Shell word handling for command matching (DEC-1/2): quote removal, word splitting,
+command names looked through assignments and wrappers, and the crude operator split used
+when no executor analysis is available.
+
+The wrapper table comes from the contract package (``stockade.contract.shell``), shared
+with the executor's bash analysis.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+
+from stockade.contract.shell import (
+    PRIVILEGE_WRAPPERS,
+    SYSTEM_BIN_DIRS,
+    WRAPPERS,
+    WrapperSpec,
+    canonical_option,
+    split_option,
+)
+
+# The wrapper table is shared with the executor's bash analysis (stockade.contract.shell), so
+# the two sides read `time -f %e rm x` alike. DENY/ASK look through every wrapper, privilege
+# changers included (a DENY on `rm` catches `sudo rm`); ALLOW looks only through wrappers that
+# pass the command its arguments unchanged (`transparent`: time, nice, timeout, nohup ...),
+# never xargs, env or sudo, which change what the command gets (DEC-1 rev 2).
+_DENY_WRAPPERS: Mapping[str, WrapperSpec] = {**WRAPPERS, **PRIVILEGE_WRAPPERS}
+_ALLOW_WRAPPERS: Mapping[str, WrapperSpec] = {n: w for n, w in WRAPPERS.items() if w.transparent}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+_QUOTING = re.compile(r"[\\'\"]")
+"""Characters the shell removes from words (searched with one C call, not a Python loop)."""
+
+
+def _plain_tokens(text: str) -> list[str] | None:
+    """The words of ``text`` when its name needs no looking through, else None.
+
+    A plain name (no path, no assignment, no wrapper) is the common case; both forms of
+    ``normalize_command`` then give the same words, so the caller may compute them once.
+    """
+    quoted = _QUOTING.search(text) is not None
+    tokens = _split_words(text) if quoted else text.split()
+    if tokens and quoted and _QUOTING.search(tokens[0]) is not None:
+        # The shell removes quotes and backslashes from a command name: 'r'm and \rm are rm.
+        tokens[0] = _unquote(tokens[0])
+    if tokens:
+        first = tokens[0]
+        if "/" in first or "=" in first or first in _DENY_WRAPPERS:
+            return None
+    return tokens
+
+
+def normalize_command(text: str, *, look_through_privilege: bool = True) -> str:
+    """Return ``text`` with its command name normalised, for matching (DEC-1).
+
+    The DENY/ASK form (the default) removes leading ``VAR=value`` assignments and every
+    wrapper with its options (``env``, ``nice -n 5``, ``sudo -u root``, ``xargs`` ...) and
+    cuts the name's path: ``/tmp/git status``, ``env git status`` and ``GIT_DIR=x git
+    status`` all become ``git status``. The ALLOW form (``look_through_privilege=False``)
+    removes only wrappers that pass the command its arguments unchanged (``time -f %e``,
+    ``nice``, ``timeout 5``, ``nohup``) and cuts only a system directory (``/usr/bin/git``);
+    assignments, ``env``, ``xargs``, ``sudo`` and programs run from other paths stay, so an
+    ALLOW rule never matches more than it names. Whitespace runs collapse to one space.
+    """
+    plain = _plain_tokens(text)
+    if plain is not None:
+        return " ".join(plain)  # a plain name: nothing to look through (the common case)
+    return _look_through(text, look_through_privilege)
+
+
+def normalize_both(text: str) -> tuple[str, str]:
+    """``normalize_command`` in its DENY/ASK form and its ALLOW form, sharing the split."""
+    plain = _plain_tokens(text)
+    if plain is not None:
+        joined = " ".join(plain)
+        return joined, joined
+    return _look_through(text, True), _look_through(text, False)
+
+
+def _look_through(text: str, deny_form: bool) -> str:
+    """The slow path of ``normalize_command``: strip assignments and wrappers, cut the path."""
+    tokens = _split_words(text) if _QUOTING.search(text) is not None else text.split()
+    wrappers = _DENY_WRAPPERS if deny_form else _ALLOW_WRAPPERS
+    # Each round removes at least one word, so this ends; the bound is for clarity.
+    for _ in range(len(tokens) + 1):
+        if deny_form:
+            while tokens and _ASSIGNMENT.match(tokens[0]):
+                tokens.pop(0)
+        if not tokens:
+            break
+        tokens[0] = _unquote(tokens[0])
+        name = _command_name(tokens[0], deny_form)
+        spec = wrappers.get(name)
+        if spec is None or len(tokens) == 1:
+            break
+        inner = _wrapped(spec, tokens[1:], deny_form)
+        if inner is None:
+            break  # ALLOW form: the wrapper changes what the command gets; keep it
+        tokens = inner
+    if tokens:
+        tokens[0] = _command_name(tokens[0], deny_form)
+    return " ".join(tokens)
+
+
+def _command_name(word: str, deny_form: bool) -> str:
+    """The name a command word runs: its base name (DENY/ASK: any path, since a DENY on
+    ``rm`` must catch ``/tmp/rm``; ALLOW: only a system directory, since ``/tmp/git`` is not
+    the ``git`` an ALLOW rule names)."""
+    if "/" not in word:
+        return word
+    directory, _, base = word.rstrip("/").rpartition("/")
+    if not base:
+        return word
+    if deny_form or posixpath.normpath(directory or "/") in SYSTEM_BIN_DIRS:
+        return base
+    return word
+
+
+def _wrapped(spec: WrapperSpec, words: list[str], deny_form: bool) -> list[str] | None:
+    """The wrapped command's words after a wrapper's options and positionals (GNU getopt
+    conventions, like the executor's analysis), or None when the ALLOW form must not look
+    through: the wrapper sets variables, runs a string (``env -S``) or runs no command.
+
+    The DENY/ASK form looks through everything it can: a string-running option's value is
+    split into the command (``env -S 'rm -rf x'``, ``su -c 'rm x'``).
+    """
+    takes_value = spec.value_options | spec.chdir_options | spec.read_options
+    known = (spec.deny_options, spec.no_command_options, takes_value)
+    positionals = spec.positionals
+    i = 0
+    while i < len(words):
+        word = _unquote(words[i])
+        if word == "--":
+            i += 1
+            break
+        if spec.assignments and _ASSIGNMENT.match(word):
+            if not deny_form:
+                return None
+            i += 1
+            continue
+        if word.startswith("-") and word != "-":
+            step, command = _wrapper_option(spec, word, words, i, takes_value, known)
+            if command is not None:
+                return command if deny_form else None
+            if step == 0:  # an option after which the words are not a command
+                if not deny_form:
+                    return None
+                step = 1  # DENY/ASK over-match: still judge the words as a command
+            i += step
+            continue
+        if positionals > 0:
+            positionals -= 1
+            i += 1
+            continue
+        break
+    return words[i:]
+
+
+def _wrapper_option(
+    spec: WrapperSpec,
+    word: str,
+    words: list[str],
+    i: int,
+    takes_value: frozenset[str],
+    known: tuple[frozenset[str], ...],
+) -> tuple[int, list[str] | None]:
+    """Read the option ``word`` at ``words[i]``: (words it takes, the command it runs as a
+    string or None). A step of 0 means an option after which no command follows. Short
+    options may be bundled (``-Eu root``): the first that takes a value ends the bundle."""
+    if word.startswith("--"):
+        option, attached = split_option(word, takes_value | spec.deny_options)
+        options = [canonical_option(option, known)]
+    else:
+        options, attached = [], None
+        for k, ch in enumerate(word[1:], start=1):
+            options.append("-" + ch)
+            if options[-1] in takes_value or options[-1] in spec.deny_options:
+                attached = word[k + 1 :] or None
+                break
+    last = options[-1]
+    if any(o in spec.no_command_options for o in options):
+        return 0, None
+    if last in spec.deny_options:
+        value = attached if attached is not None else (words[i + 1] if i + 1 < len(words) else "")
+        rest = words[i + (1 if attached is not None else 2) :]
+        return 0, _split_words(_unquote(value)) + rest
+    if last in takes_value and attached is None:
+        return 2, None
+    return 1, None
+
+
+def _split_words(text: str) -> list[str]:
+    """Split on whitespace outside quotes, keeping each word's quotes (``X='a b'`` is one)."""
+    words: list[str] = []
+    buf: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'" and i + 1 < len(text):
+            buf.append(text[i : i + 2])
+            i += 2
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch.isspace():
+            if buf:
+                words.append("".join(buf))
+                buf = []
+            i += 1
+            continue
+        buf.append(ch)
+        i += 1
+    if buf:
+        words.append("".join(buf))
+    return words
+
+
+def _unquote(word: str) -> str:
+    """Shell quote removal for one word (quotes and backslashes, no expansion)."""
+    if not any(q in word for q in "\\'\""):
+        return word
+    out: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(word):
+        ch = word[i]
+        if ch == "\\" and quote != "'" and i + 1 < len(word):
+            out.append(word[i + 1])
+            i += 2
+            continue
+        if ch in "'\"" and (not quote or quote == ch):
+            quote = "" if quote else ch
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+_CRUDE_SPLIT = re.compile(r"\|\||&&|[;&|\n`()]|\$\(")
+
+
+def crude_split(command: str) -> tuple[str, ...]:
+    """Split a command on every operator character, without a parser.
+
+    Used only when no executor analysis is available. It over-splits (inside quotes too),
+    which is the safe direction: DENY/ASK see more pieces, ALLOW must cover every piece.
+    """
+    pieces = [p.strip() for p in _CRUDE_SPLIT.split(command)]
+    return tuple(p for p in pieces if p)
+
+
+def normalize_pattern_command(content: str, *, exact: bool) -> str:
+    """Normalise a command pattern's name like calls are, so `/usr/bin/rm *` means `rm *`."""
+    first, _, rest = content.strip().partition(" ")
+    if "*" in first or "\\" in first:
+        return content
+    name = normalize_command(first, look_through_privilege=not exact) or first
+    return " ".join(f"{name} {rest}".split()) if rest else name
