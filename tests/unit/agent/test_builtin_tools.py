@@ -12,7 +12,12 @@ import pytest
 import stockade.agent.tools as tools_pkg
 from stockade.agent.registry import BUILTIN_TOOLS, Location, ToolSpec
 from stockade.agent.tools import BUILTINS, builtin_handlers, default_registry
-from stockade.agent.tools.base import BuiltinTool
+from stockade.agent.tools.base import (
+    MAX_SESSION_MEMORY_ENTRIES,
+    MAX_TODOS,
+    BuiltinTool,
+    SessionState,
+)
 from stockade.contract.tools import EXECUTOR_TOOLS, SEED_TOOLS
 from stockade.contract.tools import Location as ContractLocation
 from stockade.llm.base import ModelToolCall, ModelTurn
@@ -109,9 +114,9 @@ async def test_built_ins_dispatch_through_their_module(harness: Harness) -> None
     events = await run(core)
     done = finished(events)
     assert done["t1"].content == "Todo list updated: 2 items, 1 completed."
-    assert core.loop.sessions.todos["s1"][0]["content"] == "a"
+    assert core.loop.sessions.todos("s1")[0]["content"] == "a"
     assert done["m1"].content.startswith("Saved to this session's memory (1 entries)")
-    assert core.loop.sessions.memory["s1"] == ["the sky is blue"]
+    assert core.loop.sessions.memory("s1") == ["the sky is blue"]
     assert done["q1"].content == "Which file?"
     assert events[-2].final_answer.text == "Which file?"  # ask_user ends the turn
 
@@ -124,3 +129,30 @@ async def test_a_loop_without_a_built_in_reports_it_unavailable(harness: Harness
     done = finished(events)["t1"]
     assert done.status == x_pb2.EXECUTION_STATUS_ERROR
     assert done.content == "Error: todo_write is not available in this agent"
+
+
+def test_session_state_is_bounded() -> None:
+    state = SessionState(max_sessions=3)
+    for n in range(5):
+        state.set_todos(f"s{n}", [{"content": str(n), "status": "pending"}])
+    assert len(state) == 3
+    assert state.todos("s0") == [] and state.todos("s4")[0]["content"] == "4"
+    state.todos("s2")  # reading does not count as use
+    state.add_memory("s2", "kept")  # using s2 makes s3 the oldest
+    state.set_todos("s5", [])
+    assert state.memory("s2") == ["kept"] and state.todos("s3") == []
+    with pytest.raises(ValueError, match=f"at most {MAX_TODOS}"):
+        state.set_todos("s5", [{"content": "x", "status": "pending"}] * (MAX_TODOS + 1))
+    for n in range(MAX_SESSION_MEMORY_ENTRIES - 1):
+        state.add_memory("s2", str(n))
+    with pytest.raises(ValueError, match="memory is full"):
+        state.add_memory("s2", "one too many")
+    assert len(state.memory("s2")) == MAX_SESSION_MEMORY_ENTRIES
+
+
+async def test_bounds_are_results_the_model_reads(harness: Harness) -> None:
+    too_many = [{"content": "x", "status": "pending"}] * (MAX_TODOS + 1)
+    provider = ListProvider([_turn(ModelToolCall("t1", "todo_write", {"todos": too_many}))])
+    done = finished(await run(harness.core(provider)))["t1"]
+    assert done.status == x_pb2.EXECUTION_STATUS_ERROR
+    assert done.content == f"Error: a todo list holds at most {MAX_TODOS} items"

@@ -8,6 +8,7 @@ calling agent's scope, its history and the loop's services (``LoopRuntime``).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,6 +26,9 @@ from stockade.contract.tools import SEED_TOOLS
 from stockade.llm.base import Message
 
 __all__ = [
+    "MAX_SESSIONS",
+    "MAX_SESSION_MEMORY_ENTRIES",
+    "MAX_TODOS",
     "BuiltinHandler",
     "BuiltinTool",
     "LoopRuntime",
@@ -35,14 +39,69 @@ __all__ = [
 ]
 
 
-@dataclass
-class SessionState:
-    """What built-in tools keep per session while the agent runs (not persisted)."""
+MAX_SESSIONS = 1_024
+"""Sessions whose built-in state is kept; the least recently used is dropped past it."""
+MAX_TODOS = 200
+"""Items in one todo list."""
+MAX_SESSION_MEMORY_ENTRIES = 100
+"""Entries kept for one session when there is no memory folder."""
 
-    todos: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """The latest todo list of each session (todo_write)."""
-    memory: dict[str, list[str]] = field(default_factory=dict)
-    """Entries saved with save_memory when no memory folder is configured."""
+
+@dataclass
+class _Session:
+    todos: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)
+
+
+class SessionState:
+    """What built-in tools keep per session while the agent runs (not persisted).
+
+    Bounded: at most ``MAX_SESSIONS`` sessions (least recently used dropped), each with
+    at most ``MAX_TODOS`` todos and ``MAX_SESSION_MEMORY_ENTRIES`` unsaved memory entries;
+    a call past a per-session bound is refused with a result naming the limit.
+    """
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._max_sessions = max_sessions
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _get(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = _Session()
+            while len(self._sessions) > self._max_sessions:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session_id)
+        return session
+
+    def todos(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's latest todo list (a copy; empty when none)."""
+        session = self._sessions.get(session_id)
+        return list(session.todos) if session is not None else []
+
+    def set_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None:
+        """Replace the session's todo list; ``ValueError`` past ``MAX_TODOS``."""
+        if len(todos) > MAX_TODOS:
+            raise ValueError(f"a todo list holds at most {MAX_TODOS} items")
+        self._get(session_id).todos = list(todos)
+
+    def memory(self, session_id: str) -> list[str]:
+        """The session's unsaved memory entries (a copy)."""
+        session = self._sessions.get(session_id)
+        return list(session.memory) if session is not None else []
+
+    def add_memory(self, session_id: str, content: str) -> int:
+        """Keep one entry for the session; the number kept. ``ValueError`` when full."""
+        entries = self._get(session_id).memory
+        if len(entries) >= MAX_SESSION_MEMORY_ENTRIES:
+            raise ValueError(
+                f"this session's memory is full ({MAX_SESSION_MEMORY_ENTRIES} entries)"
+            )
+        entries.append(content)
+        return len(entries)
 
 
 class LoopRuntime(Protocol):

@@ -21,10 +21,12 @@ async def _run(ctx: ToolContext) -> Outcome:
     memory, scope = ctx.loop.memory, ctx.scope
     try:
         if memory is None:
-            entries = ctx.loop.sessions.memory.setdefault(scope.session_id, [])
-            entries.append(check_content(content))
+            try:
+                count = ctx.loop.sessions.add_memory(scope.session_id, check_content(content))
+            except ValueError as exc:
+                return error_outcome(f"Error: {exc}", "memory not saved")
             return ok_outcome(
-                f"Saved to this session's memory ({len(entries)} entries) "
+                f"Saved to this session's memory ({count} entries) "
                 "(not persisted: no memory_dir configured)."
             )
         saved = await asyncio.to_thread(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.agent.outcome import Outcome, ok_outcome
+from stockade.agent.outcome import Outcome, error_outcome, ok_outcome
 from stockade.agent.tools.base import BuiltinTool, ToolContext, obj, seed_spec
 
 __all__ = ["TOOL"]
@@ -12,7 +12,10 @@ _STR = {"type": "string"}
 
 async def _run(ctx: ToolContext) -> Outcome:
     todos = list(ctx.arguments.get("todos", []))
-    ctx.loop.sessions.todos[ctx.scope.session_id] = todos
+    try:
+        ctx.loop.sessions.set_todos(ctx.scope.session_id, todos)
+    except ValueError as exc:
+        return error_outcome(f"Error: {exc}", str(exc))
     done = sum(1 for t in todos if t.get("status") == "completed")
     return ok_outcome(f"Todo list updated: {len(todos)} items, {done} completed.")
 
