@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from stockade.agent.convert import event_to_pb
 from stockade.agent.core import AgentCore
 from stockade.agent.limits import LimitSettings
 from stockade.llm.base import Message, ModelToolCall, ModelTurn, Provider, ToolSchema
@@ -92,8 +93,8 @@ async def _per_call_us(width: int) -> float:
             provider_for=provider_for,
             limits=LimitSettings(max_steps=STEPS + 1, diminishing_steps=STEPS + 2),
         )
-        async for _ in core.run_turn(f"s{turn}", "go"):
-            pass
+        async for event in core.run_turn(f"s{turn}", "go"):
+            event_to_pb(event)  # what the servicer does with each event
         calls += STEPS * width
     return (time.perf_counter() - start) / calls * 1e6
 
