@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from stockade.agent.app import AgentApp
-from stockade.agent.registry import Location, offered_registry
+from stockade.agent.registry import Location, ToolSpec, offered_registry
 from stockade.agent.settings import AgentSettings
 from stockade.errors import InvalidArgument
 from stockade.llm.openai import OpenAIProvider
@@ -24,9 +24,12 @@ def test_configured_tools_join_the_registry(monkeypatch: pytest.MonkeyPatch) -> 
     registry = app.registry()
     spec = registry.get("lookup_orbit")
     assert spec.location is Location.REMOTE and spec.provider == "127.0.0.1:7000"
+    assert "search_papers" not in registry  # product tools are not defaults
+    # A remote tool nobody serves is never offered.
+    registry.register(ToolSpec(name="unserved", description="", location=Location.REMOTE))
     offered = offered_registry(registry).names()
     assert "lookup_orbit" in offered
-    assert "search_papers" not in offered  # a default remote tool without a provider
+    assert "unserved" not in offered
     assert "load_skill" not in offered  # a built-in that needs STOCKADE_AGENT_SKILLS_DIR
     assert {"read_file", "run_bash", "subagent", "ask_user"} <= set(offered)
 
