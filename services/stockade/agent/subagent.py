@@ -40,27 +40,17 @@ class SubagentProfile:
     """The child's system prompt."""
     max_steps: int | None = None
     """The child's own step cap (also clamped by the shared budget)."""
+    read_only: bool = False
+    """Only the parent's read-only tools (by their declared trait, so a product's
+    read-only tools join without the agent naming them)."""
 
-
-READ_ONLY_TOOLS = frozenset(
-    {
-        "read_file",
-        "grep_files",
-        "glob_files",
-        "search_papers",
-        "get_paper_metadata",
-        "get_paper_content",
-        "rag_search",
-        "query_target",
-        "load_skill",
-    }
-)
 
 PROFILES: Mapping[str, SubagentProfile] = {
     "explore": SubagentProfile(
         name="explore",
         description="Read-only research: search, read and report.",
-        tools=READ_ONLY_TOOLS,
+        tools=None,
+        read_only=True,
         system_prompt=(
             "You are a read-only research subagent. Use the tools to investigate the task, "
             "then answer with a concise report of what you found. You cannot change files "
@@ -157,11 +147,9 @@ def child_registry(
     A requested tool outside the profile or the parent is refused (never silently added);
     ``subagent`` is removed when the child may not nest deeper.
     """
-    allowed = (
-        parent
-        if profile.tools is None
-        else parent.without(name for name in parent.names() if name not in profile.tools)
-    )
+    allowed = parent.read_only() if profile.read_only else parent
+    if profile.tools is not None:
+        allowed = allowed.without(n for n in allowed.names() if n not in profile.tools)
     if not may_nest:
         allowed = allowed.without(["subagent"])
     if not requested:

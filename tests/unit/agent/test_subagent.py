@@ -8,7 +8,6 @@ from stockade.agent.hooks import HookPipeline
 from stockade.agent.limits import Budget
 from stockade.agent.registry import Location, ToolSpec
 from stockade.agent.subagent import (
-    READ_ONLY_TOOLS,
     SILENT_ASK_USER_ERROR,
     AgentScope,
     initial_messages,
@@ -47,7 +46,14 @@ def test_explore_profile_gets_only_read_only_tools() -> None:
         )
     )
     child = spawn_scope(parent, parse_request({"task": "look around"}), max_depth=2)
-    assert set(child.registry.names()) == set(READ_ONLY_TOOLS) & set(parent.registry.names())
+    assert set(child.registry.names()) == set(parent.registry.read_only().names())
+    assert set(child.registry.names()) == {
+        "read_file",
+        "grep_files",
+        "glob_files",
+        "load_skill",
+        "search_papers",
+    }
     assert {"read_file", "grep_files", "glob_files", "search_papers"} <= set(child.registry.names())
     assert all(spec.read_only for spec in child.registry)
     assert child.silent and child.from_subagent and child.depth == 1
