@@ -2,16 +2,19 @@
 
 The stream's events (``stockade.agent.events``) become ``RunTurnResponse`` messages here;
 the agent's verdicts, execution statuses and termination reasons map to and from their
-protobuf enums here; a call becomes the ``ToolCall`` message the other services receive.
-Protobuf only, no gRPC.
+protobuf enums here; a call becomes the ``ToolCall`` message the other services receive;
+a registry ``ToolSpec`` maps to and from the ``stockade.v1.ToolSpec`` of a provider's
+ListTools answer (the wire form of each trait is the contract's,
+``stockade.contract.toolspec``). Protobuf only, no gRPC.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Any, assert_never
 
 from google.protobuf import timestamp_pb2
 
@@ -34,7 +37,16 @@ from stockade.agent.events import (
 )
 from stockade.agent.limits import Termination
 from stockade.agent.outcome import ExecutionStatus, Verdict
-from stockade.contract.toolspec import dict_to_struct
+from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
+from stockade.contract.tools import Interrupt
+from stockade.contract.tools import Location as ContractLocation
+from stockade.contract.toolspec import (
+    INTERRUPT_TO_PB,
+    LOCATION_FROM_PB,
+    LOCATION_TO_PB,
+    dict_to_struct,
+    struct_to_dict,
+)
 from stockade.errors import InvalidArgument
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
@@ -109,6 +121,52 @@ def call_to_pb(call: CallInfo) -> c_pb2.ToolCall:
         session_id=call.session_id,
         from_subagent=call.from_subagent,
         agent_name=call.agent_name,
+    )
+
+
+def spec_to_proto(spec: ToolSpec, arguments: Mapping[str, Any] | None = None) -> c_pb2.ToolSpec:
+    """The message form of ``spec``; ``concurrency_safe`` is evaluated for ``arguments``.
+
+    A predicate cannot travel over the wire, so a provider declaring an argument-dependent
+    tool sends the value for empty arguments (the conservative reading is its job).
+    """
+    return c_pb2.ToolSpec(
+        name=spec.name,
+        description=spec.description,
+        arguments_schema=dict_to_struct(spec.parameters),
+        interrupt_behavior=INTERRUPT_TO_PB[Interrupt(spec.interrupt_behavior.value)],
+        concurrency_safe=spec.is_concurrency_safe(arguments or {}),
+        causes_sibling_abort=spec.causes_sibling_abort,
+        read_only=spec.read_only,
+        location=LOCATION_TO_PB[ContractLocation(spec.location.value)],
+        primary_content_field=spec.primary_content_field,
+    )
+
+
+def spec_from_proto(message: c_pb2.ToolSpec, *, provider: str = "") -> ToolSpec:
+    """A registry entry for a declared tool; unset traits take the conservative value."""
+    interrupt = (
+        InterruptBehavior.CANCEL
+        if message.interrupt_behavior == c_pb2.INTERRUPT_BEHAVIOR_CANCEL
+        else InterruptBehavior.BLOCK
+    )
+    parameters = (
+        struct_to_dict(message.arguments_schema)
+        if message.HasField("arguments_schema")
+        else {"type": "object"}
+    )
+    location = LOCATION_FROM_PB.get(message.location, ContractLocation.REMOTE)
+    return ToolSpec(
+        name=message.name,
+        description=message.description,
+        parameters=parameters,
+        interrupt_behavior=interrupt,
+        concurrency_safe=message.concurrency_safe,
+        causes_sibling_abort=message.causes_sibling_abort,
+        read_only=message.read_only,
+        location=Location(location.value),
+        primary_content_field=message.primary_content_field,
+        provider=provider,
     )
 
 

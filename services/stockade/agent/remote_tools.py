@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 
+from stockade.agent.convert import spec_from_proto
 from stockade.agent.registry import ToolRegistry, ToolSpec, merge_remote
-from stockade.agent.toolspec_proto import spec_from_proto
 from stockade.contract.toolspec import dict_to_struct
 from stockade.v1 import common_pb2
 from stockade.v1 import tool_provider_pb2 as tp_pb2

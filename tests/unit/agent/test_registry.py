@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from stockade.agent.convert import spec_from_proto, spec_to_proto
 from stockade.agent.registry import (
     InterruptBehavior,
     Location,
@@ -14,7 +15,6 @@ from stockade.agent.registry import (
     merge_remote,
 )
 from stockade.agent.tools import default_registry
-from stockade.agent.toolspec_proto import spec_from_proto, spec_to_proto
 from stockade.contract import argschema as schema
 from stockade.errors import InvalidArgument, UnknownTool
 
