@@ -19,12 +19,19 @@ from typing import Any, Literal
 
 from stockade.contract.tools import EXECUTOR_TOOLS
 from stockade.errors import InvalidArgument, UnknownTool
-from stockade.executor.bash import BashAnalysis, analyze
+from stockade.executor.bash import BashAnalysis, BashAnalyzer, analyze
 from stockade.executor.paths import PathSandbox, is_protected_write
 from stockade.executor.reach import bash_reach_rules, can_reach
 from stockade.executor.tools.glob import split_glob
 
-__all__ = ["EXECUTOR_TOOLS", "Inspection", "Risk", "ToolRule", "inspect_call"]
+__all__ = [
+    "EXECUTOR_TOOLS",
+    "Inspection",
+    "Risk",
+    "ToolRule",
+    "inspect_call",
+    "parses_in_child",
+]
 
 Risk = Literal["low", "medium", "high"]
 
@@ -196,6 +203,7 @@ def _inspect_bash(
     network_enabled: bool,
     denied_read_globs: Sequence[str],
     ask_read_globs: Sequence[str] = (),
+    analyzer: BashAnalyzer | None = None,
 ) -> Inspection:
     command = args.get("command")
     if not isinstance(command, str):
@@ -206,7 +214,7 @@ def _inspect_bash(
     if not wd.allowed:
         return _refused("run_bash", f"working_dir: {wd.reason}", wd.resolved)
     sandbox = sandbox.with_cwd(wd.resolved)
-    analysis = analyze(
+    analysis = (analyzer.analyze if analyzer is not None else analyze)(
         command,
         sandbox=sandbox,
         network_enabled=network_enabled,
@@ -250,6 +258,7 @@ def inspect_call(
     network_enabled: bool = False,
     denied_read_globs: Sequence[str] = (),
     ask_read_globs: Sequence[str] = (),
+    analyzer: BashAnalyzer | None = None,
 ) -> Inspection:
     """Judge one call of an executor tool; raises UnknownTool for any other tool and
     InvalidArgument when the protected argument is missing or not a string.
@@ -269,5 +278,13 @@ def inspect_call(
             network_enabled=network_enabled,
             denied_read_globs=denied_read_globs,
             ask_read_globs=ask_read_globs,
+            analyzer=analyzer,
         )
     raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)
+
+
+def parses_in_child(tool_name: str, args: Mapping[str, Any]) -> bool:
+    """Whether inspecting this call waits for the isolated child parser (a bash command
+    that is not ASCII): the event loop then inspects it in a thread."""
+    command = args.get("command") if tool_name == "run_bash" else None
+    return isinstance(command, str) and BashAnalyzer.parses_in_child(command)

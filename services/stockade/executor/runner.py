@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from stockade.errors import FailedPrecondition, PermissionDenied, StockadeError, UnknownTool
 from stockade.executor.confine.policy import Layer
-from stockade.executor.inspect import Inspection
+from stockade.executor.inspect import Inspection, parses_in_child
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import ReadState
 from stockade.executor.tools.base import Chunk, ExecContext, Status, Tool, ToolResult
@@ -141,6 +141,13 @@ class ExecutorCore:
             raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)
         return self.inspector(tool_name, arguments)
 
+    async def inspect_async(self, tool_name: str, arguments: Mapping[str, Any]) -> Inspection:
+        """:meth:`inspect` without blocking the event loop on the isolated child parser
+        (a bash command that is not ASCII is inspected in a thread)."""
+        if parses_in_child(tool_name, arguments):
+            return await asyncio.to_thread(self.inspect, tool_name, arguments)
+        return self.inspect(tool_name, arguments)
+
     def running(self) -> list[tuple[str, str]]:
         """(session id, call id) of the calls running now (including detached BLOCK calls)."""
         return sorted(self._running)
@@ -171,7 +178,7 @@ class ExecutorCore:
         if tool is None:
             raise UnknownTool(f"the executor has no tool {call.tool_name!r}", tool=call.tool_name)
         # The executor's own findings first: the grant must bind them (DEC-12 rev 2).
-        inspection = self.inspector(call.tool_name, call.arguments)
+        inspection = await self.inspect_async(call.tool_name, call.arguments)
         if self.grant_check is not None:
             self.grant_check(call, grant_payload, grant_signature, inspection)
         denials = [rule.reason for rule in inspection.rules if rule.effect == "deny"]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from stockade.executor.bash.parser import warm_isolated_parser
 from stockade.executor.paths import PathSandbox
 from stockade.executor.servicer import executor_servicer
 from stockade.executor.settings import ExecutorSettings
@@ -43,9 +41,6 @@ class ExecutorApp:
 
         With mTLS on, only the agent's identity may run or cancel calls (X-3).
         """
-        # The child parser for commands that are not ASCII starts now, not on the loop
-        # during the first such Inspect.
-        await asyncio.to_thread(warm_isolated_parser)
         async with executor_servicer(self.settings, build_sandbox(self.settings)) as servicer:
             layers = servicer.layers()
             log.info(

@@ -17,6 +17,7 @@ from google.protobuf import duration_pb2, json_format
 from stockade.contract.grant import load_public_key
 from stockade.contract.protected import ProtectedReads, load_protected_reads
 from stockade.errors import GrantMissing, InvalidArgument, StockadeError
+from stockade.executor.bash import BashAnalyzer
 from stockade.executor.confine import Launcher
 from stockade.executor.globs import validate_globs
 from stockade.executor.grants import GrantVerifier
@@ -199,8 +200,8 @@ def _no_process_confinement() -> Sequence[Layer]:
 async def executor_servicer(
     settings: ExecutorSettings, sandbox: PathSandbox | None = None
 ) -> AsyncIterator[ExecutorServicer]:
-    """The executor's servicer with its launcher started (closed again on exit), and the
-    policy file's protected reads loaded and watched (DEC-16).
+    """The executor's servicer with its launcher and bash analyzer started (both closed
+    again on exit), and the policy file's protected reads loaded and watched (DEC-16).
 
     The layers the kernel refuses are logged at start (EXE-9: say so, never pretend).
     """
@@ -213,12 +214,18 @@ async def executor_servicer(
             settings.additional_dirs,
         )
     launcher = Launcher()
+    analyzer = BashAnalyzer()
     await launcher.start()
     try:
+        # The child parser for commands that are not ASCII starts now, not during the
+        # first such call.
+        await asyncio.to_thread(analyzer.warm)
         for layer in launcher.layers():
             if not layer.active:
                 logger.warning("confinement layer %s is not active: %s", layer.name, layer.detail)
-        servicer = ExecutorServicer(settings, sandbox, launcher=launcher, protected_reads=reads)
+        servicer = ExecutorServicer(
+            settings, sandbox, launcher=launcher, protected_reads=reads, analyzer=analyzer
+        )
         watcher = asyncio.create_task(servicer.watch_policy(settings.policy_poll_s))
         try:
             yield servicer
@@ -228,6 +235,7 @@ async def executor_servicer(
                 await watcher
     finally:
         await launcher.close()
+        await asyncio.to_thread(analyzer.close)
 
 
 def _seconds(value: float) -> duration_pb2.Duration:
@@ -249,8 +257,12 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         grant_check: GrantCheck | None = None,
         launcher: Launcher | None = None,
         protected_reads: ProtectedReads | None = None,
+        analyzer: BashAnalyzer | None = None,
     ) -> None:
         """Build the core from ``settings``.
+
+        ``analyzer`` judges bash commands (Inspect and run_bash); its owner closes it.
+        Without one, commands that are not ASCII are parsed by a child started for each.
 
         ``tools`` defaults to the file tools, plus run_bash when a started ``launcher`` is
         given (its layers are then reported too); ``layers`` reports further confinement
@@ -258,13 +270,14 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         defaults to a verifier of ``grant_public_key_file`` when one is configured.
         """
         self.settings = settings
+        self.analyzer = analyzer or BashAnalyzer(isolated=False)
         self.metrics = ExecutorMetrics()
         self._base_sandbox = sandbox
         self.protected_reads = protected_reads or ProtectedReads()
         self.sandbox = sandbox = _with_settings_globs(sandbox, settings, self.protected_reads)
         tools = dict(tools) if tools is not None else file_tools()
         if launcher is not None:
-            tools.setdefault("run_bash", RunBashTool(launcher))
+            tools.setdefault("run_bash", RunBashTool(launcher, analyzer=self.analyzer))
             if layers is None:
                 layers = launcher.layers
         elif layers is None:
@@ -289,6 +302,7 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
             network_enabled=self.settings.network_enabled,
             denied_read_globs=sandbox.denied_read_globs,
             ask_read_globs=self.protected_reads.ask,
+            analyzer=self.analyzer,
         )
 
     def apply_protected_reads(self, reads: ProtectedReads) -> None:
@@ -380,7 +394,9 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
     ) -> x_pb2.InspectResponse:
         """Tool-level checks of a call."""
         _require_call(request.call)
-        inspection = self.core.inspect(request.call.tool_name, call_arguments(request.call))
+        inspection = await self.core.inspect_async(
+            request.call.tool_name, call_arguments(request.call)
+        )
         return x_pb2.InspectResponse(inspection=inspection_to_proto(inspection, request.call))
 
     async def Execute(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stockade.executor.bash import analyze, lists
+from stockade.executor.bash import BashAnalyzer, lists
 from stockade.executor.paths import PathSandbox, Root
 
 # Names that are refused wherever they stand (network disabled).
@@ -57,8 +57,8 @@ def _sandbox() -> PathSandbox:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200))
-def test_analyze_never_raises_on_arbitrary_text(text: str) -> None:
-    result = analyze(text, sandbox=_sandbox())
+def test_analyze_never_raises_on_arbitrary_text(analyzer: BashAnalyzer, text: str) -> None:
+    result = analyzer.analyze(text, sandbox=_sandbox())
     assert result.verdict in ("allow", "ask", "deny")
     assert result.risk in ("low", "medium", "high")
     assert result.explanation
@@ -68,17 +68,21 @@ def test_analyze_never_raises_on_arbitrary_text(text: str) -> None:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(["{", "}", ",", "$", "echo ", " "]) | st.characters(), max_size=30))
-def test_braces_and_any_unicode_never_crash_the_parser(parts: list[str]) -> None:
+def test_braces_and_any_unicode_never_crash_the_parser(
+    analyzer: BashAnalyzer, parts: list[str]
+) -> None:
     # tree-sitter-bash segfaults on `{` + a plane 3-16 code point; analyze() must refuse
     # such text before parsing (a crash here kills the test process).
-    result = analyze("".join(parts), sandbox=_sandbox())
+    result = analyzer.analyze("".join(parts), sandbox=_sandbox())
     assert result.verdict in ("allow", "ask", "deny")
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(BASHISH)
-def test_bash_like_text_is_never_allowed_with_a_denied_command(text: str) -> None:
-    result = analyze(text, sandbox=_sandbox())
+def test_bash_like_text_is_never_allowed_with_a_denied_command(
+    analyzer: BashAnalyzer, text: str
+) -> None:
+    result = analyzer.analyze(text, sandbox=_sandbox())
     if result.verdict == "allow":
         assert not {c.name for c in result.commands} & set(DENIED_NAMES), result.commands
 
@@ -93,11 +97,17 @@ def test_bash_like_text_is_never_allowed_with_a_denied_command(text: str) -> Non
     args=st.sampled_from(["", " -c id", " x", " /tmp/y", " -- z", " 'a b'"]),
 )
 def test_a_denied_name_in_command_position_is_never_allowed(
-    prefix: str, separator: str, wrapper: str, container: str, name: str, args: str
+    analyzer: BashAnalyzer,
+    prefix: str,
+    separator: str,
+    wrapper: str,
+    container: str,
+    name: str,
+    args: str,
 ) -> None:
     inner = container.format(wrapper + name + args)
     command = prefix + separator + inner if prefix else inner
-    result = analyze(command, sandbox=_sandbox())
+    result = analyzer.analyze(command, sandbox=_sandbox())
     assert result.verdict != "allow", command
     # With a parseable command the refusal names the command it refused.
     if result.verdict == "deny" and not any("parsed" in r for r in result.reasons):
@@ -105,6 +115,6 @@ def test_a_denied_name_in_command_position_is_never_allowed(
 
 
 @pytest.mark.parametrize("name", DENIED_NAMES)
-def test_every_denied_name_alone_is_denied(name: str) -> None:
-    result = analyze(f"{name} x", sandbox=_sandbox())
+def test_every_denied_name_alone_is_denied(analyzer: BashAnalyzer, name: str) -> None:
+    result = analyzer.analyze(f"{name} x", sandbox=_sandbox())
     assert result.verdict == "deny", (name, result.reasons)

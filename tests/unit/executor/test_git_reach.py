@@ -203,7 +203,8 @@ READ_ONLY_GIT = [
     "git status",
     "git status --short",
     "git log --oneline -5",
-    "git log -p -3",
+    # `git log -p -3` printed the committed .env here: asked now (test_git_history.py).
+    "git log -p -3 -- README.md",
     "git diff",
     "git diff --stat HEAD",
     "git diff HEAD -- README.md",

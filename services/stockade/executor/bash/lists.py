@@ -1,6 +1,6 @@
 """Every command list the bash analysis uses, as data, each entry with the reason for it.
 
-The judgement (analysis.py) holds the procedure; this module holds the knowledge: which
+The judgement (walker.py and judges/) holds the procedure; this module holds the knowledge: which
 commands are read-only and how their arguments read, which commands wrap other commands,
 which are refused and why. To change what is allowed, change this file.
 """
@@ -220,7 +220,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         deny_options=_f("--compress-program"),
         what="sorts lines",
     ),
-    # uniq's second operand is an output file: judged in analysis.py.
+    # uniq's second operand is an output file: judged in judges/readers.py.
     "uniq": SafeSpec(
         value_options=_f(
             "-f",
@@ -330,7 +330,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         value_options=_f("--relative-to", "--relative-base"), what="resolves paths"
     ),
     "readlink": SafeSpec(what="resolves links"),  # reads link targets
-    # tee writes every operand: judged in analysis.py (a file operand makes it a write).
+    # tee writes every operand: judged in judges/readers.py (a file operand makes it a write).
     "tee": SafeSpec(what="copies input to files"),
     # Prints the date; -s sets the clock (refused).
     "date": SafeSpec(
@@ -368,7 +368,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "sha512sum": _PLAIN,  # checksums
     "b2sum": _PLAIN,  # checksums
     "cksum": _PLAIN,  # checksums
-    # Hex dump; a second operand is an output file (judged in analysis.py).
+    # Hex dump; a second operand is an output file (judged in judges/readers.py).
     "xxd": SafeSpec(
         value_options=_f("-l", "-s", "-c", "-g", "-o", "-len", "-seek", "-cols", "-groupsize")
     ),
@@ -437,7 +437,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         deny_options=_f("-x", "--exec", "-X", "--exec-batch"),
         what="lists files",
     ),
-    "cd": SafeSpec(what="changes directory"),  # judged in analysis.py (moves the base)
+    "cd": SafeSpec(what="changes directory"),  # judged in judges/readers.py (moves the base)
     "pushd": SafeSpec(what="changes directory"),  # like cd (moves the base for relative paths)
     # Returns to a directory already judged.
     "popd": SafeSpec(operands="none", what="changes directory"),
@@ -503,7 +503,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         operands="none", value_options=_f("-d", "-n", "-O", "-s", "-u", "-c"), deny_options=_f("-C")
     ),
     # Prints completions; -C/-F run code (refused).
-    # -W/-X expand their words again (`compgen -W '$(id)'` runs id): judged in analysis.py.
+    # -W/-X expand their words again (`compgen -W '$(id)'` runs id): judged in judges/variables.py.
     "compgen": SafeSpec(
         operands="none",
         deny_options=_f("-C", "-F"),
@@ -1036,7 +1036,7 @@ GIT_READ_SUBCOMMANDS = frozenset(
         "get-tar-commit-id",
     }
 )
-"""git subcommands that can be read-only (some only in forms analysis.py recognises:
+"""git subcommands that can be read-only (some only in forms judges/git.py recognises:
 ``branch`` without a name, ``stash list``, ``config --get`` ...)."""
 
 GIT_NETWORK_SUBCOMMANDS = frozenset(

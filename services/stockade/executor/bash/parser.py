@@ -10,9 +10,7 @@ whether they contain expansions. It judges nothing itself.
 
 from __future__ import annotations
 
-import atexit
 import re
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -414,6 +412,12 @@ def _text(node: Node) -> str:
 
 
 def _word(node: Node) -> Word:
+    if node.type == "word":
+        text = _text(node)
+        if "\\" not in text and "{" not in text:
+            # A plain word: its text is its value (what _WordBuilder would build, without
+            # building it; this is most words).
+            return Word(text, text, False, False, not _GLOB_CHARS.isdisjoint(text))
     builder = _WordBuilder()
     builder.add(node)
     return builder.build(_text(node))
@@ -515,9 +519,12 @@ class _Walker:
         "heredoc_rows",
         "error",
         "fn_stack",
+        "data",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        """The source of the tree being walked (node byte offsets index it)."""
         self.commands: list[RawCommand] = []
         self.redirects: list[Redirect] = []
         self.assignments: list[Assignment] = []
@@ -668,7 +675,7 @@ class _Walker:
             redirects.extend(self._make_redirects(outer))
             late.extend(_words_after_redirect(outer))
         for container in (node, *(e for e in extra if e.type in _WORD_REDIRECTS)):
-            split = _split_word(container) if self.error is None else None
+            split = _split_word(container, self.data) if self.error is None else None
             if split is not None:
                 self.error = (
                     f"the parser and bash split words differently near {_text(split)[:40]!r}"
@@ -799,7 +806,11 @@ class _Walker:
             if self.error is None:
                 self.error = "inside backticks: " + dropped
             return
-        self.walk(root, depth + 1, False)
+        outer, self.data = self.data, data
+        try:
+            self.walk(root, depth + 1, False)
+        finally:
+            self.data = outer
 
     def _arithmetic_names(self, node: Node) -> None:
         """Record the variables an arithmetic context reads (not inside substitutions)."""
@@ -972,12 +983,13 @@ class _Walker:
             self.fn_stack.pop()
 
 
-def _split_word(node: Node) -> Node | None:
+def _split_word(node: Node, data: bytes) -> Node | None:
     """A child of ``node`` (a command or redirection) that bash joins to the one before it.
 
     Two nodes with nothing but backslash-newlines between them are one word to bash:
     tree-sitter splits `[ab]\\#`, `a\\<newline>b` and `>f\\<newline>x` in two (found by the
-    differential test), so `git -\\<newline>c x` would hide the -c."""
+    differential test), so `git -\\<newline>c x` would hide the -c. ``data`` is the whole
+    source (byte offsets index it)."""
     end = -1
     for child in node.children:
         if not child.is_named or child.type == "comment":
@@ -985,12 +997,12 @@ def _split_word(node: Node) -> Node | None:
         if child.type == "heredoc_redirect":
             end = -1  # its body and delimiter are lines of their own
             continue
-        if end >= 0 and _joined(node, end, child):
+        if end >= 0 and _joined(data, end, child):
             return child
         if _blank_inside(child):
             return child
         if child.type in _WORD_REDIRECTS:
-            inner = _split_word(child)
+            inner = _split_word(child, data)
             if inner is not None:
                 return inner
         end = child.end_byte
@@ -1021,14 +1033,13 @@ def _blank_inside(node: Node) -> bool:
     return False
 
 
-def _joined(command: Node, end: int, child: Node) -> bool:
+def _joined(data: bytes, end: int, child: Node) -> bool:
     """Whether only backslash-newlines (or nothing) separate ``child`` from the word that
-    ends at byte ``end`` of the source: bash joins them into one word."""
-    if child.start_byte == end:
+    ends at byte ``end`` of the source ``data``: bash joins them into one word."""
+    start = child.start_byte
+    if start == end:
         return True
-    raw = command.text or b""
-    base = command.start_byte
-    gap = raw[end - base : child.start_byte - base]
+    gap = data[end:start]
     return gap.startswith(b"\\\n") and not gap.replace(b"\\\n", b"")
 
 
@@ -1128,11 +1139,6 @@ def _first_error(node: Node) -> str:
 # tag characters used to smuggle text), so such input is refused before it is parsed.
 _UNPARSEABLE_CHARS = re.compile("[\ud800-\udfff\U00030000-\U0010ffff]")
 
-_ISOLATED: list[IsolatedParser] = []
-"""The IsolatedParser for commands that are not ASCII, made on first use."""
-_ISOLATED_LOCK = threading.Lock()
-
-
 # Control characters (EXE-8a). bash reads only space, TAB and newline as blanks: CR, FF,
 # VT and every other C0 control character and DEL are ordinary word characters to it
 # (checked in real bash, tests/unit/executor/test_bash_bypass_classes.py). tree-sitter-bash reads
@@ -1168,12 +1174,14 @@ def control_character(source: str) -> str | None:
     )
 
 
-def parse(source: str) -> ParsedScript:
+def parse(source: str, isolated: IsolatedParser | None = None) -> ParsedScript:
     """Parse ``source`` and collect its simple commands, redirects and assignments.
 
     Text with a control character other than TAB and newline is refused (EXE-8a). ASCII
-    text is parsed here; anything else in a child process (see :mod:`.isolated`), so that
-    a crash of the C parser on unusual text costs a child, not the executor.
+    text is parsed here; anything else in a child process (``isolated``, see
+    :mod:`.isolated`), so that a crash of the C parser on unusual text costs a child, not
+    the executor. Without ``isolated`` a child is started for this one command and
+    stopped again (the executor passes the long-lived one its BashAnalyzer owns).
     """
     control = control_character(source)
     if control is not None:
@@ -1183,29 +1191,22 @@ def parse(source: str) -> ParsedScript:
     refused = _refused_characters(source)
     if refused is not None:
         return refused
-    script = _isolated_parser().parse(source)
+    if isolated is None:
+        from stockade.executor.bash.isolated import IsolatedParser
+
+        one_shot = IsolatedParser()
+        try:
+            script = one_shot.parse(source)
+        finally:
+            one_shot.close()
+    else:
+        script = isolated.parse(source)
     if script is None:
         return ParsedScript(
             (), (), (), (), (), (),
             "the command crashed or hung the shell parser (in an isolated process); refused",
         )  # fmt: skip
     return script
-
-
-def warm_isolated_parser() -> bool:
-    """Start the child that parses commands which are not ASCII (see :func:`parse`)."""
-    return _isolated_parser().warm()
-
-
-def _isolated_parser() -> IsolatedParser:
-    with _ISOLATED_LOCK:
-        if not _ISOLATED:
-            from stockade.executor.bash.isolated import IsolatedParser
-
-            isolated = IsolatedParser()
-            atexit.register(isolated.close)  # stop and reap the child with this process
-            _ISOLATED.append(isolated)
-        return _ISOLATED[0]
 
 
 def parse_here(source: str) -> ParsedScript:
@@ -1307,7 +1308,7 @@ def _parse_tree(source: str) -> ParsedScript:
     dropped = _dropped_escapes(root, data) or _false_comment(root, data)
     if dropped is not None:
         return ParsedScript((), (), (), (), (), (), dropped)
-    walker = _Walker()
+    walker = _Walker(data)
     walker.walk(root, 0, False)
     if walker.error is not None:
         return ParsedScript((), (), (), (), (), (), walker.error)

@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from stockade.executor.bash import analyze
+from stockade.executor.bash import BashAnalyzer
 from stockade.executor.confine import ConfinementFailed, ConfinementPolicy, Launcher, Rlimits
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
@@ -70,11 +70,20 @@ class RunBashTool:
 
     name = "run_bash"
 
-    def __init__(self, launcher: Launcher, *, rlimits: Rlimits | None = None) -> None:
+    def __init__(
+        self,
+        launcher: Launcher,
+        *,
+        rlimits: Rlimits | None = None,
+        analyzer: BashAnalyzer | None = None,
+    ) -> None:
         """``launcher`` is the executor's long-lived launcher; ``rlimits`` the base limits
-        (file size comes from ``max_file_write_bytes``, CPU from the call's time limit)."""
+        (file size comes from ``max_file_write_bytes``, CPU from the call's time limit);
+        ``analyzer`` the executor's bash analyzer (its owner closes it; without one, a
+        command that is not ASCII is parsed by a child started for it)."""
         self.launcher = launcher
         self.rlimits = rlimits or Rlimits()
+        self.analyzer = analyzer or BashAnalyzer(isolated=False)
 
     async def run(
         self, args: Mapping[str, Any], ctx: ExecContext
@@ -103,7 +112,7 @@ class RunBashTool:
         network = bool(setting(ctx, "network_enabled", False))
         # The sandbox's denied reads hold the policy's and the setting's (DEC-16).
         masked = tuple(sandbox.denied_read_globs or setting(ctx, "denied_read_globs", ()))
-        analysis = analyze(
+        analysis = await self.analyzer.analyze_async(
             command, sandbox=sandbox, network_enabled=network, denied_read_globs=masked
         )
         if analysis.verdict == "deny":

@@ -1,0 +1,287 @@
+"""The judgement of a bash command line (SPEC EXE-6 … EXE-8), and the object that owns it.
+
+:class:`BashAnalyzer` parses once (parser.py: in process for ASCII text, in an isolated
+child process for anything else), walks every simple command, redirection and assignment
+(walker.py, with one judge per program family in judges/) and folds the findings into one
+verdict: ALLOW only when everything is read-only and stays inside the roots, DENY when
+anything is destructive, escalating, shell-spawning, obfuscated, exfiltrating or cannot be
+parsed, ASK for everything else.
+
+The executor's composition opens one analyzer and closes it when it stops (the child
+parser goes with it); nothing is started at import or cleaned up at interpreter exit.
+:func:`analyze` is the one-shot form for the CLI and tests: it holds no child process and
+parses text that is not ASCII in a child started and stopped for that one command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from stockade.contract.shell import MAX_COMMAND_CHARS
+from stockade.executor.bash.explain import Finding, explain, risk_of
+from stockade.executor.bash.isolated import IsolatedParser
+from stockade.executor.bash.parser import ParsedScript, parse
+from stockade.executor.bash.walker import SimpleCommand, WalkContext, Walker
+from stockade.executor.paths import PathSandbox, Root
+
+__all__ = ["BashAnalysis", "BashAnalyzer", "SimpleCommand", "analyze"]
+
+Verdict = Literal["allow", "ask", "deny"]
+Risk = Literal["low", "medium", "high"]
+
+# Distinct (home, denied reads) pairs whose compiled patterns are kept (a policy reload
+# makes a new pair; the old one ages out).
+_MAX_CONTEXTS = 16
+# Parses kept by command text: Execute judges again the command Inspect judged a moment
+# before (EXE-12), and agents repeat commands. The parse depends on the text alone; the
+# judgement (paths, globs, git layout on disk) is always made afresh. Bounded by entries
+# and by the length of the commands kept.
+PARSE_CACHE_ENTRIES = 512
+_MAX_CACHED_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class BashAnalysis:
+    """The structured result of judging one command line (EXE-8)."""
+
+    verdict: Verdict
+    """allow / ask / deny."""
+    reasons: tuple[str, ...]
+    """Every finding, most severe first (empty for allow)."""
+    commands: tuple[SimpleCommand, ...]
+    """Every simple command in every position, in source order (wrapped ones included)."""
+    paths_read: tuple[str, ...]
+    """Canonical paths the command reads (as far as its arguments tell)."""
+    paths_written: tuple[str, ...]
+    """Canonical paths the command writes."""
+    needs_network: bool
+    """Whether it uses the network."""
+    read_only: bool
+    """Whether it has no side effects at all."""
+    risk: Risk
+    """LOW / MEDIUM / HIGH (DEC-10)."""
+    explanation: str
+    """One sentence for a human (DEC-10)."""
+    bypass_immune: bool
+    """An ASK that neither allow rules nor bypass mode may settle (reads outside the roots,
+    paths only known at run time)."""
+
+
+class BashAnalyzer:
+    """Judges bash command lines; owns the isolated child parser (thread-safe).
+
+    ``isolated=True`` (the executor): text that is not ASCII is parsed by one long-lived
+    child, started by :meth:`warm` or on first need and stopped by :meth:`close` (or the
+    ``with`` block). ``isolated=False``: such text gets a child for that one command, and
+    the analyzer holds no process (nothing to close).
+    """
+
+    def __init__(
+        self,
+        *,
+        isolated: bool = True,
+        parser: IsolatedParser | None = None,
+        parse_cache: int = PARSE_CACHE_ENTRIES,
+    ) -> None:
+        """``parser``: the child parser to own (default: a new one when ``isolated``);
+        ``parse_cache``: how many parses to keep by command text (0: none)."""
+        if parser is None and isolated:
+            parser = IsolatedParser()
+        self._isolated = parser
+        self._parse_cache_size = parse_cache
+        self._parses: OrderedDict[str, ParsedScript] = OrderedDict()
+        self._parses_lock = threading.Lock()
+        self._contexts: dict[tuple[str, tuple[str, ...]], WalkContext] = {}
+        self._default_sandboxes: dict[str, PathSandbox] = {}
+
+    def __enter__(self) -> BashAnalyzer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def warm(self) -> bool:
+        """Start the child parser now (Python's start-up time), not during the first
+        command that needs it; True when it is ready (or there is none to start)."""
+        return self._isolated.warm() if self._isolated is not None else True
+
+    def close(self) -> None:
+        """Stop and reap the child parser."""
+        if self._isolated is not None:
+            self._isolated.close()
+
+    @staticmethod
+    def parses_in_child(command: str) -> bool:
+        """Whether judging ``command`` waits for the child parser (text not ASCII): an
+        event loop should judge it in a thread (:meth:`analyze_async`)."""
+        return not command.isascii()
+
+    async def analyze_async(
+        self,
+        command: str,
+        *,
+        sandbox: PathSandbox | None = None,
+        network_enabled: bool = False,
+        denied_read_globs: Sequence[str] = (),
+    ) -> BashAnalysis:
+        """:meth:`analyze` without blocking the event loop on the child parser."""
+        if not self.parses_in_child(command):
+            return self.analyze(
+                command,
+                sandbox=sandbox,
+                network_enabled=network_enabled,
+                denied_read_globs=denied_read_globs,
+            )
+        return await asyncio.to_thread(
+            self.analyze,
+            command,
+            sandbox=sandbox,
+            network_enabled=network_enabled,
+            denied_read_globs=denied_read_globs,
+        )
+
+    def analyze(
+        self,
+        command: str,
+        *,
+        sandbox: PathSandbox | None = None,
+        network_enabled: bool = False,
+        denied_read_globs: Sequence[str] = (),
+    ) -> BashAnalysis:
+        """Judge one bash command line (EXE-6 … EXE-8). Never raises on any input text."""
+        if not command.strip():
+            return _refused("empty command (EXE-6)")
+        # Longer input is refused before parsing: no honest tool call is this long, and it
+        # bounds the analysis time (the decision service applies the same cap).
+        if len(command) > MAX_COMMAND_CHARS:
+            return _refused(f"command longer than {MAX_COMMAND_CHARS} characters")
+        if "\0" in command:
+            return _refused("command contains a NUL byte")
+        parsed = self._parse(command)
+        if parsed.error is not None:
+            return _refused(f"cannot be parsed: {parsed.error}")
+        if parsed.empty:
+            return _refused("empty command (EXE-6): nothing but comments or blanks")
+        walker = Walker(
+            sandbox or self._default_sandbox(),
+            network_enabled,
+            self._context(tuple(denied_read_globs)),
+            parsed,
+        )
+        walker.run()
+        return _result(walker)
+
+    def _parse(self, command: str) -> ParsedScript:
+        """The parse of ``command``, from the cache when the same text was parsed lately."""
+        if self._parse_cache_size <= 0 or len(command) > _MAX_CACHED_CHARS:
+            return parse(command, self._isolated)
+        with self._parses_lock:
+            parsed = self._parses.get(command)
+            if parsed is not None:
+                self._parses.move_to_end(command)
+                return parsed
+        # Parsed outside the lock: a non-ASCII parse waits for the child.
+        parsed = parse(command, self._isolated)
+        if parsed.error is not None and not command.isascii():
+            return parsed  # the child may have failed for a passing reason: not kept
+        with self._parses_lock:
+            self._parses[command] = parsed
+            while len(self._parses) > self._parse_cache_size:
+                self._parses.popitem(last=False)
+        return parsed
+
+    def _context(self, denied_read_globs: tuple[str, ...]) -> WalkContext:
+        home = os.path.expanduser("~")
+        key = (home, denied_read_globs)
+        context = self._contexts.get(key)
+        if context is None:
+            if len(self._contexts) >= _MAX_CONTEXTS:
+                self._contexts.pop(next(iter(self._contexts)))
+            context = self._contexts[key] = WalkContext(home, denied_read_globs)
+        return context
+
+    def _default_sandbox(self) -> PathSandbox:
+        """Without a sandbox, the working directory is the only (writable) root."""
+        cwd = os.getcwd()
+        sandbox = self._default_sandboxes.get(cwd)
+        if sandbox is None:
+            sandbox = PathSandbox([Root(cwd, True)], cwd)
+            self._default_sandboxes.clear()
+            self._default_sandboxes[cwd] = sandbox
+        return sandbox
+
+
+_ONE_SHOT = BashAnalyzer(isolated=False, parse_cache=0)
+"""The analyzer behind :func:`analyze`: compiled patterns only, never a process."""
+
+
+def analyze(
+    command: str,
+    *,
+    sandbox: PathSandbox | None = None,
+    network_enabled: bool = False,
+    denied_read_globs: Sequence[str] = (),
+) -> BashAnalysis:
+    """Judge one bash command line (EXE-6 … EXE-8) without a long-lived child parser (the
+    CLI, tests): text that is not ASCII is parsed in a child started for it."""
+    return _ONE_SHOT.analyze(
+        command,
+        sandbox=sandbox,
+        network_enabled=network_enabled,
+        denied_read_globs=denied_read_globs,
+    )
+
+
+def _refused(reason: str) -> BashAnalysis:
+    finding = Finding("deny", reason, "high", False, "")
+    return BashAnalysis(
+        verdict="deny",
+        reasons=(reason,),
+        commands=(),
+        paths_read=(),
+        paths_written=(),
+        needs_network=False,
+        read_only=False,
+        risk="high",
+        explanation=explain("deny", (finding,), (), False),
+        bypass_immune=False,
+    )
+
+
+def _result(walker: Walker) -> BashAnalysis:
+    findings = walker.findings
+    verdict: Verdict = "allow"
+    if any(f.verdict == "deny" for f in findings):
+        verdict = "deny"
+    elif findings:
+        verdict = "ask"
+    ordered = sorted(findings, key=lambda f: (f.verdict != "deny", _RISK_ORDER[f.risk] * -1))
+    reasons = tuple(dict.fromkeys(f.labelled() for f in ordered))
+    texts = tuple(c.text for c in walker.commands)
+    return BashAnalysis(
+        verdict=verdict,
+        reasons=reasons,
+        commands=tuple(walker.commands),
+        paths_read=tuple(walker.reads),
+        paths_written=tuple(walker.writes),
+        needs_network=walker.needs_network,
+        read_only=verdict != "deny" and not walker.side_effects and not walker.writes,
+        risk=risk_of(verdict, findings),
+        explanation=explain(verdict, tuple(ordered), texts, walker.needs_network),
+        bypass_immune=verdict == "ask" and any(f.immune for f in findings if f.verdict == "ask"),
+    )
+
+
+_RISK_ORDER = {"low": 0, "medium": 1, "high": 2}

@@ -1,0 +1,143 @@
+"""The interface the program judges report through (the walker implements it).
+
+The walker (walker.py) goes over every simple command of a parsed script, looks through
+wrappers and hands each command to the judge of its program family (judges/git.py,
+judges/sed.py, judges/awk.py, judges/find.py, judges/archives.py ...). A judge reads the
+command's words and reports what it finds through :class:`Judge`: a refusal
+(:meth:`Judge.deny`), a question (:meth:`Judge.ask`), a side effect
+(:meth:`Judge.effect`), network use, and the paths it reads or writes, which the walker
+judges with the path sandbox, the credential patterns and the policy's denied reads. A
+judge never decides the verdict itself: the walker folds all findings into one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from stockade.executor.bash.explain import Finding
+from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
+from stockade.executor.paths import PathSandbox
+
+__all__ = ["Finding", "Judge", "Risk", "ShellState", "expanded", "short", "word_text"]
+
+Risk = Literal["low", "medium", "high"]
+
+
+@dataclass
+class ShellState:
+    """What the script does to the shell itself, gathered while walking: the variables
+    judge (judges/variables.py) reads and extends it."""
+
+    parsed: ParsedScript
+    """The whole script (assignments, arithmetic names, functions)."""
+    export_all: bool = False
+    """``set -a`` / ``set -o allexport`` seen: every later assignment is exported."""
+    judged_names: set[tuple[str, str | None, bool]] = field(default_factory=set)
+    """Assignments already judged (``export X=1`` is seen as an argument and as an
+    assignment)."""
+    integer_names: set[str] = field(default_factory=set)
+    """Variables bash evaluates as arithmetic (``declare -i``, ``let``)."""
+    runtime_values: list[str] = field(default_factory=list)
+    """Variables given a value only known at run time (``read x``, ``wait -p x``)."""
+    static_values: dict[str, list[str] | None] | None = None
+    """Every value each variable is given in the script (computed on first use)."""
+
+
+class Judge(Protocol):
+    """What a program judge may read and call (the walker is the one implementation)."""
+
+    sandbox: PathSandbox
+    """The roots: where reads and writes may go."""
+    home: str
+    """The home directory ``~`` stands for."""
+    bases: list[str]
+    """The working directories in effect (the first one, then every ``cd`` target)."""
+    current: str
+    """The (shortened) command being judged; findings are labelled with it."""
+    denied_read_globs: tuple[str, ...]
+    """Paths the policy denies reading (DEC-16)."""
+    reads: dict[str, None]
+    """Canonical paths read so far (ordered set)."""
+    writes: dict[str, None]
+    """Canonical paths written so far (ordered set)."""
+    needs_network: bool
+    """Whether anything judged so far uses the network."""
+    findings: list[Finding]
+    """Everything reported so far."""
+    shell: ShellState
+    """What the script does to the shell's own state."""
+
+    def deny(self, reason: str) -> None:
+        """Refuse the command line."""
+
+    def ask(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        """Ask a person; ``immune``: no allow rule or bypass mode may settle it."""
+
+    def effect(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        """An ASK because the command changes something (it is not read-only)."""
+
+    def network(self, reason: str) -> None:
+        """The command uses the network (refused unless the network is enabled)."""
+
+    def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
+        """Judge one path operand; its canonical path when allowed, else None."""
+
+    def change_dir(self, target: Word) -> None:
+        """The command changes the working directory for what follows."""
+
+    def scan_credentials(self, args: Sequence[Word]) -> None:
+        """Refuse credential paths among arguments that are not otherwise understood."""
+
+    def absolute(self, value: str, base: str | None = None) -> str:
+        """``value`` made absolute against ``base`` (the first working directory)."""
+
+    def expand(self, value: str) -> str:
+        """Tilde expansion as bash does it."""
+
+    def denied(self, resolved: str, absolute: str) -> bool:
+        """Whether the policy denies reading the path."""
+
+    def credential(self, absolute: str) -> bool:
+        """Whether the absolute path is a credential file (``~/.ssh/id_*`` ...)."""
+
+    def resolve_name(self, word: Word) -> tuple[str, bool] | None:
+        """A command-name word normalised: (name, run by path); None after a DENY."""
+
+    def record(self, name: str, args: Sequence[Word]) -> None:
+        """Record a simple command for rule matching (DEC-2)."""
+
+    def words(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
+    ) -> None:
+        """Judge a command given as words (``find -exec``'s inner command)."""
+
+
+def short(text: str, limit: int = 60) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def word_text(word: Word) -> str:
+    """The word's value when static, its source text otherwise."""
+    return word.value if word.value is not None else word.text
+
+
+def expanded(words: Sequence[Word]) -> list[Word]:
+    """``words`` after brace expansion: each braced word replaced by its items (EXE-8c)."""
+    out: list[Word] = []
+    for word in words:
+        if word.braces:
+            out.extend(word.braces)
+        else:
+            out.append(word)
+    return out
+
+
+def matches_basename(path: str, patterns: Sequence[str]) -> bool:
+    """Whether the last component of ``path`` matches one of ``patterns``."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(base, p) for p in patterns)

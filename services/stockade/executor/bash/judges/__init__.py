@@ -1,0 +1,1 @@
+"""One judge per program family, each reporting through findings.Judge."""

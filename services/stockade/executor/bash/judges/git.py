@@ -1,0 +1,801 @@
+"""git (EXE-3, EXE-8d): options and subcommands that run commands or write files,
+repository changes as writes of the git directory, object access judged against protected
+reads."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+
+from stockade.executor.bash import lists
+from stockade.executor.bash.findings import Judge, short, word_text
+from stockade.executor.bash.options import (
+    canonical,
+    literal,
+)
+from stockade.executor.bash.parser import Word
+from stockade.executor.paths import GIT_LAYOUT_MARKERS
+
+
+def judge(j: Judge, args: list[Word]) -> None:
+    i = 0
+    git_dir: Word | None = None
+    work_tree: Word | None = None
+    while i < len(args):
+        value = args[i].value
+        if value is None:
+            j.effect("git with an argument only known at run time", immune=True)
+            return
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if value == "-C" and nxt is not None:
+            j.change_dir(nxt)
+            i += 2
+            continue
+        if value == "-c" or (value.startswith("-c") and not value.startswith("--")):
+            setting = value[2:] if len(value) > 2 else (word_text(nxt) if nxt else "")
+            _setting(j, setting.split("=", 1)[0], "git -c")
+            i += 1 if len(value) > 2 else 2
+            continue
+        option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
+        if option in ("--git-dir", "--work-tree"):
+            word = literal(value.split("=", 1)[1]) if "=" in value else nxt
+            if word is not None:
+                j.path(word, write=False)
+                if option == "--git-dir":
+                    git_dir = word
+                else:
+                    work_tree = word
+            i += 1 if "=" in value else 2
+            continue
+        if option in lists.GIT_DENY_OPTIONS:
+            j.deny(lists.GIT_DENY_OPTIONS[option])
+            return
+        if value.startswith("-"):
+            i += 1
+            continue
+        break
+    if i >= len(args):
+        return  # `git` alone prints help
+    sub = args[i].value or ""
+    rest = args[i + 1 :]
+    values = [w.value for w in rest]
+    if sub.startswith("credential"):
+        # `git credential fill` (and the credential-* helpers) print stored secrets.
+        j.deny(f"git {sub} reads or stores credentials")
+        return
+    for k, value in enumerate(values):
+        if value is None:
+            # `git show "$x"` may be `HEAD:.env`: which object it names is unknown.
+            j.ask(f"git {sub} with an argument only known at run time", immune=True)
+            continue
+        option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
+        short = option if option.startswith("--") else option[:2]
+        if option in _GIT_DENY_ANYWHERE:
+            j.deny(lists.GIT_DENY_OPTIONS[option])
+            return
+        if sub == "grep" and short in ("-O", "--open-files-in-pager"):
+            j.deny(lists.GIT_DENY_OPTIONS[short])
+            return
+        if sub in ("rebase", "difftool") and short in ("-x", "--exec"):
+            j.deny(f"git {sub} {short} runs a command")
+            return
+        if sub == "filter-branch" and option in lists.GIT_FILTER_OPTIONS:
+            j.deny(f"git filter-branch {option} runs a shell command for every commit")
+            return
+        if sub in ("clone", "submodule") and short in ("-c", "--config"):
+            setting = value[2:] if short == "-c" and len(value) > 2 else ""
+            if "=" in value and option == "--config":
+                setting = value.split("=", 1)[1]
+            elif not setting and k + 1 < len(values):
+                setting = values[k + 1] or ""
+            _setting(j, setting.split("=", 1)[0], f"git {sub} {short}")
+        target = _option_target(j, sub, option, short, value, rest, k)
+        if target is not None:
+            kind, word = target
+            if kind == "write":
+                j.path(word, write=True, what=f"git {sub} {option} writes")
+                j.effect(f"git {sub} {option} writes files", "low")
+            else:
+                j.path(word, write=False)
+        if option == "--no-index":
+            # `git diff --no-index A B` reads any two files, not repository objects.
+            for word in rest:
+                if word.value is None or not word.value.startswith("-"):
+                    j.path(word, write=False)
+        if sub == "help" and short in ("-w", "--web", "-i", "--info", "-m", "--man"):
+            j.effect("git help opens a browser, info or man viewer")
+    _objects(j, sub, rest)
+    _history(j, sub, rest)
+    first = next((v for v in values if v is not None and not v.startswith("-")), None)
+    if sub in ("init", "clone") or (sub == "worktree" and first == "add"):
+        _new_repository(j, sub, rest)
+    if sub == "bundle" and first == "create":
+        operands = [w for w in rest if w.value is None or not w.value.startswith("-")]
+        if len(operands) >= 2:
+            j.path(operands[1], write=True, what="git bundle create writes")
+    if (
+        sub in lists.GIT_NETWORK_SUBCOMMANDS
+        or (sub == "remote" and first in ("update", "show", "prune", "set-head"))
+        or (sub == "submodule" and first in ("update", "add", "sync"))
+        or (sub == "archive" and any(v and v.startswith("--rem") for v in values))
+    ):
+        if sub in ("fetch", "pull") or (sub == "submodule" and first in ("update", "add")):
+            repository_write(j, sub, git_dir)
+        j.network(f"git {sub} talks to a remote repository (can upload code)")
+        return
+    if sub == "submodule" and first == "foreach":
+        j.deny("git submodule foreach runs shell commands")
+        return
+    if sub == "bisect" and first == "run":
+        j.deny("git bisect run runs commands")
+        return
+    if sub == "hook":
+        j.deny("git hook runs the repository's hook scripts")
+        return
+    if sub in lists.GIT_READ_SUBCOMMANDS and _read_only(j, sub, values, first):
+        j.scan_credentials(rest)  # `git blame --contents=~/.ssh/id_rsa`
+        for word in rest:
+            value = word.value
+            if value is not None and value.startswith(("/", "~")):
+                j.path(word, write=False)
+        return
+    worktree_only = sub in ("clean", "difftool", "format-patch", "archive") or (
+        sub == "apply" and not {"--index", "--cached", "-3", "--3way"} & set(filter(None, values))
+    )
+    if (
+        (sub in lists.GIT_WRITE_SUBCOMMANDS or sub in lists.GIT_READ_SUBCOMMANDS)
+        and sub not in ("init", "clone")
+        and not worktree_only
+    ):
+        # Commits, refs, the index, config, stashes and objects live in the git
+        # directory: a protected write (EXE-3 rev 2) unless configuration allows it.
+        # (`git restore FILE` too: it locks the index.)
+        repository_write(j, sub, git_dir)
+        if work_tree is not None:
+            # `git --work-tree=/elsewhere checkout .` writes the files there.
+            j.path(work_tree, write=True, what=f"git {sub} writes the work tree at")
+    if sub in lists.GIT_WRITE_SUBCOMMANDS:
+        phrase = lists.GIT_WRITE_SUBCOMMANDS[sub]
+        risky = (
+            (sub == "clean" and not {"-n", "--dry-run"} & set(filter(None, values)))
+            or (sub == "reset" and "--hard" in values)
+            or sub == "filter-branch"
+            or (sub in ("checkout", "restore") and "." in values)
+        )
+        j.effect(f"git {sub} {phrase}", "high" if risky else "medium")
+        return
+    if sub == "config":
+        return  # judged in git_read_only (writes asked or denied there)
+    if sub in lists.GIT_READ_SUBCOMMANDS:
+        j.effect(f"git {sub} with these arguments changes the repository")
+        return
+    j.effect(f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)")
+
+
+def _option_target(
+    j: Judge, sub: str, option: str, short: str, value: str, rest: list[Word], k: int
+) -> tuple[str, Word] | None:
+    """("write" | "read", the file) an option of a git subcommand names, or None."""
+    kind = ""
+    if option in ("--output", "--output-directory", "--separate-git-dir") or (
+        short == "-o" and sub in ("archive", "format-patch")
+    ):
+        kind = "write"
+    elif option == "--prefix" and sub == "checkout-index":
+        kind = "write"  # files are checked out under the prefix (any directory)
+    elif (short in ("-F",) or option == "--file") and sub in _GIT_FILE_READERS:
+        kind = "read"  # a message or pattern file: its content enters the repository
+    elif short == "-f" and sub == "grep":
+        kind = "read"
+    elif option in ("--contents", "--reference", "--reference-if-able"):
+        kind = "read"
+    if not kind:
+        return None
+    if option.startswith("--") and "=" in value:
+        return kind, literal(value.split("=", 1)[1])
+    if not option.startswith("--") and len(value) > 2:
+        return kind, literal(value[2:])
+    if k + 1 < len(rest):
+        return kind, rest[k + 1]
+    return None
+
+
+def repository_top(j: Judge) -> str:
+    """The top of the repository the current directory is in (its own dir if none):
+    where a ``REV:path`` starts and where ``.git`` lives."""
+    here = j.bases[-1]
+    probe = here
+    for _ in range(64):
+        if os.path.lexists(os.path.join(probe, ".git")):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    return here
+
+
+def repository_write(j: Judge, sub: str, git_dir: Word | None) -> None:
+    """Judge a git subcommand that changes the repository as a write of its git dir."""
+    target = git_dir or literal(os.path.join(repository_top(j), ".git"))
+    j.path(target, write=True, what=f"git {sub} writes the repository at")
+
+
+def _new_repository(j: Judge, sub: str, rest: list[Word]) -> None:
+    """``init [DIR]``, ``clone URL [DIR]``, ``worktree add PATH``: the new repository's
+    git directory (or ``.git`` file) is a protected write."""
+    operands = [w for w in rest if w.value is None or not w.value.startswith("-")]
+    skip_values = {"-b", "--branch", "-o", "--origin", "--template", "--separate-git-dir"}
+    values = [w.value for w in rest]
+    operands = [
+        w
+        for k, w in enumerate(rest)
+        if w in operands and not (k > 0 and values[k - 1] in skip_values)
+    ]
+    directory: Word | None = None
+    if sub == "init":
+        directory = operands[0] if operands else literal(".")
+    elif sub == "clone":
+        if len(operands) >= 2:
+            directory = operands[1]
+        elif operands and operands[0].value is not None:
+            name = operands[0].value.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+            directory = literal(name.removesuffix(".git") or "repo")
+    else:  # worktree add PATH
+        directory = operands[1] if len(operands) >= 2 else None
+        repository_write(j, sub, None)
+    if directory is None or directory.value is None:
+        j.effect(f"git {sub} creates a repository at a place only known at run time")
+        return
+    bare = "--bare" in values or "--mirror" in values
+    place = directory.value if bare else os.path.join(directory.value, ".git")
+    j.path(directory, write=True, what=f"git {sub} creates")
+    j.path(literal(place), write=True, what=f"git {sub} creates a git directory at")
+    if bare and j.sandbox.protects_git:
+        j.deny(f"git {sub} --bare lays out a git directory inside a writable root")
+
+
+def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
+    """Object access (``REV:path``, ``:path``, pathspecs of ``show``, ``log -p``,
+    ``grep``, ``archive`` ...) is judged against protected reads: the repository keeps
+    a copy of every committed file, which the run-time masks cannot hide (DEC-16)."""
+    top = repository_top(j)
+    unbounded = False
+    pathspecs = False
+    for word in rest:
+        value = word.value
+        if value is None:
+            continue
+        if value == "--":
+            pathspecs = True
+            continue
+        if value.startswith("-"):
+            if sub == "cat-file" and value.startswith("--batch"):
+                unbounded = True
+            # An object named in an option's value: `config --blob=HEAD:.env`,
+            # `log -L1,1:.env`, `blame --contents=...`.
+            attached = ""
+            if value.startswith("--") and "=" in value:
+                attached = value.split("=", 1)[1]
+            elif value.startswith("-L") and len(value) > 2:
+                attached = value[2:]
+            if attached and _names_denied(j, sub, value, attached, top):
+                return
+            continue
+        if sub in _GIT_CONTENT_SUBCOMMANDS and (pathspecs or ":" in value):
+            # Files whose committed copy is printed are reads of that file (for the
+            # policy's read rules downstream, e.g. an ASK on reading it).
+            candidates = _git_path_candidates(value)  # none for `.` and `/`
+            name = candidates[0] if candidates else ""
+            if name and not any(c in name for c in "*?[") and not name.startswith("/"):
+                base = top if ":" in value and not name.startswith("./") else j.bases[-1]
+                j.reads[os.path.normpath(os.path.join(base, name))] = None
+        if _names_denied(j, sub, value, value, top):
+            return
+        for name in _git_path_candidates(value):
+            if (
+                sub in _GIT_CONTENT_SUBCOMMANDS
+                and any(c in name for c in "*?[")
+                and _glob_denied(j, name)
+            ):
+                j.deny(f"the git pathspec {short(name, 40)} can match a path policy denies reading")
+                return
+    if not j.denied_read_globs:
+        return
+    operands = [w.value for w in rest if w.value is not None and not w.value.startswith("-")]
+    if sub == "cat-file" and (
+        unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
+    ):
+        unbounded = True
+    if sub == "archive" and (
+        len(operands) <= 1
+        or any(":" in v for v in operands)
+        or any(not os.path.isfile(j.absolute(v)) for v in operands[1:] if v != "--")
+    ):
+        # The whole tree, a subtree (`HEAD:sub`) or a directory pathspec: it may hold
+        # files the policy denies reading.
+        unbounded = True
+    if sub in ("fast-export", "bundle") or unbounded:
+        j.ask(
+            f"git {sub} can print any committed file, including ones policy denies "
+            "reading (the run-time masks do not cover the object store)",
+            "high",
+            immune=True,
+        )
+
+
+def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
+    """DENY (and True) when ``value`` names, as a path or as ``REV:path``, a file the
+    policy denies reading or a credential file."""
+    for name in _git_path_candidates(value):
+        for absolute in (
+            os.path.normpath(j.absolute(name)),
+            os.path.normpath(os.path.join(top, name)),
+        ):
+            if j.credential(absolute) or j.denied(absolute, absolute):
+                j.deny(
+                    f"git {sub} {short(word, 40)} reads {name} from the repository, "
+                    "which policy denies reading"
+                )
+                return True
+    return False
+
+
+def _history(j: Judge, sub: str, rest: list[Word]) -> None:
+    """Forms that print the content of committed or staged files without naming them
+    (``git log -p``, ``git show <commit>``, ``git diff <rev>``, ``git diff --cached``,
+    ``git grep PATTERN <rev>``, ``git format-patch`` ...): the repository keeps every
+    version of a file the policy denies reading, and the run-time masks hide only the
+    working copy (DEC-16). With any denied read, such a form is asked about (bypass-immune)
+    unless its pathspecs name only files (existing, not denied): a directory or no
+    pathspec at all can reach the denied file's history."""
+    if not j.denied_read_globs or not _prints_contents(j, sub, rest):
+        return
+    pathspecs = _pathspecs(j, sub, rest)
+    if pathspecs and all(_names_a_file(j, spec) for spec in pathspecs):
+        return
+    j.ask(
+        f"git {sub} in this form prints the content of committed or staged files, "
+        "including ones policy denies reading (name the files with `-- FILE`)",
+        "high",
+        immune=True,
+    )
+
+
+# Options that make log-like commands print patches (file contents).
+_PATCH_OPTIONS = frozenset(
+    {
+        "-p",
+        "-u",
+        "--patch",
+        "--cc",
+        "-c",
+        "--dd",
+        "--patch-with-stat",
+        "--patch-with-raw",
+        "--binary",
+        "--full-diff",
+        "-W",
+        "--function-context",
+        "--textconv",
+    }
+)
+_PATCH_PREFIXES = ("-U", "--unified", "--word-diff", "--color-words", "-L", "--inter-hunk-context")
+# Options that replace a patch by a summary (show/diff print no content with them).
+_SUMMARY_OPTIONS = frozenset(
+    {
+        "-s",
+        "--no-patch",
+        "--stat",
+        "--numstat",
+        "--shortstat",
+        "--name-only",
+        "--name-status",
+        "--raw",
+        "--summary",
+        "--dirstat",
+        "--compact-summary",
+        "--quiet",
+        "--exit-code",
+        "--check",
+    }
+)
+
+
+def _option_names(rest: list[Word]) -> tuple[set[str], bool]:
+    """The options given before ``--`` (their names, values cut off) and whether any asks
+    for a patch."""
+    names: set[str] = set()
+    patch = False
+    for word in rest:
+        value = word.value or ""
+        if value == "--":
+            break
+        if not value.startswith("-") or value == "-":
+            continue
+        name = value.split("=", 1)[0]
+        names.add(name)
+        if name in _PATCH_OPTIONS or value.startswith(_PATCH_PREFIXES):
+            patch = True
+    return names, patch
+
+
+def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
+    """Whether this git form prints file contents from commits, trees or the index."""
+    names, patch = _option_names(rest)
+    summary = bool(names & _SUMMARY_OPTIONS) or any(n.startswith("--stat") for n in names)
+    operands = _operands(rest)
+    if sub in ("log", "whatchanged", "reflog", "bisect"):
+        return patch
+    if sub in ("diff-tree", "diff-index", "diff-files"):
+        return patch
+    if sub == "stash":
+        return patch and bool(operands) and operands[0] in ("show", "list")
+    if sub in ("format-patch", "range-diff"):
+        return True
+    if sub == "show":
+        # `REV:path` operands name their files (judged one by one in _objects); anything
+        # else (a commit, a tag, HEAD when none is given) shows a patch or an object.
+        unnamed = [v for v in _before_dashes(rest, sub) if ":" not in v]
+        if any(_HEX_OBJECT.match(v) for v in unnamed):
+            return True  # maybe a blob: printed whatever the options
+        if operands and not unnamed:
+            return False
+        return patch or not summary
+    if sub == "diff":
+        if "--no-index" in names or (summary and not patch):
+            return False
+        if names & {"--cached", "--staged", "--merge-base"}:
+            return True
+        return any(not os.path.lexists(j.absolute(v)) for v in _before_dashes(rest, sub))
+    if sub == "grep":
+        if names & {"--cached", "--untracked", "--no-index"}:
+            return "--cached" in names
+        revs = _before_dashes(rest, sub)
+        if not names & {"-e", "-f", "--and", "--or", "--not"} and revs:
+            revs = revs[1:]  # the first operand is the pattern
+        return any(not os.path.lexists(j.absolute(v)) for v in revs)
+    return False
+
+
+def _operands(rest: list[Word]) -> list[str]:
+    return [w.value for w in rest if w.value is not None and not w.value.startswith("-")]
+
+
+def _before_dashes(rest: list[Word], sub: str = "") -> list[str]:
+    """Operands before ``--`` (skipping the values of the options known to take one; an
+    unknown option's value counts as an operand, which reads as a revision: the cautious
+    side for the callers)."""
+    takes_value = _GREP_VALUE_OPTIONS if sub == "grep" else _LOG_VALUE_OPTIONS
+    out: list[str] = []
+    skip = False
+    for word in rest:
+        value = word.value
+        if value is None:
+            continue
+        if value == "--":
+            break
+        if skip:
+            skip = False
+            continue
+        if value.startswith("-"):
+            skip = value in takes_value
+            continue
+        out.append(value)
+    return out
+
+
+# Options that take the next word as their value.
+_GREP_VALUE_OPTIONS = frozenset(
+    {"-e", "-f", "-A", "-B", "-C", "-m", "--max-count", "--max-depth", "--threads"}
+)
+_LOG_VALUE_OPTIONS = frozenset({"-n", "--max-count", "--skip", "-S", "-G", "-O"})
+# Options that take no value: with only these (and `--opt=value` forms) before the
+# operands, an existing path among them is a pathspec without a `--`.
+_FLAG_OPTIONS = frozenset(
+    {
+        "-p",
+        "-u",
+        "--patch",
+        "--stat",
+        "--oneline",
+        "--follow",
+        "--cached",
+        "--staged",
+        "--name-only",
+        "--name-status",
+        "--no-color",
+        "--color",
+        "-w",
+        "-i",
+        "-n",
+        "-l",
+        "-v",
+        "--all",
+        "--reverse",
+        "--graph",
+        "--decorate",
+        "--no-merges",
+        "--first-parent",
+    }
+)
+
+
+def _pathspecs(j: Judge, sub: str, rest: list[Word]) -> list[str] | None:
+    """The pathspecs of a content-printing form: every word after ``--``; without one,
+    the operands that name something that exists (git reads those as paths), but only
+    when every option before them is a known flag (an option taking the next word as
+    its value would make that word look like a pathspec). None: cannot tell."""
+    values = [w.value for w in rest]
+    if "--" in values:
+        after = values[values.index("--") + 1 :]
+        return None if any(v is None for v in after) else [v for v in after if v is not None]
+    for value in values:
+        if value is None:
+            return None
+        if value.startswith("-") and "=" not in value and value not in _FLAG_OPTIONS:
+            if not (value[1:].isdigit() and sub != "grep"):  # `git log -3`
+                return None
+    operands = _before_dashes(rest, sub)
+    if sub == "grep" and operands:
+        operands = operands[1:]
+    return [v for v in operands if os.path.lexists(j.absolute(v))]
+
+
+def _names_a_file(j: Judge, spec: str) -> bool:
+    """Whether a pathspec names one existing regular file the policy does not deny (no
+    magic, no glob, not a directory: those can reach other files' history)."""
+    if not spec or spec.startswith(":") or any(c in spec for c in "*?[\\"):
+        return False
+    absolute = os.path.normpath(j.absolute(spec))
+    if j.denied(absolute, absolute) or j.credential(absolute):
+        return False
+    return os.path.isfile(absolute) and not os.path.islink(absolute)
+
+
+def _glob_denied(j: Judge, pattern: str) -> bool:
+    """Whether a pathspec glob could match a path the policy denies reading (compared
+    by last component, both ways: ``*.env`` against ``.env``, ``.e*`` against ``.env*``)."""
+    last = pattern.rstrip("/").rsplit("/", 1)[-1]
+    if last.strip("*") == "":
+        return False  # `*`, `**`: every file; the masks and the object-store ASK hold
+    for glob in j.denied_read_globs:
+        parts = [p for p in glob.split("/") if p and p != "**"]
+        tail = parts[-1] if parts else ""
+        if not tail or tail.strip("*") == "":
+            continue
+        if fnmatch.fnmatchcase(tail, last) or fnmatch.fnmatchcase(last, tail):
+            return True
+    return False
+
+
+def _setting(j: Judge, key: str, how: str) -> None:
+    key = key.lower()
+    if not key.startswith(lists.BENIGN_GIT_CONFIG_PREFIXES):
+        j.deny(f"{how} {key} can make git run commands")
+
+
+def _read_only(j: Judge, sub: str, values: list[str | None], first: str | None) -> bool:
+    """Whether this form of a possibly-read-only git subcommand only reads."""
+    flags = {v for v in values if v is not None and v.startswith("-")}
+    positionals = [v for v in values if v is None or not v.startswith("-")]
+    if sub == "branch":
+        listing = {
+            "--list",
+            "-l",
+            "-a",
+            "--all",
+            "-r",
+            "--remotes",
+            "--show-current",
+            "--contains",
+            "--merged",
+            "--no-merged",
+            "--points-at",
+        }
+        writing = {
+            "-d",
+            "-D",
+            "-m",
+            "-M",
+            "-c",
+            "-C",
+            "--delete",
+            "--move",
+            "--copy",
+            "-u",
+            "--set-upstream-to",
+            "--unset-upstream",
+            "--edit-description",
+            "-f",
+            "--force",
+        }
+        return not (flags & writing) and (not positionals or bool(flags & listing))
+    if sub == "tag":
+        listing = {"-l", "--list", "--contains", "--points-at", "--merged", "--no-merged"}
+        writing = {
+            "-d",
+            "--delete",
+            "-a",
+            "-s",
+            "-u",
+            "-m",
+            "-F",
+            "-f",
+            "--force",
+            "--annotate",
+            "--sign",
+        }
+        return not (flags & writing) and (not positionals or bool(flags & listing))
+    if sub == "stash":
+        return first in ("list", "show")  # bare `git stash` pushes
+    if sub == "remote":
+        return first in (None, "get-url")
+    if sub == "worktree":
+        return first == "list"
+    if sub == "notes":
+        return first in (None, "list", "show")
+    if sub == "reflog":
+        return first in (None, "show")
+    if sub == "symbolic-ref":
+        return len(positionals) <= 1 and not flags & {"-d", "--delete"}
+    if sub == "submodule":
+        return first in (None, "status", "summary")
+    if sub == "bisect":
+        return first in ("log", "view", "visualize")
+    if sub == "format-patch":
+        return "--stdout" in flags
+    if sub == "archive":
+        return not any(v and v.startswith(("-o", "--output")) for v in values)
+    if sub == "fsck":
+        return "--lost-found" not in flags
+    if sub == "config":
+        reading = {
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "--list",
+            "-l",
+            "--get-color",
+            "--get-colorbool",
+        }
+        if flags & reading or first in ("get", "list"):
+            return True
+        names = [p for p in positionals if p is not None]
+        if first == "set" and len(names) >= 2:
+            names = names[1:]
+        elif len(names) <= 1 and not flags & {
+            "--unset",
+            "--unset-all",
+            "--add",
+            "--replace-all",
+            "--edit",
+            "-e",
+            "--rename-section",
+            "--remove-section",
+        }:
+            return True  # `git config user.name` reads one key
+        key = names[0] if names else ""
+        _setting(j, key, "git config")
+        j.effect("git config changes the repository configuration")
+        return False
+    return True
+
+
+def layouts(j: Judge) -> None:
+    """Writes of one command line that together lay out a git directory
+    (``mkdir -p r/objects r/refs; touch r/HEAD``): each alone passes the sandbox's
+    check, which sees the tree as it is before the command runs."""
+    if not j.sandbox.protects_git or len(j.writes) < 2:
+        return
+    entries: dict[str, set[str]] = {}
+    for written in j.writes:
+        here = written
+        while j.sandbox.root_for(here) is not None:
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            entries.setdefault(parent, set()).add(os.path.basename(here))
+            here = parent
+    for parent, names in entries.items():
+        markers = names & GIT_LAYOUT_MARKERS
+        if not markers:
+            continue
+        present = {m for m in GIT_LAYOUT_MARKERS if os.path.lexists(os.path.join(parent, m))}
+        if len(markers | present) >= 2:
+            j.deny(
+                f"writes {', '.join(sorted(markers))} in {parent}: together they lay out a "
+                "git directory (a bare repository git would read config and hooks from)"
+            )
+            return
+
+
+_GIT_DENY_ANYWHERE = frozenset(
+    {
+        "--upload-pack",
+        "--receive-pack",
+        "--exec",
+        "--exec-path",
+        "--ext-diff",
+        "--template",
+        "--extcmd",
+        "--config-env",
+    }
+)
+
+
+_GIT_FILE_READERS = frozenset({"commit", "tag", "merge", "notes", "grep", "commit-tree"})
+
+
+_GIT_CONTENT_SUBCOMMANDS = frozenset(
+    {
+        "show",
+        "log",
+        "diff",
+        "grep",
+        "archive",
+        "blame",
+        "annotate",
+        "cat-file",
+        "diff-tree",
+        "diff-index",
+        "diff-files",
+        "whatchanged",
+        "format-patch",
+        "range-diff",
+        "stash",
+        "checkout",
+        "restore",
+    }
+)
+
+
+_HEX_OBJECT = re.compile(r"[0-9a-fA-F]{4,64}\Z")
+
+
+_GIT_STAGE = re.compile(r"[0-3]:")
+
+
+def _git_path_candidates(value: str) -> list[str]:
+    """The paths a git argument may name: the word itself (a pathspec), the part after
+    the first ``:`` of ``REV:path`` / ``:N:path``, without pathspec magic (``:(top)``,
+    ``:!``, ``:/``)."""
+    names: list[str] = []
+    if ":" in value:
+        rev, _, path = value.partition(":")
+        if rev.startswith("(") or not rev:
+            # `:(top,glob)x`, `:!x`, `:/x`, `:0:x`, `:x`
+            path = value[1:]
+            if path.startswith("("):
+                path = path.partition(")")[2]
+            if _GIT_STAGE.match(path):
+                path = path[2:]
+            path = path.lstrip("!^/")
+        names.append(path)
+    names.append(value)
+    return [n for n in names if n and n not in (".", "/")]
+
+
+_GIT_LONG = frozenset(
+    {o for o in lists.GIT_DENY_OPTIONS if o.startswith("--")}
+    | lists.GIT_FILTER_OPTIONS
+    | {
+        "--output",
+        "--output-directory",
+        "--separate-git-dir",
+        "--prefix",
+        "--file",
+        "--config",
+        "--reference",
+        "--git-dir",
+        "--work-tree",
+        "--no-index",
+        "--contents",
+        "--remote",
+        "--web",
+        "--info",
+        "--man",
+    }
+)

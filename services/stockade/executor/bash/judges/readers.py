@@ -1,0 +1,149 @@
+"""Read-only commands from the safe list: their options (judged against the lists) and
+the files they read."""
+
+from __future__ import annotations
+
+from stockade.executor.bash import lists
+from stockade.executor.bash.findings import Judge, word_text
+from stockade.executor.bash.judges import awk, find, sed
+from stockade.executor.bash.judges.writes import OUTPUT_OPTION
+from stockade.executor.bash.options import (
+    literal,
+    split_arguments,
+    until,
+)
+from stockade.executor.bash.parser import Word
+
+
+def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_args: bool) -> None:
+    if name in ("find",):
+        find.judge(j, args)
+        return
+    if name == "sed":
+        sed.judge(j, args)
+        return
+    if name in ("awk", "gawk", "mawk", "nawk"):
+        awk.judge(j, args)
+        return
+    if name in ("cd", "pushd"):
+        cd(j, args)
+        return
+    if name == "popd":
+        return
+    if name == "jq":
+        args = _jq_named_files(j, args)
+    operands, pattern_given = _options(j, name, spec, args)
+    if name == "hostname" and operands:
+        j.deny("hostname NAME changes the machine's host name")
+        return
+    if name == "xxd" and len(operands) >= 2:
+        j.path(operands[0], write=False)
+        if j.path(operands[1], write=True, what="writes") is not None:
+            j.effect(f"writes {word_text(operands[1])}", "low")
+        return
+    if name == "tee":
+        for word in operands:
+            if j.path(word, write=True, what="writes") is not None:
+                j.effect(f"writes {word_text(word)}", "low")
+        return
+    if name == "uniq" and len(operands) >= 2:
+        j.path(operands[0], write=False)
+        if j.path(operands[1], write=True, what="writes") is not None:
+            j.effect(f"writes {word_text(operands[1])}", "low")
+        return
+    kind = spec.operands
+    if kind == "none":
+        return
+    if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
+        operands = operands[1:]
+    if name == "jq":
+        operands = until(operands, ("--args", "--jsonargs"))
+    if stdin_args:
+        j.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
+    for word in operands:
+        j.path(word, write=False)
+
+
+def _jq_named_files(j: Judge, args: list[Word]) -> list[Word]:
+    """jq's ``--rawfile NAME FILE`` / ``--slurpfile NAME FILE`` take two arguments:
+    judge FILE, and drop both so the rest parses as usual (``--arg NAME VALUE`` too)."""
+    out: list[Word] = []
+    i = 0
+    while i < len(args):
+        value = args[i].value
+        if value in ("--rawfile", "--slurpfile"):
+            if i + 2 < len(args):
+                j.path(args[i + 2], write=False)
+            i += 3
+            continue
+        if value in ("--arg", "--argjson"):
+            i += 3
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def _options(
+    j: Judge, name: str, spec: lists.SafeSpec, args: list[Word]
+) -> tuple[list[Word], bool]:
+    """Walk options (judging their values); return the operands and whether a pattern
+    option (``grep -e``) was given."""
+    takes_value = spec.value_options | spec.read_options | spec.write_options | spec.pattern_options
+    known = (
+        spec.deny_options,
+        spec.write_options,
+        spec.ask_options,
+        spec.read_options,
+        spec.pattern_options,
+        spec.value_options,
+    )
+    operands, found = split_arguments(args, takes_value, known)
+    pattern_given = False
+    for arg in found:
+        for option, operand, _ in arg.options:
+            if option in spec.deny_options:
+                j.deny(f"{name} {option} runs another program")
+            elif option in spec.ask_options:
+                j.effect(f"{name} {option} changes files")
+            if option in spec.pattern_options:
+                pattern_given = True
+            if (
+                operand is not None
+                and option.startswith("--")
+                and not any(option in k for k in known)
+                and OUTPUT_OPTION.match(option)
+            ):
+                # An option the list does not know, named like an output file
+                # (`--output=`, `--log-file=`): judged as the write it may be (EXE-8e).
+                j.path(operand, write=True, what=f"{name} {option} may write")
+                j.effect(f"{name} {option} may write {word_text(operand)}", "low")
+                continue
+            if operand is not None:
+                if option in spec.write_options:
+                    j.path(operand, write=True, what=f"{name} {option} writes")
+                    j.effect(f"{name} {option} writes {word_text(operand)}", "low")
+                elif option in spec.read_options:
+                    j.path(operand, write=False)
+    return operands, pattern_given
+
+
+def cd(j: Judge, args: list[Word]) -> None:
+    operands = [a for a in args if a.value is None or not a.value.startswith("-")]
+    target = operands[0] if operands else literal("~")
+    j.change_dir(target)
+
+
+def history(j: Judge, args: list[Word]) -> None:
+    """``history -w FILE`` / ``-a FILE`` write the history to FILE (``-r``/``-n``
+    read it); without FILE they use HISTFILE, judged where it is set."""
+    flags = "".join(
+        w.value[1:] for w in args if w.value and w.value.startswith("-") and w.value != "-"
+    )
+    operands = [w for w in args if w.value is None or not w.value.startswith("-")]
+    if not operands:
+        return
+    if set(flags) & set("aw"):
+        j.path(operands[0], write=True, what="history writes")
+    elif set(flags) & set("rn"):
+        j.path(operands[0], write=False)

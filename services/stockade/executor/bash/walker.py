@@ -1,0 +1,624 @@
+"""The walk over a parsed script (SPEC EXE-8): every simple command, redirection and
+assignment, wrappers looked through, each command handed to the judge of its program
+family (judges/), paths judged with the path sandbox; the findings are kept here and
+folded into one verdict by the analyzer.
+
+The walker is the one implementation of :class:`~stockade.executor.bash.findings.Judge`.
+What does not change from one command line to the next (the credential patterns of a
+home directory, the policy's denied reads compiled) comes in a :class:`WalkContext` the
+analyzer keeps, so a walk only allocates what the command needs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as globmod
+import itertools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stockade.executor.bash import lists
+from stockade.executor.bash.braces import MAX_BRACE_GROUPS, MAX_BRACE_WORDS
+from stockade.executor.bash.explain import Finding
+from stockade.executor.bash.findings import (
+    Risk,
+    ShellState,
+    expanded,
+    matches_basename,
+    short,
+    word_text,
+)
+from stockade.executor.bash.judges import git, interpreters, readers, variables, writes
+from stockade.executor.bash.options import canonical, literal, split_option
+from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
+from stockade.executor.bash.patterns import (
+    SECRET_BASENAMES,
+    brace_expand,
+    compile_globs,
+    credential_patterns,
+)
+from stockade.executor.paths import PathSandbox
+
+__all__ = ["SimpleCommand", "WalkContext", "Walker"]
+
+# A glob inside the roots is expanded to check what it really names (a symlink planted in
+# the workspace); past this many matches the command is asked about instead.
+_MAX_GLOB_MATCHES = 256
+# ... and at most this many globs are expanded per command line (bounds the time taken).
+_MAX_GLOBS = 32
+
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
+_MAX_VARIANTS = 16
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One simple command after normalisation (DEC-1, DEC-2)."""
+
+    name: str
+    """Normalised command name: wrappers and ``VAR=x`` looked through, path reduced to its
+    basename (``/tmp/git`` → ``git``, ``env X=1 nice git`` → ``git``)."""
+    argv: tuple[str, ...]
+    """The words after the name (quote-removed where static, source text otherwise)."""
+    text: str
+    """``name`` and ``argv`` joined by spaces: what rules like ``run_bash(git status*)``
+    match per sub-command."""
+
+
+class WalkContext:
+    """What every walk with the same home directory and denied reads shares (compiled
+    once by the analyzer, not per command line)."""
+
+    __slots__ = ("credential_globs", "credential_re", "denied_re", "denied_read_globs", "home")
+
+    def __init__(self, home: str, denied_read_globs: Sequence[str]) -> None:
+        self.home = home
+        self.denied_read_globs = tuple(denied_read_globs)
+        self.credential_globs = tuple(credential_patterns(home))
+        self.credential_re = compile_globs(self.credential_globs)
+        self.denied_re = compile_globs(self.denied_read_globs) if self.denied_read_globs else None
+
+
+class Walker:
+    """Judges one parsed script; holds the findings while it goes."""
+
+    def __init__(
+        self,
+        sandbox: PathSandbox,
+        network_enabled: bool,
+        context: WalkContext,
+        parsed: ParsedScript,
+    ) -> None:
+        self.sandbox = sandbox
+        self.network_enabled = network_enabled
+        self.context = context
+        self.denied_read_globs = context.denied_read_globs
+        self.parsed = parsed
+        self.shell = ShellState(parsed)
+        self.functions = frozenset(parsed.functions)
+        self.home = context.home
+        self.findings: list[Finding] = []
+        self.commands: list[SimpleCommand] = []
+        self.reads: dict[str, None] = {}
+        self.writes: dict[str, None] = {}
+        self.needs_network = False
+        self.side_effects = False
+        self.bases: list[str] = [sandbox.cwd]
+        self.globs_expanded = 0
+        self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
+        self.current = ""
+        self._credential_re = context.credential_re
+        self._denied_re = context.denied_re
+
+    def deny(self, reason: str) -> None:
+        self.findings.append(Finding("deny", reason, "high", False, self.current))
+
+    def ask(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        self.findings.append(Finding("ask", reason, risk, immune, self.current))
+
+    def effect(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        """An ASK because the command changes something (it is not read-only)."""
+        self.side_effects = True
+        self.ask(reason, risk, immune=immune)
+
+    def run(self) -> None:
+        variables.shell_options(self)
+        for raw in self.parsed.commands:
+            self.command(raw)
+        self.current = ""
+        for redirect in self.parsed.redirects:
+            self.redirect(redirect.op, redirect.target)
+        for assignment in self.parsed.assignments:
+            value = assignment.value.value if assignment.value is not None else None
+            exported = assignment.kind in ("prefix", "export")
+            variables.assignment(self, assignment.name, value, exported=exported)
+        for text in dict.fromkeys(self.parsed.evaluated_texts):
+            self.deny(f"the text {short(text, 40)!r} is evaluated by bash as code later")
+        for name in dict.fromkeys(self.parsed.recursive_functions):
+            self.deny(f"function {name!r} calls itself (fork-bomb shape)")
+        variables.arithmetic(self)
+        variables.file_variables(self)
+        git.layouts(self)
+
+    def redirect(self, op: str, target: Word | None) -> None:
+        if target is None or op in ("<<", "<<<"):
+            return
+        value = target.value
+        if op in (">&", "<&") and value is not None and (value.isdigit() or value == "-"):
+            return  # fd duplication or closing (2>&1, >&-)
+        if op in ("<", "<&"):
+            self.path(target, write=False)
+            return
+        if self.path(target, write=True, what="redirects output to") is not None:
+            self.effect(f"redirects output to {word_text(target)}", "low")
+
+    def command(self, raw: RawCommand) -> None:
+        self.current = short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
+        # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
+        if raw.name.braces:
+            # `{rm,-rf,x}` is `rm -rf x` to bash: obfuscation, refused; recorded as bash
+            # will run it.
+            words = expanded([raw.name, *raw.args])
+            self.deny(f"brace expansion in command position {raw.name.text!r}")
+            self.record(word_text(words[0]), words[1:])
+            return
+        resolved = self.resolve_name(raw.name)
+        args = expanded(raw.args)
+        if any(a.braces == () for a in raw.args):
+            self.deny(
+                f"a brace expansion makes more than {MAX_BRACE_WORDS} words or has more than "
+                f"{MAX_BRACE_GROUPS} braces (refused, not judged word by word)"
+            )
+        if resolved is None:
+            self.record(word_text(raw.name), args)
+            return
+        name, by_path = resolved
+        for variant in self.variants(args):
+            self.glob_options(variant)
+            self.words(name, by_path, variant, raw, stdin_args=False)
+
+    def variants(self, args: list[Word]) -> list[list[Word]]:
+        """``args`` with each ``$f``/``"$f"`` whose every value is known here (a loop over
+        static words: ``for f in a.txt b.txt; do wc -l "$f"; done``) replaced by each value
+        in turn; ``[args]`` when there is none or too many combinations."""
+        if all(a.value is not None for a in args):
+            return [args]
+        choices: list[tuple[int, list[Word]]] = []
+        combinations = 1
+        for k, word in enumerate(args):
+            if word.value is not None:
+                continue
+            match = _SIMPLE_REFERENCE.fullmatch(word.text)
+            if match is None:
+                continue
+            quoted = word.text.startswith('"')
+            values = self.known_values(match.group(1) or match.group(2), quoted)
+            if values is None:
+                continue
+            choices.append((k, values))
+            combinations *= len(values)
+        if not choices or combinations > _MAX_VARIANTS:
+            return [args]
+        out: list[list[Word]] = []
+        for picked in itertools.product(*(values for _, values in choices)):
+            variant = list(args)
+            for (k, _), word in zip(choices, picked, strict=True):
+                variant[k] = word
+            out.append(variant)
+        return out
+
+    def known_values(self, name: str, quoted: bool) -> list[Word] | None:
+        """The words ``$name`` can become, when the script gives every value it can hold."""
+        if self.shell.static_values is None:
+            self.shell.static_values = variables.static_values(self.parsed)
+        values = self.shell.static_values.get(name)
+        if not values or name in self.shell.runtime_values:
+            return None
+        if not quoted and "IFS" in self.shell.static_values:
+            return None  # the script changes how unquoted values split
+        words: list[Word] = []
+        for value in values:
+            if not quoted and (not value or any(c in value for c in " \t\n")):
+                return None  # word splitting: one value, several words (or none)
+            glob = not quoted and any(c in value for c in "*?[")
+            words.append(Word(value, value, quoted, False, glob))
+        return words
+
+    def glob_options(self, args: list[Word]) -> None:
+        """An unquoted glob that starts with a wildcard (``*``, ``?x``, ``[-]*``) can expand
+        to a word starting with ``-``, which the command reads as an option (a file named
+        ``-delete`` turns ``find *`` into a deletion): look at what it expands to now, and
+        ask when any match starts with ``-`` (EXE-8c)."""
+        for word in args:
+            if word.value == "--":
+                return
+            value = word.value
+            if not word.glob or value is None or not value or value[0] not in "*?[":
+                continue
+            if "/" in value.rstrip("/"):
+                head = value.split("/", 1)[0]
+                if not any(c in head for c in "*?["):
+                    continue
+            self.globs_expanded += 1
+            if self.globs_expanded > _MAX_GLOBS:
+                self.ask("too many globs to check each of them", immune=True)
+                return
+            for base in dict.fromkeys(self.bases):
+                pattern = os.path.join(globmod.escape(base), value)
+                for match in itertools.islice(globmod.iglob(pattern), _MAX_GLOB_MATCHES):
+                    relative = os.path.relpath(match, base)
+                    if relative.startswith("-"):
+                        self.ask(
+                            f"the glob {value} expands to {relative!r}, which the command "
+                            "reads as an option",
+                            "high",
+                            immune=True,
+                        )
+                        return
+
+    def resolve_name(self, word: Word) -> tuple[str, bool] | None:
+        """Normalise a command-name word; None (after a DENY) when it is obfuscated."""
+        value = word.value
+        if value is None:
+            self.deny("a variable or substitution in command position hides the command")
+            return None
+        if word.quoted:
+            self.deny(f"quoted or escaped command name {word.text!r} (obfuscation)")
+            return None
+        if word.glob:
+            self.deny(f"glob or brace expansion in command position {word.text!r}")
+            return None
+        if not value:
+            self.deny("empty command name")
+            return None
+        if "/" in value:
+            base = value.rstrip("/").rsplit("/", 1)[-1]
+            directory = os.path.dirname(value) or "/"
+            return base, os.path.normpath(directory) not in lists.SYSTEM_BIN_DIRS
+        return value, False
+
+    def record(self, name: str, args: Sequence[Word]) -> None:
+        argv = tuple(word_text(a) for a in args)
+        self.commands.append(SimpleCommand(name, argv, " ".join((name, *argv))))
+
+    def words(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
+    ) -> None:
+        """Judge ``name args``: look through wrappers, then dispatch on the command."""
+        while name in lists.WRAPPERS and not by_path:
+            spec = lists.WRAPPERS[name]
+            if spec.assignments:
+                # `env -i GIT_TRACE=/path git status`: the file the variable names (EXE-8e).
+                skip = False
+                for word in args:
+                    text = word.value
+                    if skip or (text is not None and text.startswith("-") and text != "-"):
+                        skip = not skip and text in spec.value_options
+                        continue
+                    if text is None or "=" not in text:
+                        break
+                    var, _, assigned = text.partition("=")
+                    if not _VAR_NAME.match(var):
+                        break
+                    variables.file_variable(self, var, literal(assigned))
+            unwrapped = self.unwrap(name, args)
+            if unwrapped is None:
+                self.record(name, args)
+                return
+            inner, stdin = unwrapped
+            if not inner:
+                break  # the wrapper alone (`env`, `command -v x`, `exec >log`)
+            resolved = self.resolve_name(inner[0])
+            if resolved is None:
+                self.record(word_text(inner[0]), inner[1:])
+                return
+            name, by_path = resolved
+            args = inner[1:]
+            stdin_args = stdin_args or stdin
+        self.record(name, args)
+        self.dispatch(name, by_path, args, raw, stdin_args)
+
+    def unwrap(self, name: str, args: list[Word]) -> tuple[list[Word], bool] | None:
+        """The wrapped command's words ([] for the wrapper alone); None after a DENY."""
+        spec = lists.WRAPPERS[name]
+        if name == "setsid":
+            # A new session leaves the call's process group: the executor's group kill on
+            # timeout or cancel no longer reaches it.
+            self.ask("setsid detaches the command from the call's process group", "medium")
+        takes_value = spec.value_options | spec.chdir_options | spec.read_options
+        positionals = spec.positionals
+        i = 0
+        while i < len(args):
+            word = args[i]
+            value = word.value
+            if value is None:
+                break
+            if value == "--":
+                i += 1
+                break
+            if name == "env" and value == "-":
+                i += 1  # `env -` is `env -i` (an empty environment), not a command
+                continue
+            if spec.assignments and "=" in value and not value.startswith("-"):
+                # env takes any word with `=` as an assignment, valid shell name or not
+                # (`BASH_FUNC_ls%%=() { ...; }` defines a function for a bash child).
+                var, _, assigned = value.partition("=")
+                variables.assignment(self, var, assigned)
+                i += 1
+                continue
+            if value.startswith("-") and value != "-":
+                option, attached = split_option(value, takes_value)
+                if not value.startswith("--") and attached is None:
+                    # A bundle of short flags (`time -ao FILE`): the first letter that
+                    # takes a value takes the rest of the bundle, or the next word.
+                    for at in range(1, len(value)):
+                        if "-" + value[at] in takes_value | spec.deny_options:
+                            option = "-" + value[at]
+                            attached = value[at + 1 :] or None
+                            break
+                option = canonical(
+                    option, (spec.deny_options, spec.no_command_options, takes_value)
+                )
+                if option in spec.deny_options:
+                    self.deny(f"{name} {option} runs a string as a command")
+                    return None
+                if option in spec.no_command_options:
+                    return [], False
+                operand: Word | None = None
+                step = 1
+                if option in takes_value:
+                    if attached is not None:
+                        operand = literal(attached)
+                    elif i + 1 < len(args):
+                        operand = args[i + 1]
+                        step = 2
+                if operand is not None and option in spec.chdir_options:
+                    self.change_dir(operand)
+                if operand is not None and option in spec.read_options:
+                    self.path(operand, write=False)
+                if operand is not None and option in spec.write_options:
+                    self.path(operand, write=True, what=f"{name} {option} writes")
+                    self.effect(f"{name} {option} writes a file", "low")
+                i += step
+                continue
+            if positionals > 0:
+                if spec.positionals - positionals < spec.write_positionals and not value.isdigit():
+                    # `flock FILE CMD` creates FILE (a number is a file descriptor).
+                    if self.path(word, write=True, what=f"{name} opens for writing") is not None:
+                        self.effect(f"{name} creates or opens {word_text(word)}", "low")
+                positionals -= 1
+                i += 1
+                continue
+            break
+        return args[i:], spec.stdin_args
+
+    def dispatch(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, stdin_args: bool
+    ) -> None:
+        if name in lists.VARIABLE_BUILTINS and not by_path:
+            if not variables.builtin(self, name, args):
+                return
+        if name in lists.SHELLS:
+            self.deny(f"{name} spawns a shell, whose commands cannot be checked (EXE-6)")
+        elif name in lists.EVAL_COMMANDS:
+            interpreters.eval_command(self, name, args)
+        elif name in lists.DENY_COMMANDS:
+            self.deny(lists.DENY_COMMANDS[name])
+        elif name in lists.NETWORK_COMMANDS:
+            self.scan_credentials(args)
+            writes.output_options(self, name, args)  # `curl -o ~/.bashrc URL` (EXE-8e)
+            if name in ("rsync", "scp", "sftp") and args:
+                # A local destination (no `host:`) is written like `cp`'s.
+                operands = [w for w in args if w.value is None or not w.value.startswith("-")]
+                last = operands[-1] if len(operands) >= 2 else None
+                if last is not None and last.value is not None and ":" not in last.value:
+                    self.path(last, write=True, what=f"{name} copies to")
+            self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
+        elif by_path:
+            self.scan_credentials(args)
+            self.effect(f"runs the program {name!r} from a path, which can do anything")
+        elif name == "git":
+            git.judge(self, args)
+        elif name in lists.INTERPRETERS:
+            interpreters.interpreter(self, name, args, raw)
+        elif name in self.functions:
+            pass  # the function's body is judged where it is defined
+        elif name in lists.SAFE_COMMANDS:
+            readers.judge(self, name, lists.SAFE_COMMANDS[name], args, stdin_args)
+        elif name in lists.WRITE_COMMANDS:
+            if stdin_args:
+                self.effect(f"{name} gets its targets from stdin (xargs)", "high", immune=True)
+            writes.judge(self, name, lists.WRITE_COMMANDS[name], args)
+        elif name in lists.PACKAGE_MANAGERS:
+            self.scan_credentials(args)
+            writes.output_options(self, name, args)  # `gcc -o /usr/local/bin/x`, `pip -t DIR`
+            interpreters.package_manager(self, name, args)
+        else:
+            self.scan_credentials(args)
+            writes.output_options(self, name, args)
+            if name == "history":
+                readers.history(self, args)
+            self.effect(f"{name!r} is not on the read-only list; it may change things")
+
+    def network(self, reason: str) -> None:
+        self.needs_network = True
+        if self.network_enabled:
+            self.effect(f"{reason} (uses the network)", "high")
+        else:
+            self.deny(f"{reason}; network access is disabled")
+
+    def change_dir(self, target: Word) -> None:
+        value = target.path_value
+        if value is None:
+            self.ask("changes to a directory only known at run time", immune=True)
+            return
+        if value == "-":
+            return
+        decision = self.path(target, write=False)
+        if decision is not None:
+            self.bases.append(decision)
+
+    def expand(self, value: str) -> str:
+        if value == "~" or value.startswith("~/"):
+            return self.home + value[1:]
+        if value.startswith("~"):
+            user, _, rest = value[1:].partition("/")
+            expanded = os.path.expanduser("~" + user)
+            if expanded.startswith("~"):
+                expanded = "/home/" + user  # unknown user: still a home directory
+            return expanded + ("/" + rest if rest else "")
+        return value
+
+    def absolute(self, value: str, base: str | None = None) -> str:
+        return value if value.startswith("/") else os.path.join(base or self.bases[0], value)
+
+    def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
+        """Judge one path operand; the canonical path when it is allowed, else None."""
+        key = (word.text, word.path_value, write, len(self.bases))
+        if key in self.judged_paths:
+            return self.judged_paths[key]  # its findings were recorded the first time
+        result = self.judge_path(word, write=write, what=what)
+        self.judged_paths[key] = result
+        return result
+
+    def judge_path(self, word: Word, *, write: bool, what: str) -> str | None:
+        value = word.path_value
+        if word.glob and value is not None and "{" in value:
+            expanded_words = brace_expand(value)
+            if expanded_words is None:
+                self.ask(f"brace expansion {short(value, 30)} is too large to check", immune=True)
+                return None
+            if len(expanded_words) > 1 or expanded_words[0] != value:
+                result: str | None = None
+                for item in expanded_words:
+                    result = self.path(literal(item), write=write, what=what) or result
+                return result
+        if value is None and word.text.startswith(("<(", ">(")):
+            return None  # a process substitution: a pipe, its command is judged on its own
+        if value is None:
+            if write:
+                self.effect(f"{what} a path only known at run time", "high", immune=True)
+            else:
+                self.ask(f"reads a path only known at run time ({word.text})", immune=True)
+            return None
+        if value in ("-", "") or value in lists.SAFE_DEVICES:
+            return None
+        if value.startswith(("/dev/tcp/", "/dev/udp/")):
+            # bash itself opens a socket for these names: a redirection is a connection.
+            self.network(f"{value} is a network connection opened by bash")
+            return None
+        expanded = self.expand(value)
+        if word.glob and not write:
+            self.glob_credentials(expanded)
+        result = None
+        bases = self.bases if not expanded.startswith("/") else self.bases[:1]
+        for base in bases:
+            absolute = self.absolute(expanded, base)
+            if not self.credential_check(absolute, write):
+                return None
+            decision = self.sandbox.check(absolute, write=write)
+            resolved = decision.resolved or absolute
+            if resolved != absolute and not self.credential_check(resolved, write):
+                return None
+            if not decision.allowed:
+                if write:
+                    self.deny(f"{what} {value}: {decision.reason}")
+                elif decision.root is not None:
+                    self.deny(f"reads {value}: {decision.reason}")
+                else:
+                    self.ask(f"reads {value}: {decision.reason}", "high", immune=True)
+                    self.reads[resolved] = None
+                return None
+            if not write and self.denied(resolved, absolute):
+                self.deny(f"reads {value}, which policy denies reading")
+                return None
+            if decision.root is not None and not self.sandbox.inside_cwd(resolved):
+                if matches_basename(resolved, lists.CREDENTIAL_BASENAMES):
+                    self.deny(f"touches {value}, a secrets file outside the workspace")
+                    return None
+            if write:
+                self.writes[resolved] = None
+            else:
+                self.reads[resolved] = None
+            if word.glob and not write:
+                self.expand_glob(absolute, value)
+            result = resolved
+        return result
+
+    def credential(self, absolute: str) -> bool:
+        """Whether ``absolute`` is a credential file (``~/.ssh/id_*``, cloud tokens ...)."""
+        return self._credential_re.match(absolute) is not None
+
+    def credential_check(self, absolute: str, write: bool) -> bool:
+        if self.credential(absolute):
+            self.deny(f"{'writes' if write else 'reads'} credentials ({absolute})")
+            return False
+        if not self.sandbox.roots or self.sandbox.root_for(absolute) is None:
+            if SECRET_BASENAMES.match(absolute.rstrip("/").rsplit("/", 1)[-1]):
+                self.deny(f"reads a secrets file outside the workspace ({absolute})")
+                return False
+        return True
+
+    def denied(self, resolved: str, absolute: str) -> bool:
+        if self._denied_re is None:
+            return False
+        return (
+            self._denied_re.match(resolved) is not None
+            or self._denied_re.match(absolute) is not None
+        )
+
+    def glob_credentials(self, expanded: str) -> None:
+        """A glob that could name a credential file (``~/.ssh/*``, ``/etc/sh*``) is DENY."""
+        absolute = self.absolute(expanded)
+        for pattern in (*self.context.credential_globs, *self.denied_read_globs):
+            flat = pattern.replace("**", "*")
+            if fnmatch.fnmatchcase(absolute, flat) or fnmatch.fnmatchcase(flat, absolute):
+                self.deny(f"the glob {expanded} can match credentials ({pattern})")
+                return
+
+    def expand_glob(self, absolute: str, value: str) -> None:
+        """Check what a glob inside the roots really names (a planted symlink, a secret)."""
+        self.globs_expanded += 1
+        if self.globs_expanded > _MAX_GLOBS:
+            if self.globs_expanded == _MAX_GLOBS + 1:
+                self.ask("too many globs to check each of them", immune=True)
+            return
+        matches = list(itertools.islice(globmod.iglob(absolute), _MAX_GLOB_MATCHES + 1))
+        if len(matches) > _MAX_GLOB_MATCHES:
+            self.ask(f"the glob {value} matches too many files to check", immune=True)
+            return
+        for match in matches:
+            decision = self.sandbox.check(match)
+            if not self.credential_check(decision.resolved or match, False):
+                return
+            if not decision.allowed:
+                self.ask(
+                    f"the glob {value} reaches {match}: {decision.reason}", "high", immune=True
+                )
+                return
+            if self.denied(decision.resolved, match):
+                self.deny(f"the glob {value} matches {match}, which policy denies reading")
+                return
+
+    def scan_credentials(self, args: Sequence[Word]) -> None:
+        """For commands whose arguments are not understood: refuse credential paths."""
+        for word in args:
+            value = word.path_value
+            if value is None:
+                continue
+            for candidate in (value, value.partition("=")[2]):
+                if candidate and ("/" in candidate or candidate.startswith("~")):
+                    absolute = self.absolute(self.expand(candidate))
+                    if not self.credential_check(absolute, False):
+                        return
+                    if self.denied(absolute, absolute):
+                        self.deny(f"passes {candidate}, which policy denies reading")
+                        return
+                elif candidate and matches_basename(candidate, (".env", ".env.*")):
+                    absolute = self.absolute(candidate)
+                    if self.denied(absolute, absolute):
+                        self.deny(f"passes {candidate}, which policy denies reading")
+                        return

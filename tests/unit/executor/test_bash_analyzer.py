@@ -1,0 +1,58 @@
+"""The BashAnalyzer's life cycle in the executor: the composition opens it (its child
+parser started), closes it on exit (the child reaped), and a non-ASCII Inspect waits for
+the child in a thread, never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from stockade.executor.bash import BashAnalyzer
+from stockade.executor.bash.isolated import IsolatedParser
+from stockade.executor.confine import Launcher
+from stockade.executor.paths import PathSandbox, Root
+from stockade.executor.servicer import ExecutorServicer, executor_servicer
+from stockade.executor.settings import ExecutorSettings
+from stockade.executor.tools.run_bash import RunBashTool
+
+# A child that says it is ready and then never answers: a parse waits its full limit.
+_HUNG = "import sys, time; sys.stdout.buffer.write(b'R'); sys.stdout.flush(); time.sleep(60)"
+
+
+async def test_the_executor_opens_and_closes_its_analyzer(tmp_path: Path) -> None:
+    settings = ExecutorSettings(listen="127.0.0.1:0", workspace=tmp_path, allow_ungranted=True)
+    async with executor_servicer(settings) as servicer:
+        child = servicer.analyzer._isolated
+        assert child is not None
+        proc = child._proc
+        assert proc is not None and proc.poll() is None  # warmed at start
+        inspection = await servicer.core.inspect_async("run_bash", {"command": "cat café.txt"})
+        assert inspection.verdict == "allow"
+        assert child._proc is proc  # the long-lived child parsed it
+    assert child._proc is None
+    assert proc.returncode is not None  # stopped and reaped with the executor
+
+
+async def test_a_non_ascii_inspect_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    hung = IsolatedParser([sys.executable, "-c", _HUNG], timeout_s=1.0)
+    with BashAnalyzer(parser=hung) as analyzer:
+        assert analyzer.warm()
+        settings = ExecutorSettings(listen="127.0.0.1:0", workspace=tmp_path, allow_ungranted=True)
+        sandbox = PathSandbox([Root(str(tmp_path), True)], str(tmp_path))
+        # run_bash is inspected, never run here: its launcher is not started.
+        tool = RunBashTool(Launcher(), analyzer=analyzer)
+        servicer = ExecutorServicer(settings, sandbox, tools={"run_bash": tool}, analyzer=analyzer)
+        inspect = asyncio.create_task(
+            servicer.core.inspect_async("run_bash", {"command": "echo é"})
+        )
+        # The task runs until its first real wait: had the parse run on the loop, it
+        # would have finished (after the child's full time limit) before this line.
+        await asyncio.sleep(0)
+        assert not inspect.done()
+        inspection = await inspect
+        assert inspection.verdict == "deny"  # the hung child: refused, fail closed
+        assert "isolated process" in inspection.explanation + " ".join(
+            rule.reason for rule in inspection.rules
+        )
+    assert hung._proc is None

@@ -1,0 +1,156 @@
+"""Issue 11 (gap after class 5): git forms that print the content of committed or staged
+files without naming them — `git log -p`, `git show <commit>`, `git diff <rev>`,
+`git diff --cached`, `git grep PATTERN <rev>`, `git format-patch`, an abbreviated blob id,
+an object named inside an option's value — print a file the policy denies reading from
+the repository's history, which the run-time masks (working copy only) cannot hide.
+
+Each form is first run with the real git inside a throwaway repository whose history
+holds a secret `.env` (committed, then untracked, then staged again), and shown to print
+the secret; then the checker, given the policy's denied reads, must ask (bypass-immune)
+or refuse. Forms that name only files, or print summaries, stay allowed. Attack strings
+are data here, never typed into a shell of ours.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stockade.executor.bash import analyze
+from stockade.executor.paths import PathSandbox, Root
+
+SECRET = "SEKRIT-4242"
+DENIED = ["**/.env"]
+
+_GIT_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+    "GIT_PAGER": "cat",
+}
+
+
+def _run(cwd: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """The command in real bash with the host's git (the attack's effect)."""
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    ws = tmp_path_factory.mktemp("history") / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "README.md").write_text("hello\n")
+    (ws / "src" / "app.py").write_text("x = 1\n")
+    (ws / ".env").write_text(f"TOKEN={SECRET}\n")
+    steps = [
+        "git init -q -b main .",
+        "git add -A && git commit -qm one",
+        "git rm -q --cached .env && git commit -qm two",
+        "echo more >> README.md && git commit -qam three",
+        "git add -f .env",  # staged again: the index holds it
+    ]
+    for step in steps:
+        done = _run(ws, step)
+        assert done.returncode == 0, (step, done.stderr)
+    yield ws
+
+
+def _sandbox(ws: Path) -> PathSandbox:
+    return PathSandbox([Root(str(ws), True)], str(ws))
+
+
+def _blob(ws: Path) -> str:
+    return _run(ws, "git rev-parse HEAD~2:.env").stdout.strip()[:10]
+
+
+HISTORY_PRINTERS = [
+    "git log -p",
+    "git log --patch --all",
+    "git log -U1",
+    "git log -p -3",
+    "git log --cc -p",
+    "git log -p --word-diff",
+    "git whatchanged -p",
+    "git reflog -p",
+    "git show HEAD~2",
+    "git show HEAD~1",
+    "git show HEAD~1 --oneline",
+    "git diff HEAD~1",
+    "git diff HEAD~2 HEAD",
+    "git diff HEAD~2..HEAD --color=never",
+    "git diff --cached",
+    "git diff --staged",
+    "git diff-tree -p HEAD~1",
+    "git format-patch -2 --stdout HEAD~1",
+    "git grep SEKRIT HEAD~2",
+    "git grep -n SEKRIT HEAD~2",
+    "git grep -e SEKRIT HEAD~2",
+    "git grep --cached SEKRIT",
+    "git log -L1,1:.env HEAD~2",
+    "git config --blob=HEAD~2:.env --list",
+    "git log -p -- .",  # a directory pathspec reaches .env's history
+    "git log -p HEAD~2 -- src .",
+    "git show HEAD~1 -- .",
+]
+
+
+@pytest.mark.parametrize("command", HISTORY_PRINTERS)
+def test_forms_printing_committed_contents_are_not_allowed(repo: Path, command: str) -> None:
+    printed = _run(repo, command)
+    assert SECRET in printed.stdout + printed.stderr, (command, printed.stderr)
+    result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
+    assert result.verdict in ("ask", "deny"), (command, result.reasons)
+    assert result.verdict == "deny" or result.bypass_immune, (command, result.reasons)
+
+
+def test_an_abbreviated_blob_id_is_not_allowed(repo: Path) -> None:
+    command = f"git show {_blob(repo)}"
+    assert SECRET in _run(repo, command).stdout
+    result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
+    assert result.verdict == "ask" and result.bypass_immune
+
+
+SAFE_FORMS = [
+    "git log --oneline",
+    "git log --oneline -- .",  # `.` once crashed the checker (IndexError)
+    "git log --stat",
+    "git log -p -- src/app.py",
+    "git log -p src/app.py",
+    "git log -p -3 -- README.md",
+    "git show HEAD~2 --stat",
+    "git show HEAD --name-only",
+    "git show -s HEAD~2",
+    "git show HEAD:README.md",
+    "git diff --stat HEAD~2",
+    "git diff HEAD~2 -- src/app.py",
+    "git diff --staged --stat",
+    "git grep hello",
+    "git grep -n hello -- README.md",
+    "git status",
+    "git blame README.md",
+]
+
+
+@pytest.mark.parametrize("command", SAFE_FORMS)
+def test_forms_naming_files_or_printing_summaries_stay_allowed(repo: Path, command: str) -> None:
+    printed = _run(repo, command)
+    assert printed.returncode in (0, 1), (command, printed.stderr)
+    assert SECRET not in printed.stdout + printed.stderr, command
+    result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
+    assert result.verdict == "allow", (command, result.reasons)
+
+
+@pytest.mark.parametrize("command", ["git log -p", "git show HEAD~1", "git diff --cached"])
+def test_without_denied_reads_history_stays_allowed(repo: Path, command: str) -> None:
+    """Nothing is protected from reading: history forms are ordinary reads."""
+    assert analyze(command, sandbox=_sandbox(repo)).verdict == "allow"
