@@ -7,10 +7,15 @@ braced one. Only unquoted, unescaped ``{``, ``,`` and ``}`` are syntax (``'{a,b}
 ``{a\\,b}`` are not lists), parts that are only known at run time (``$x``, ``$(cmd)``)
 travel through unchanged, and the number of results is bounded.
 
-The algorithm is bash's own (braces.c ``brace_expand``): the first ``{`` that has a
-matching ``}`` and either a top-level comma or a sequence expression splits the word into
-preamble, items and postscript; items and postscript are expanded recursively and
-combined in order. A ``{`` without either is literal and the search goes on after it.
+The algorithm is bash's own (braces.c ``brace_expand`` and ``brace_gobbler``): the first
+``{`` that opens a valid brace expression splits the word into preamble, amble and
+postamble. A ``}`` closes only at the top level and only after a top-level comma or
+``..`` (so in ``a{}x,y}`` and ``a{x}y,z}`` the first ``}`` is text: ``a}x ay``); a ``{``
+at the start followed by ``}`` is text (``{}x,y}`` stays one word); a ``{`` with no such
+``}`` is text and the search goes on right after it. Items and postamble are expanded
+recursively and combined in order; an amble closed by ``..`` that is not a sequence
+stays literal and the postamble still expands. The few shapes where bash looks at raw
+quote characters the atoms do not keep are refused (TooMany) rather than guessed.
 """
 
 from __future__ import annotations
@@ -50,63 +55,102 @@ def expand_atoms(atoms: list[Atom]) -> list[list[Atom]]:
 
 
 def _expand(atoms: list[Atom]) -> list[list[Atom]]:
-    start = 0
-    n = len(atoms)
-    while start < n:
-        i = _next_open(atoms, start)
+    """bash's ``brace_expand`` over atoms (braces.c): the first ``{`` that opens a valid
+    brace expression splits the word into preamble, amble and postamble."""
+    i = 0
+    while True:
+        i = _next_open(atoms, i)
         if i < 0:
             return [atoms]
-        j, commas = _matching_close(atoms, i)
-        if j < 0:
-            start = i + 1  # `{{a,b}`: an unclosed `{` is literal; the next may open a list
-            continue
-        amble = atoms[i + 1 : j]
-        items: list[list[Atom]] | None
-        if commas:
-            items = []
-            for part in _split_commas(amble):
-                items.extend(_expand(part))
-                if len(items) > MAX_BRACE_WORDS:
-                    raise TooMany
-        else:
-            items = _sequence(amble)
-        if items is None:
-            start = i + 1  # `{a}`, `{}`: literal braces; look further
-            continue
-        preamble = atoms[:i]
-        posts = _expand(atoms[j + 1 :])
-        if len(items) * len(posts) > MAX_BRACE_WORDS:
+        if _closing(atoms, i + 1) >= 0:
+            break
+        i += 1  # not an opener; the search goes on right after it (inside it too)
+    close = _closing(atoms, i + 1)
+    amble = atoms[i + 1 : close]
+    preamble = atoms[:i]
+    postamble = atoms[close + 1 :]
+    items: list[list[Atom]] | None
+    if any(atom[0] == "," for atom in amble):
+        items = []
+        for part in _split_commas(amble):
+            items.extend(_expand(part))
+            if len(items) > MAX_BRACE_WORDS:
+                raise TooMany
+    else:
+        # The close was made valid by a `..`: a sequence, or else literal text. bash's
+        # scan for a comma here also sees commas inside quotes and substitutions (and
+        # then splits nothing but drops the braces): too unusual to follow, refused.
+        if any(atom[0] in ("c", "d") and len(atom) != 3 and "," in str(atom[1]) for atom in amble):
             raise TooMany
-        return [preamble + item + post for item in items for post in posts]
-    return [atoms]
+        items = _sequence(amble)
+        if items is None:
+            if not postamble:
+                return [atoms]
+            items = [[("{",), *amble, ("}",)]]  # literal braces; the rest still expands
+    posts = _expand(postamble) if postamble else [[]]
+    if len(items) * len(posts) > MAX_BRACE_WORDS:
+        raise TooMany
+    return [preamble + item + post for item in items for post in posts]
 
 
 def _next_open(atoms: list[Atom], start: int) -> int:
+    """The first ``{`` from ``start`` that may open a brace expression: bash ignores one
+    at the start of the text (or after a blank) that is followed by ``}`` (``{}x,y}`` is
+    literal, ``a{}x,y}`` is not)."""
     for k in range(start, len(atoms)):
-        if atoms[k][0] == "{":
+        if atoms[k][0] != "{":
+            continue
+        followed_by_close = k + 1 < len(atoms) and atoms[k + 1][0] == "}"
+        if not followed_by_close:
             return k
+        if k == 0:
+            continue
+        before = atoms[k - 1]
+        if before[0] == "c" and len(before) > 3 and str(before[1])[-1:] in (" ", "\t", "\n"):
+            # bash looks at the raw character before the brace: a blank if it was escaped
+            # (`\ {}`), a quote if it was quoted (`' '{}`); the atoms do not say which.
+            raise TooMany
+        return k
     return -1
 
 
-def _matching_close(atoms: list[Atom], i: int) -> tuple[int, bool]:
-    """The index of the ``}`` closing the ``{`` at ``i`` and whether a comma sits at its
-    top level; (-1, False) when it is never closed."""
+def _closing(atoms: list[Atom], start: int) -> int:
+    """bash's search for the ``}`` that closes a brace expression opened just before
+    ``start`` (brace_gobbler with ``}``): only at the top level, and only once a top-level
+    comma or ``..`` (not followed by ``}``) was seen; a ``}`` before that is text
+    (``a{x}y,z}`` is ``ax}y az``). -1 when there is none."""
     depth = 0
-    commas = False
-    for k in range(i, len(atoms)):
+    separators = 0
+    n = len(atoms)
+    for k in range(start, n):
         kind = atoms[k][0]
+        if kind == "}" and depth == 0 and separators:
+            return k
         if kind == "{":
             depth += 1
         elif kind == "}":
-            depth -= 1
-            if depth == 0:
-                return k, commas
-        elif kind == "," and depth == 1:
-            commas = True
-    return -1, False
+            if depth:
+                depth -= 1
+        elif depth == 0 and kind == ",":
+            separators += 1
+        elif (
+            depth == 0
+            and _unquoted_dot(atoms[k])
+            and k + 1 < n
+            and _unquoted_dot(atoms[k + 1])
+            and not (k + 2 < n and atoms[k + 2][0] == "}")
+        ):
+            separators += 1
+    return -1
+
+
+def _unquoted_dot(atom: Atom) -> bool:
+    return atom[0] == "c" and len(atom) == 3 and atom[1] == "."
 
 
 def _split_commas(amble: list[Atom]) -> list[list[Atom]]:
+    """The items of an amble: split at top-level commas (a ``}`` with nothing open is
+    text, as in bash's gobbler)."""
     parts: list[list[Atom]] = [[]]
     depth = 0
     for atom in amble:
@@ -114,7 +158,8 @@ def _split_commas(amble: list[Atom]) -> list[list[Atom]]:
         if kind == "{":
             depth += 1
         elif kind == "}":
-            depth -= 1
+            if depth:
+                depth -= 1
         elif kind == "," and depth == 0:
             parts.append([])
             continue

@@ -65,6 +65,8 @@ class Judge(Protocol):
     """Canonical paths written so far (ordered set)."""
     needs_network: bool
     """Whether anything judged so far uses the network."""
+    creates_links: bool
+    """Whether the line makes a symbolic or hard link (``ln``, ``cp -s``)."""
     findings: list[Finding]
     """Everything reported so far."""
     shell: ShellState

@@ -580,6 +580,18 @@ class _Walker:
                     if child.is_named and child != body:
                         self.walk(child, depth + 1, in_eval)
                 return
+        if (
+            kind == "compound_statement"
+            and node.named_child_count == 0
+            and node.child_count
+            and node.children[0].type == "{"
+        ):
+            # tree-sitter reads `{}` as an empty group; bash reads the word `{}` as a
+            # command name (`c1 & {}` runs a command named `{}`; found by the differential
+            # test). An empty group is never an honest command: refused.
+            if self.error is None:
+                self.error = f"an empty group {_text(node)!r}: bash runs it as a command name"
+            return
         if kind in _DECLARATION_NODES:
             self._declaration(node, depth)
             return

@@ -52,6 +52,26 @@ _MAX_GLOBS = 32
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
 _MAX_VARIANTS = 16
+_NO_WILDCARD = frozenset("*?[")
+
+
+def _may_match(written: str, pattern: str, directory: str) -> bool:
+    """Whether the written path ``written`` (a file, or a directory whose contents are
+    unknown) can be, or contain, a match of the absolute glob ``pattern`` whose fixed
+    part ends in ``directory``."""
+    if fnmatch.fnmatchcase(written, pattern):
+        return True
+    if written == directory or directory.startswith(written.rstrip("/") + "/"):
+        return True  # a directory the line writes into (tar x, cp -r) holds the matches
+    if written.startswith(directory.rstrip("/") + "/"):
+        # Written below the glob's fixed part: a match if some prefix of it matches.
+        parts = written[len(directory.rstrip("/")) + 1 :].split("/")
+        probe = directory.rstrip("/")
+        for part in parts:
+            probe = f"{probe}/{part}"
+            if fnmatch.fnmatchcase(probe, pattern):
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,9 @@ class Walker:
         self.bases: list[str] = [sandbox.cwd]
         self.globs_expanded = 0
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
+        self.creates_links = False
+        self.globs: list[tuple[str, str]] = []
+        """Every unquoted glob of the line: (absolute pattern, as written)."""
         self.current = ""
         self._credential_re = context.credential_re
         self._denied_re = context.denied_re
@@ -142,6 +165,40 @@ class Walker:
         variables.arithmetic(self)
         variables.file_variables(self)
         git.layouts(self)
+        self.created_then_globbed()
+
+    def created_then_globbed(self) -> None:
+        """A glob is checked against the files present when the line is judged; a file,
+        link or directory the same line writes can become one of its matches at run time
+        (`touch -- -delete; find *`, `tar x ...; cat *`). When a written path could match
+        a glob of the line, or lies where the glob looks, the ASK is bypass-immune; so is
+        a line that makes a link and reads files in another command (a link resolves
+        from its own directory at run time, through whatever is there then)."""
+        if self.creates_links and len(self.commands) > 1 and self.reads:
+            self.ask(
+                "makes a link and reads files in the same line: where the link leads is "
+                "only known at run time",
+                "high",
+                immune=True,
+            )
+            return
+        for pattern, value in self.globs:
+            head = pattern
+            for k, char in enumerate(pattern):
+                if char in "*?[":
+                    head = pattern[:k]
+                    break
+            directory = head.rsplit("/", 1)[0] or "/"
+            for written in self.writes:
+                if _may_match(written, pattern, directory):
+                    self.ask(
+                        f"writes {written} and expands the glob {value} in the same line: "
+                        "what the glob matches (and what that points to) is only known at "
+                        "run time",
+                        "high",
+                        immune=True,
+                    )
+                    return
 
     def redirect(self, op: str, target: Word | None) -> None:
         if target is None or op in ("<<", "<<<"):
@@ -176,6 +233,12 @@ class Walker:
             self.record(word_text(raw.name), args)
             return
         name, by_path = resolved
+        for word in args:
+            value = word.value
+            if word.glob and value and not _NO_WILDCARD.isdisjoint(value):
+                self.globs.append(
+                    (os.path.normpath(self.absolute(self.expand(value), self.bases[-1])), value)
+                )
         for variant in self.variants(args):
             self.glob_options(variant)
             self.words(name, by_path, variant, raw, stdin_args=False)

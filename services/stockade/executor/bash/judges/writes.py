@@ -73,6 +73,10 @@ def judge(j: Judge, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
     if name == "mktemp" and not targets:
         j.effect("mktemp creates a temporary file", "low")
         return
+    if name in ("ln", "link") or (name == "cp" and flags & _CP_LINK_FLAGS):
+        # Where a link points is resolved from its own directory at run time; a later
+        # read in the same line may follow it (judged in Walker.created_then_globbed).
+        j.creates_links = True
     for word in reads:
         j.path(word, write=False)
     for word in targets:
@@ -167,6 +171,9 @@ def output_options(j: Judge, name: str, args: list[Word]) -> None:
             )
         if target is not None and target.value not in ("-", ""):
             j.path(target, write=True, what=f"{name} {option} may write")
+
+
+_CP_LINK_FLAGS = frozenset({"-s", "--symbolic-link", "-l", "--link"})
 
 
 def _setuid_mode(mode: str) -> bool:
