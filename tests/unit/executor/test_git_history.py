@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from stockade.executor.bash import analyze
+from stockade.executor.bash.gitindex import parse_index, tracked_paths
 from stockade.executor.paths import PathSandbox, Root
 
 SECRET = "SEKRIT-4242"
@@ -154,3 +155,75 @@ def test_forms_naming_files_or_printing_summaries_stay_allowed(repo: Path, comma
 def test_without_denied_reads_history_stays_allowed(repo: Path, command: str) -> None:
     """Nothing is protected from reading: history forms are ordinary reads."""
     assert analyze(command, sandbox=_sandbox(repo)).verdict == "allow"
+
+
+def _fresh_repo(ws: Path, *, track_env: bool) -> Path:
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "app.py").write_text("x = 1\n")
+    (ws / ".env").write_text(f"TOKEN={SECRET}\n")
+    steps = ["git init -q -b main .", "git add src", "git commit -qm one"]
+    if track_env:
+        steps.append("git add .env && git commit -qm env")
+    for step in steps:
+        done = _run(ws, step)
+        assert done.returncode == 0, (step, done.stderr)
+    return ws
+
+
+def test_git_diff_prints_a_tracked_file_whose_copy_is_masked(tmp_path: Path) -> None:
+    """At run time a denied file is covered by an empty file: `git diff` then prints the
+    committed copy as removed lines."""
+    ws = _fresh_repo(tmp_path / "ws", track_env=True)
+    (ws / ".env").write_text("")  # what the mask shows the command
+    assert f"-TOKEN={SECRET}" in _run(ws, "git diff").stdout
+    (ws / ".env").write_text(f"TOKEN={SECRET}\n")
+    for command in ("git diff", "git diff --color=never", "git diff-files -p"):
+        result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+        assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
+    # Naming the files, or a summary, stays allowed.
+    for command in ("git diff -- src/app.py", "git diff --stat", "git diff --name-only"):
+        assert analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED).verdict == "allow"
+
+
+def test_git_diff_is_allowed_when_no_denied_file_is_tracked(tmp_path: Path) -> None:
+    ws = _fresh_repo(tmp_path / "ws", track_env=False)
+    assert analyze("git diff", sandbox=_sandbox(ws), denied_read_globs=DENIED).verdict == "allow"
+    assert analyze("git diff", sandbox=_sandbox(ws)).verdict == "allow"
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_the_index_reader_agrees_with_git_ls_files(tmp_path: Path, version: str) -> None:
+    ws = _fresh_repo(tmp_path / "ws", track_env=True)
+    (ws / "deep" / "er").mkdir(parents=True)
+    for name in ("a b.txt", "deep/x.txt", "deep/er/y.txt", "é.txt"):
+        (ws / name).write_text("1\n")
+    steps = ["git add -A", "git update-index --index-version " + version]
+    if version == "3":
+        steps.append("git update-index --skip-worktree src/app.py")  # an extended entry
+    for step in steps:
+        assert _run(ws, step).returncode == 0, step
+    listed = _run(ws, "git -c core.quotepath=off ls-files -z").stdout.split("\0")[:-1]
+    assert tracked_paths(str(ws / ".git")) == listed
+
+
+def test_the_index_reader_reads_a_sha256_repository(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("1\n")
+    (ws / ".env").write_text("X=1\n")
+    for step in ("git init -q --object-format=sha256 .", "git add -A"):
+        assert _run(ws, step).returncode == 0, step
+    assert tracked_paths(str(ws / ".git")) == [".env", "a.txt"]
+
+
+def test_the_index_reader_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    ws = _fresh_repo(tmp_path / "ws", track_env=True)
+    index = (ws / ".git" / "index").read_bytes()
+    assert parse_index(index, 20) is not None
+    assert parse_index(index[:40], 20) is None  # truncated
+    assert parse_index(b"XXXX" + index[4:], 20) is None  # not an index
+    assert parse_index(index[:4] + b"\0\0\0\x09" + index[8:], 20) is None  # unknown version
+    assert tracked_paths(str(tmp_path / "nowhere")) == []  # no index: nothing tracked
+    (ws / ".git" / "index").write_bytes(b"garbage")
+    result = analyze("git diff", sandbox=_sandbox(ws), denied_read_globs=DENIED)
+    assert result.verdict == "ask" and result.bypass_immune  # unknown: asked, fail closed

@@ -102,6 +102,10 @@ class Judge(Protocol):
     def denied(self, resolved: str, absolute: str) -> bool:
         """Whether the policy denies reading the path."""
 
+    def tracks_denied(self, git_dir: str) -> bool:
+        """Whether that git directory's index tracks a path the policy denies reading
+        (True when it cannot be read with certainty)."""
+
     def credential(self, absolute: str) -> bool:
         """Whether the absolute path is a credential file (``~/.ssh/id_*`` ...)."""
 

@@ -30,6 +30,7 @@ from stockade.executor.bash.findings import (
     short,
     word_text,
 )
+from stockade.executor.bash.gitindex import tracked_paths
 from stockade.executor.bash.judges import git, interpreters, readers, variables, writes
 from stockade.executor.bash.options import canonical, literal, split_option
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
@@ -92,7 +93,14 @@ class WalkContext:
     """What every walk with the same home directory and denied reads shares (compiled
     once by the analyzer, not per command line)."""
 
-    __slots__ = ("credential_globs", "credential_re", "denied_re", "denied_read_globs", "home")
+    __slots__ = (
+        "credential_globs",
+        "credential_re",
+        "denied_re",
+        "denied_read_globs",
+        "home",
+        "index_verdicts",
+    )
 
     def __init__(self, home: str, denied_read_globs: Sequence[str]) -> None:
         self.home = home
@@ -100,6 +108,8 @@ class WalkContext:
         self.credential_globs = tuple(credential_patterns(home))
         self.credential_re = compile_globs(self.credential_globs)
         self.denied_re = compile_globs(self.denied_read_globs) if self.denied_read_globs else None
+        # git index file identity (path, inode, size, mtime) -> it tracks a denied path.
+        self.index_verdicts: dict[tuple[str, int, int, int], bool] = {}
 
 
 class Walker:
@@ -614,6 +624,32 @@ class Walker:
     def credential(self, absolute: str) -> bool:
         """Whether ``absolute`` is a credential file (``~/.ssh/id_*``, cloud tokens ...)."""
         return self._credential_re.match(absolute) is not None
+
+    def tracks_denied(self, git_dir: str) -> bool:
+        """Whether the index of ``git_dir`` tracks a path the policy denies reading (or
+        cannot be read with certainty). Remembered per index file version."""
+        if self._denied_re is None:
+            return False
+        index = os.path.join(git_dir, "index")
+        try:
+            st = os.stat(index)
+        except FileNotFoundError:
+            return False  # nothing tracked yet
+        except OSError:
+            return True
+        key = (index, st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self.context.index_verdicts.get(key)
+        if cached is not None:
+            return cached
+        names = tracked_paths(git_dir)
+        top = os.path.dirname(git_dir.rstrip("/"))
+        verdict = names is None or any(
+            self._denied_re.match(os.path.join(top, name)) is not None for name in names
+        )
+        if len(self.context.index_verdicts) >= 64:
+            self.context.index_verdicts.clear()
+        self.context.index_verdicts[key] = verdict
+        return verdict
 
     def credential_check(self, absolute: str, write: bool) -> bool:
         if self.credential(absolute):

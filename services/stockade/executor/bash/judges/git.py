@@ -350,10 +350,30 @@ def _history(j: Judge, sub: str, rest: list[Word]) -> None:
     working copy (DEC-16). With any denied read, such a form is asked about (bypass-immune)
     unless its pathspecs name only files (existing, not denied): a directory or no
     pathspec at all can reach the denied file's history."""
-    if not j.denied_read_globs or not _prints_contents(j, sub, rest):
+    if not j.denied_read_globs:
+        return
+    contents = _prints_contents(j, sub, rest)
+    if not contents and not _against_the_index(j, sub, rest):
         return
     pathspecs = _pathspecs(j, sub, rest)
     if pathspecs and all(_names_a_file(j, spec) for spec in pathspecs):
+        return
+    if not contents:
+        # `git diff`: the index's copy of a tracked file whose work-tree copy differs.
+        # A denied file is masked by an empty file at run time, so it always differs.
+        top = repository_top(j)
+        git_dir = os.path.join(top, ".git")
+        if not os.path.lexists(git_dir):
+            return  # not in a repository: git refuses
+        if os.path.isdir(git_dir) and not os.path.islink(git_dir):
+            if not j.tracks_denied(git_dir):
+                return
+        j.ask(
+            f"git {sub} prints the committed copy of changed tracked files, and the index "
+            "tracks a file policy denies reading (masked, so it shows as changed)",
+            "high",
+            immune=True,
+        )
         return
     j.ask(
         f"git {sub} in this form prints the content of committed or staged files, "
@@ -428,6 +448,8 @@ def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
     operands = _operands(rest)
     if sub in ("log", "whatchanged", "reflog", "bisect"):
         return patch
+    if sub == "status":
+        return bool(names & {"-v", "--verbose", "-vv"})  # the staged diff
     if sub in ("diff-tree", "diff-index", "diff-files"):
         return patch
     if sub == "stash":
@@ -457,6 +479,16 @@ def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
             revs = revs[1:]  # the first operand is the pattern
         return any(not os.path.lexists(j.absolute(v)) for v in revs)
     return False
+
+
+def _against_the_index(j: Judge, sub: str, rest: list[Word]) -> bool:
+    """Whether this form prints the index's copy of changed tracked files (the work tree
+    against the index: ``git diff``, ``git diff-files -p``)."""
+    names, patch = _option_names(rest)
+    summary = bool(names & _SUMMARY_OPTIONS) or any(n.startswith("--stat") for n in names)
+    if sub == "diff":
+        return "--no-index" not in names and (patch or not summary)
+    return sub == "diff-files" and patch
 
 
 def _operands(rest: list[Word]) -> list[str]:
