@@ -242,14 +242,15 @@ async def test_denial_counters_are_exact_under_concurrent_denials_on_both(
         assert Counter(c_pb2.Verdict.Name(x.verdict) for x in denied) == {"VERDICT_DENY": 60}
         # Every one of them was decided (not a fail-closed stand-in) and counted once.
         assert all("fail closed" not in x.reason for x in denied)
+        # Exact on both replicas (each replica's cached copy follows the other's
+        # notifications, so it may trail by one notification: poll).
         for replica in (a, b):
-            got = await replica.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id="c"))
-            assert (got.session.consecutive_denials, got.session.total_denials) == (60, 60)
+            await wait_for(lambda r=replica: _counters(r, "c", (60, 60)), what="60 denials counted")
         # An ALLOW on either replica resets the run of denials for both.
         assert (await a.client.decide(read("c", "r"))).verdict == c_pb2.VERDICT_ALLOW
+        await wait_for(lambda: _counters(b, "c", (0, 60)), what="b to see the reset")
 
-        async def reset_seen() -> bool:
-            got = await b.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id="c"))
-            return (got.session.consecutive_denials, got.session.total_denials) == (0, 60)
 
-        await wait_for(reset_seen, what="b to see the reset")
+async def _counters(replica: Replica, session: str, want: tuple[int, int]) -> bool:
+    got = await replica.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id=session))
+    return (got.session.consecutive_denials, got.session.total_denials) == want

@@ -48,12 +48,25 @@ async def connect(dsn: str, *, what: str) -> asyncpg.Connection:
         ) from err
 
 
-async def open_pool(dsn: str, *, what: str, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
-    """A connection pool on ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails."""
+async def open_pool(
+    dsn: str,
+    *,
+    what: str,
+    min_size: int = 1,
+    max_size: int = 4,
+    command_timeout: float | None = None,
+) -> asyncpg.Pool:
+    """A connection pool on ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails.
+
+    ``command_timeout`` bounds every statement (``TimeoutError`` past it), so a database
+    that hangs makes calls fail instead of piling up behind it.
+    """
     if not 1 <= min_size <= max_size:
         raise InvalidArgument("pool sizes must satisfy 1 <= min_size <= max_size")
     try:
-        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        return await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout
+        )
     except _OPEN_ERRORS as err:
         raise DependencyUnavailable(
             f"cannot reach the {what} database {redact_dsn(dsn)}: {err}"

@@ -509,9 +509,10 @@ class ApprovalBroker:
             # approval nobody touched within ``reattach_s`` (its replica died, its caller
             # left) is abandoned by whichever replica sweeps first.
             await self._store.touch_waiters(list(self._waiters), now)
-            for unwatched in await self._store.unwatched_approvals(cutoff):
-                if not self._waiters.get(unwatched.approval_id):
-                    abandoned += await self._expire(unwatched, ABANDONED_REASON)
+            for gone in await self._store.abandon_unwatched(cutoff, ABANDONED_REASON):
+                await self._store.record_outcome(gone.session_id, denied=True)
+                self._publish(gone)
+                abandoned += 1
         for approval_id in [a for a, t in self._orphaned.items() if t <= cutoff]:
             orphan = self._pending.get(approval_id)
             if orphan is None or self._waiters.get(approval_id) or self._store.shared:

@@ -560,8 +560,8 @@ class SessionStore:
     async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
         """Waiters are tracked in this process's memory (the approval broker)."""
 
-    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
-        """Never asked of a private store (the broker tracks its own waiters)."""
+    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
+        """Nothing: the broker tracks this process's waiters itself."""
         return []
 
     # -- approvals ----------------------------------------------------------------------

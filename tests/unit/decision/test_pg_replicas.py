@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from stockade.decision.approvals import ApprovalBroker, Resolution
+from stockade.decision.approvals import ApprovalBroker, ApprovalLimits, Resolution
 from stockade.decision.core import CallInput, DecisionCore
 from stockade.decision.engine import Facts
 from stockade.decision.grants import GrantSigner
@@ -161,8 +161,9 @@ async def test_denial_counters_are_atomic_across_replicas(
     a, b = replicas
     await a.create_session("s1", Mode.DEFAULT)
     await asyncio.gather(*(s.record_outcome("s1", denied=True) for s in (a, b) * 40))
-    rec = await a.get_session("s1")
-    assert (rec.consecutive_denials, rec.total_denials) == (80, 80)
+    # Exact on both replicas once the last notifications arrived (no update was lost).
+    for store in (a, b):
+        await wait_for(lambda s=store: _counters(s, "s1", (80, 80)), "80 denials counted")
     await b.record_outcome("s1", denied=False)
     await wait_for(lambda: _counters(a, "s1", (0, 80)), "a to see the reset run of denials")
 
@@ -328,3 +329,58 @@ async def test_overlong_ids_are_refused_not_sent_to_notify(
 async def test_an_unreachable_database_is_unavailable() -> None:
     with pytest.raises(DependencyUnavailable, match="cannot reach the decision database"):
         await PostgresDecisionStore.open("postgresql://x@/db?host=/nonexistent-socket-dir")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_replicas_sweeping_at_once_abandon_each_orphan_once_and_keep_the_touched(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    clock = _Clock()
+    limits = ApprovalLimits(reattach_s=10)
+    broker_a = ApprovalBroker(a, clock=clock, limits=limits)
+    broker_b = ApprovalBroker(b, clock=clock, limits=limits)
+    await broker_a.load()
+    await broker_b.load()
+    await a.create_session("s1", Mode.DEFAULT)
+    made = [await ask(broker_a, n=i) for i in range(20)]
+    # Callers of five of them re-attached (on some replica) just before the sweep.
+    await b.touch_waiters(made[:5], 1_095.0)
+    clock.now = 1_100.0
+    swept = await asyncio.gather(broker_a.sweep(), broker_b.sweep())
+    assert sum(abandoned for _, abandoned, _ in swept) == 15
+    states = [(await a.get_approval(x)).state for x in made]
+    assert states == [ApprovalState.PENDING] * 5 + [ApprovalState.EXPIRED] * 15
+    # Each abandonment counted one denial, once (b's last ones reach a's cache by
+    # notification).
+    await wait_for(lambda: _counters(a, "s1", (15, 15)), "a to count 15 denials")
+    await wait_for(lambda: _counters(b, "s1", (15, 15)), "b to count 15 denials")
+
+
+async def test_a_hung_database_fails_the_call_instead_of_holding_it(pg_dsn: str) -> None:
+    store = await PostgresDecisionStore.open(pg_dsn, pool_size=2, command_timeout_s=1.0)
+    blocker = await asyncpg.connect(pg_dsn)
+    try:
+        await store.create_session("s1", Mode.DEFAULT)
+        # Another transaction holds the session's row: every write to it waits.
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("SELECT 1 FROM decision_sessions WHERE session_id = 's1' FOR UPDATE")
+        with pytest.raises(DependencyUnavailable, match="unreachable"):
+            await store.set_mode("s1", Mode.PLAN)
+        with pytest.raises(DependencyUnavailable):
+            await store.record_outcome("s1", denied=True)
+        await tx.rollback()
+        # Nothing half-done: the mode and counters are as before, and writes work again.
+        assert (await store.get_session("s1")).mode is Mode.DEFAULT
+        assert (await store.record_outcome("s1", denied=True)).total_denials == 1
+    finally:
+        await blocker.close()
+        await store.close()

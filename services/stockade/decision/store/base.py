@@ -154,5 +154,7 @@ class DecisionStore(Protocol):
         """Record that callers on this replica wait for ``approval_ids`` (shared stores:
         a replica that dies stops touching, and the approval is abandoned elsewhere)."""
 
-    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
-        """Pending approvals no replica has touched since ``cutoff`` (shared stores)."""
+    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
+        """Expire, with ``reason``, the pending approvals no replica has touched since
+        ``cutoff``, in one statement (a touch that lands first keeps its approval);
+        return them as stored now (shared stores; a private one returns [])."""

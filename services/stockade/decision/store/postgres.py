@@ -82,6 +82,11 @@ MAX_QUEUED_CHANGES = 10_000
 #: How often the LISTEN connection is checked (a half-open TCP connection sends no error).
 PROBE_INTERVAL_S = 2.0
 PROBE_TIMEOUT_S = 5.0
+#: Longest a statement may take: a hung database fails calls (UNAVAILABLE) instead of
+#: holding them (and the pool's connections) until the callers' deadlines.
+COMMAND_TIMEOUT_S = 10.0
+#: What makes a statement fail for want of a database (UNAVAILABLE, the caller denies).
+_UNREACHABLE: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, TimeoutError)
 #: Sessions whose last invalidation is remembered (older ones: the floor, conservatively).
 _TOUCHED_MAX = 50_000
 
@@ -263,6 +268,7 @@ class PostgresDecisionStore:
         cache_max_sessions: int = DEFAULT_CACHE_MAX_SESSIONS,
         max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
         pool_size: int = 10,
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
     ) -> PostgresDecisionStore:
         """Connect, apply the migrations (under the migration lock), start listening.
 
@@ -275,7 +281,13 @@ class PostgresDecisionStore:
             )
         finally:
             await conn.close()
-        pool = await open_pool(dsn, what="decision", min_size=1, max_size=pool_size)
+        pool = await open_pool(
+            dsn,
+            what="decision",
+            min_size=1,
+            max_size=pool_size,
+            command_timeout=command_timeout_s,
+        )
         store = cls(
             pool,
             dsn,
@@ -498,7 +510,7 @@ class PostgresDecisionStore:
             async with self._pool.acquire() as conn:
                 # The pool's proxy forwards every Connection method.
                 return await work(cast(asyncpg.Connection, conn))
-        except CONNECTION_ERRORS as err:
+        except _UNREACHABLE as err:
             raise DependencyUnavailable(
                 f"the decision database is unreachable: {type(err).__name__}"
             ) from err
@@ -1120,16 +1132,34 @@ class PostgresDecisionStore:
             )
         )
 
-    async def unwatched_approvals(self, cutoff: float) -> list[ApprovalRecord]:
-        """Pending approvals no replica has waited for since ``cutoff``."""
-        rows = await self._run(
-            lambda c: c.fetch(
-                _APPROVAL_SELECT + " WHERE state = 'pending' AND waiter_seen <= $1 "
-                "ORDER BY waiter_seen LIMIT 500",
-                cutoff,
-            )
-        )
-        return [_approval(r) for r in rows]
+    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
+        """Expire (up to 500 of) the pending approvals no replica has waited for since
+        ``cutoff``: one conditional UPDATE, so a waiter that touched its approval first
+        keeps it, and of two sweeping replicas each approval is abandoned by one."""
+
+        async def abandon(conn: asyncpg.Connection) -> list[Any]:
+            async with conn.transaction():
+                ids = await conn.fetch(
+                    "UPDATE decision_approvals SET state = 'expired', resolve_reason = $2, "
+                    "finish_time = $3 WHERE approval_id IN (SELECT approval_id FROM "
+                    "decision_approvals WHERE state = 'pending' AND waiter_seen <= $1 "
+                    "ORDER BY waiter_seen LIMIT 500 FOR UPDATE SKIP LOCKED) "
+                    "AND state = 'pending' AND waiter_seen <= $1 RETURNING approval_id, session_id",
+                    cutoff,
+                    reason,
+                    self._clock(),
+                )
+                for approval_id, session_id in ids:
+                    await self._notify(conn, "a", approval_id, session_id)
+                if not ids:
+                    return []
+                return list(
+                    await conn.fetch(
+                        _APPROVAL_SELECT + " WHERE approval_id = ANY($1)", [r[0] for r in ids]
+                    )
+                )
+
+        return [_approval(r) for r in await self._run(abandon)]
 
 
 class _Spent(Exception):
