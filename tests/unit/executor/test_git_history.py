@@ -227,3 +227,40 @@ def test_the_index_reader_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     (ws / ".git" / "index").write_bytes(b"garbage")
     result = analyze("git diff", sandbox=_sandbox(ws), denied_read_globs=DENIED)
     assert result.verdict == "ask" and result.bypass_immune  # unknown: asked, fail closed
+
+
+def test_pathspecs_are_read_from_the_directory_git_runs_in(tmp_path: Path) -> None:
+    """`git -C sub log -p -- x`: git reads `x` in sub (a directory holding a committed
+    .env there), whatever `x` is in the call's working directory (a plain file here)."""
+    ws = tmp_path / "ws"
+    (ws / "sub" / "x").mkdir(parents=True)
+    (ws / "sub" / "x" / ".env").write_text(f"TOKEN={SECRET}\n")
+    (ws / "x").write_text("plain\n")
+    for step in ("git init -q -b main .", "git add -A", "git commit -qm one"):
+        assert _run(ws, step).returncode == 0, step
+    command = "git -C sub log -p -- x"
+    assert SECRET in _run(ws, command).stdout
+    result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+    assert result.verdict == "ask" and result.bypass_immune, result.reasons
+    # `../x` from sub is the plain file at the top: naming it is fine.
+    assert (
+        analyze("git -C sub log -p -- ../x", sandbox=_sandbox(ws), denied_read_globs=DENIED).verdict
+        == "allow"
+    )
+    # From the top, `x` is that plain file: naming it is fine.
+    assert analyze("git log -p -- x", sandbox=_sandbox(ws), denied_read_globs=DENIED).verdict == (
+        "allow"
+    )
+
+
+def test_a_diff_of_another_repository_is_asked(tmp_path: Path) -> None:
+    """`--git-dir`/`--work-tree` point git at another index than the one checked."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    nested = _fresh_repo(ws / "nested", track_env=True)
+    (nested / ".env").write_text("")  # the run-time mask
+    command = "git --git-dir=nested/.git --work-tree=nested diff"
+    assert SECRET in _run(ws, command).stdout
+    (nested / ".env").write_text(f"TOKEN={SECRET}\n")
+    result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+    assert result.verdict in ("ask", "deny") and (result.verdict == "deny" or result.bypass_immune)

@@ -106,7 +106,7 @@ def judge(j: Judge, args: list[Word]) -> None:
         if sub == "help" and short in ("-w", "--web", "-i", "--info", "-m", "--man"):
             j.effect("git help opens a browser, info or man viewer")
     _objects(j, sub, rest)
-    _history(j, sub, rest)
+    _history(j, sub, rest, elsewhere=git_dir is not None or work_tree is not None)
     first = next((v for v in values if v is not None and not v.startswith("-")), None)
     if sub in ("init", "clone") or (sub == "worktree" and first == "add"):
         _new_repository(j, sub, rest)
@@ -342,7 +342,7 @@ def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
     return False
 
 
-def _history(j: Judge, sub: str, rest: list[Word]) -> None:
+def _history(j: Judge, sub: str, rest: list[Word], *, elsewhere: bool = False) -> None:
     """Forms that print the content of committed or staged files without naming them
     (``git log -p``, ``git show <commit>``, ``git diff <rev>``, ``git diff --cached``,
     ``git grep PATTERN <rev>``, ``git format-patch`` ...): the repository keeps every
@@ -358,7 +358,7 @@ def _history(j: Judge, sub: str, rest: list[Word]) -> None:
     pathspecs = _pathspecs(j, sub, rest)
     if pathspecs and all(_names_a_file(j, spec) for spec in pathspecs):
         return
-    if not contents:
+    if not contents and not elsewhere:
         # `git diff`: the index's copy of a tracked file whose work-tree copy differs.
         # A denied file is masked by an empty file at run time, so it always differs.
         top = repository_top(j)
@@ -470,14 +470,14 @@ def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
             return False
         if names & {"--cached", "--staged", "--merge-base"}:
             return True
-        return any(not os.path.lexists(j.absolute(v)) for v in _before_dashes(rest, sub))
+        return any(not os.path.lexists(_here(j, v)) for v in _before_dashes(rest, sub))
     if sub == "grep":
         if names & {"--cached", "--untracked", "--no-index"}:
             return "--cached" in names
         revs = _before_dashes(rest, sub)
         if not names & {"-e", "-f", "--and", "--or", "--not"} and revs:
             revs = revs[1:]  # the first operand is the pattern
-        return any(not os.path.lexists(j.absolute(v)) for v in revs)
+        return any(not os.path.lexists(_here(j, v)) for v in revs)
     return False
 
 
@@ -572,7 +572,13 @@ def _pathspecs(j: Judge, sub: str, rest: list[Word]) -> list[str] | None:
     operands = _before_dashes(rest, sub)
     if sub == "grep" and operands:
         operands = operands[1:]
-    return [v for v in operands if os.path.lexists(j.absolute(v))]
+    return [v for v in operands if os.path.lexists(_here(j, v))]
+
+
+def _here(j: Judge, value: str) -> str:
+    """``value`` as git reads an operand: from the directory the command runs in (after
+    ``cd`` and ``git -C``), not the call's working directory."""
+    return j.absolute(value, j.bases[-1])
 
 
 def _names_a_file(j: Judge, spec: str) -> bool:
@@ -580,7 +586,7 @@ def _names_a_file(j: Judge, spec: str) -> bool:
     magic, no glob, not a directory: those can reach other files' history)."""
     if not spec or spec.startswith(":") or any(c in spec for c in "*?[\\"):
         return False
-    absolute = os.path.normpath(j.absolute(spec))
+    absolute = os.path.normpath(_here(j, spec))
     if j.denied(absolute, absolute) or j.credential(absolute):
         return False
     return os.path.isfile(absolute) and not os.path.islink(absolute)
