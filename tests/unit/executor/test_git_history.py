@@ -264,3 +264,15 @@ def test_a_diff_of_another_repository_is_asked(tmp_path: Path) -> None:
     (nested / ".env").write_text(f"TOKEN={SECRET}\n")
     result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
     assert result.verdict in ("ask", "deny") and (result.verdict == "deny" or result.bypass_immune)
+
+
+def test_an_alias_printing_history_is_not_settled_without_a_person(tmp_path: Path) -> None:
+    """A repository alias (`git lg` = `log -p`) is an unknown subcommand to the checker."""
+    ws = _fresh_repo(tmp_path / "ws", track_env=True)
+    assert _run(ws, "git config alias.lg 'log -p'").returncode == 0
+    assert SECRET in _run(ws, "git lg").stdout
+    for command in ("git lg", "git merge-tree HEAD HEAD~1 HEAD"):
+        result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+        assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
+    plain = analyze("git lg", sandbox=_sandbox(ws))
+    assert plain.verdict == "ask" and not plain.bypass_immune  # nothing protected: as before

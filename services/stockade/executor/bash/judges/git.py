@@ -170,7 +170,12 @@ def judge(j: Judge, args: list[Word]) -> None:
     if sub in lists.GIT_READ_SUBCOMMANDS:
         j.effect(f"git {sub} with these arguments changes the repository")
         return
-    j.effect(f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)")
+    # An alias (`git lg` for `log -p`) or a plumbing command (merge-tree, unpack-file)
+    # can print committed contents: with protected reads, a person decides.
+    j.effect(
+        f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)",
+        immune=bool(j.denied_read_globs),
+    )
 
 
 def _option_target(
