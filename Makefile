@@ -75,10 +75,14 @@ bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as rati
 	$(BIN)/python -m tests.bench
 
 certs: $(STAMP) ## Create a dev CA, per-service mTLS certificates and grant keys in .stockade/certs
-	$(BIN)/python -m stockade.devcerts --out .stockade/certs --services decision,executor,audit,agent,papers,console
+	$(BIN)/python -m stockade.devcerts --out .stockade/certs --services decision,executor,audit,agent,papers,console,postgres
 
-render: $(STAMP) ## Render the Kubernetes overlays with kubectl kustomize
-	@for o in deploy/k8s/overlays/*/; do echo "--- $$o"; kubectl kustomize "$$o" >/dev/null && echo ok; done
+render: $(STAMP) ## Render the Kubernetes overlays (and prod + each opt-in component) with kubectl kustomize
+	@set -e; for o in deploy/k8s/overlays/*/; do echo "--- $$o"; kubectl kustomize "$$o" >/dev/null && echo ok; done
+	@set -e; for c in postgres console executor-telemetry; do \
+	  d=.stockade/render/$$c; mkdir -p $$d; echo "--- overlays/prod + components/$$c"; \
+	  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../../deploy/k8s/overlays/prod]\ncomponents: [../../../deploy/k8s/components/%s]\n' $$c > $$d/kustomization.yaml; \
+	  kubectl kustomize $$d >/dev/null && echo ok; done
 
 clean: ## Remove the venv and local state
 	rm -rf $(VENV) .stockade .pytest_cache .mypy_cache .ruff_cache bench-results.json

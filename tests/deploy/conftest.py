@@ -54,31 +54,51 @@ def render(path: Path) -> list[Manifest]:
     return [doc for doc in yaml.safe_load_all(run.stdout) if doc]
 
 
-@pytest.fixture(scope="session")
-def rendered() -> dict[str, list[Manifest]]:
-    """Every overlay's objects, keyed by overlay name."""
-    return {name: render(DEPLOY / "k8s" / "overlays" / name) for name in OVERLAYS}
+POSTGRES_COMBINATION = "prod+postgres"
+"""The prod overlay plus the single-instance PostgreSQL component: what an operator without
+a database of their own applies. Rendered beside the overlays, so every invariant that
+holds for a rendered set (pod hardening, Services, schemas) holds for it too."""
 
 
-@pytest.fixture(scope="session")
-def console_rendered(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
-    """The prod overlay plus the opt-in console component, as an operator combines them."""
+RENDERED_SETS = (*OVERLAYS, POSTGRES_COMBINATION)
+"""Every key of the ``rendered`` fixture."""
+
+
+def with_components(here: Path, base: str, components: list[str]) -> list[Manifest]:
+    """Render ``overlays/<base>`` plus ``components`` from a kustomization in ``here``,
+    as an operator combines them in an overlay of their own."""
     import os
 
-    here = tmp_path_factory.mktemp("console-overlay")
     k8s = DEPLOY / "k8s"
+    listed = ", ".join(os.path.relpath(k8s / "components" / c, here) for c in components)
     (here / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\n"
         "kind: Kustomization\n"
         "namespace: stockade\n"
-        f"resources: [{os.path.relpath(k8s / 'overlays' / 'prod', here)}]\n"
-        f"components: [{os.path.relpath(k8s / 'components' / 'console', here)}]\n"
+        f"resources: [{os.path.relpath(k8s / 'overlays' / base, here)}]\n"
+        f"components: [{listed}]\n"
         "images:\n"
         "  - name: stockade\n"
         "    newName: registry.example.com/stockade/stockade\n"
         "    newTag: 0.1.0\n"
     )
     return render(here)
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Manifest]]:
+    """Every overlay's objects, keyed by overlay name, and the prod overlay with the
+    postgres component (key ``POSTGRES_COMBINATION``)."""
+    out = {name: render(DEPLOY / "k8s" / "overlays" / name) for name in OVERLAYS}
+    here = tmp_path_factory.mktemp("postgres-overlay")
+    out[POSTGRES_COMBINATION] = with_components(here, "prod", ["postgres"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def console_rendered(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
+    """The prod overlay plus the opt-in console component, as an operator combines them."""
+    return with_components(tmp_path_factory.mktemp("console-overlay"), "prod", ["console"])
 
 
 def pod_spec(obj: Manifest) -> Manifest:

@@ -20,6 +20,7 @@ import pytest
 from .conftest import (
     DEPLOY,
     GRPC_PORTS,
+    POSTGRES_COMBINATION,
     STOCKADE_SERVICES,
     Manifest,
     pod_labels,
@@ -303,3 +304,94 @@ def test_executor_telemetry_opt_in_opens_only_the_collector_and_dns(tmp_path: Pa
         assert not policies.connects(executor, _pod(objs, service), GRPC_PORTS[service])
     # Ingress is unchanged: still only the agent.
     assert not policies.connects(STRANGER, executor, GRPC_PORTS["executor"])
+
+
+# --- PostgreSQL (components/scale-out, components/postgres) ------------------------------
+
+POSTGRES_PORT = 5432
+PRIVATE_DB = Endpoint(namespace=None, ip="10.20.30.40")
+"""A managed database at a private address in the cluster's network."""
+STORE_LABEL = "stockade.dev/store"
+
+
+def _on_postgresql(objs: list[Manifest]) -> set[str]:
+    """The Stockade services whose pods are on the PostgreSQL store."""
+    return {
+        s
+        for s in STOCKADE_SERVICES
+        if pod_labels(workload(objs, s)).get(STORE_LABEL) == "postgresql"
+    }
+
+
+@pytest.fixture(scope="module")
+def with_postgres(rendered: dict[str, list[Manifest]]) -> list[Manifest]:
+    return rendered[POSTGRES_COMBINATION]
+
+
+def test_only_the_stateful_services_reach_postgres(with_postgres: list[Manifest]) -> None:
+    objs = with_postgres
+    policies = Policies(objs)
+    server = _pod(objs, "postgres")
+    on_pg = _on_postgresql(objs)
+    assert "audit" in on_pg
+    for service in STOCKADE_SERVICES:
+        allowed = policies.connects(_pod(objs, service), server, POSTGRES_PORT)
+        assert allowed is (service in on_pg), service
+        # Only the database port, nothing else the pod might open.
+        assert not policies.connects(_pod(objs, service), server, 22), service
+    audit_labels = pod_labels(workload(objs, "audit"))
+    for caller in (
+        _pod(objs, "otel-collector"),
+        ADMIN,
+        STRANGER,
+        OTHER_NAMESPACE_AGENT,
+        # A pod in another namespace wearing the audit pod's labels.
+        Endpoint(labels=audit_labels, namespace="intruder"),
+    ):
+        assert not policies.connects(caller, server, POSTGRES_PORT), caller
+    # The server's own gate admits exactly the three services that may keep state there,
+    # whatever their egress says.
+    for name in ("decision", "audit", "executor", "agent", "papers", "console", "postgres"):
+        peer = Endpoint(
+            labels={"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "stockade"}
+        )
+        admitted = policies._allowed(server, peer, POSTGRES_PORT, "TCP", "in")
+        assert admitted is (name in ("decision", "audit", "executor")), name
+    # ... and a pod that is not part of Stockade does not pass by its name alone.
+    lookalike = Endpoint(labels={"app.kubernetes.io/name": "audit"})
+    assert not policies._allowed(server, lookalike, POSTGRES_PORT, "TCP", "in")
+
+
+def test_postgres_sends_nothing(with_postgres: list[Manifest]) -> None:
+    objs = with_postgres
+    policies = Policies(objs)
+    server = _pod(objs, "postgres")
+    targets = [
+        (DNS, 53, "UDP"),
+        (INTERNET, 443, "TCP"),
+        (METADATA, 80, "TCP"),
+        (CLUSTER_IP, 443, "TCP"),
+        (PRIVATE_DB, POSTGRES_PORT, "TCP"),
+        (_pod(objs, "otel-collector"), 4317, "TCP"),
+        *((_pod(objs, s), GRPC_PORTS[s], "TCP") for s in STOCKADE_SERVICES),
+    ]
+    for target, port, proto in targets:
+        assert not policies.connects(server, target, port, proto), (target, port)
+
+
+def test_store_egress_is_the_database_port_at_private_addresses(prod: list[Manifest]) -> None:
+    """Without the postgres component (a managed database): the pods on the store reach
+    TCP 5432 at a private address and nothing new besides; the others not even that."""
+    policies = Policies(prod)
+    on_pg = _on_postgresql(prod)
+    assert on_pg
+    for service in STOCKADE_SERVICES:
+        pod = _pod(prod, service)
+        assert policies.connects(pod, PRIVATE_DB, POSTGRES_PORT) is (service in on_pg), service
+    for service in on_pg:
+        pod = _pod(prod, service)
+        assert not policies.connects(pod, PRIVATE_DB, 5433)
+        assert not policies.connects(pod, PRIVATE_DB, 22)
+        assert not policies.connects(pod, INTERNET, POSTGRES_PORT)
+        assert not policies.connects(pod, METADATA, POSTGRES_PORT)
+        assert not policies.connects(pod, INTERNET, 443)

@@ -6,7 +6,9 @@ For every Stockade container of every overlay the test runs what the image would
 to a temporary folder: paths under the pod's volumes become paths under ``tmp_path``, the
 listener a unix socket (the mTLS health-only listener a free loopback port), Secrets real
 files made by ``stockade.devcerts``, and the OTLP endpoint an address where nothing
-listens (a collector that is down must not stall the shutdown). It waits until the
+listens (a collector that is down must not stall the shutdown), and a store DSN Secret
+(``stockade-store-<service>``, the prod PostgreSQL store) a fresh database on the test
+session's real PostgreSQL server (tests/pg.py). It waits until the
 service reports ready, checks that the health service the readiness probe names answers
 SERVING where the probe asks (and, with mTLS, that the main listener refuses a plaintext
 caller), sends SIGTERM and requires a clean exit before ``terminationGracePeriodSeconds -
@@ -58,8 +60,20 @@ def _grace_budget(obj: Manifest) -> float:
     return float(pod_spec(obj)["terminationGracePeriodSeconds"]) - float(pre_stop.get("seconds", 0))
 
 
-def _local_env(service: str, container: Manifest, tmp: Path, certs: Path) -> dict[str, str]:
-    """The container's environment, with every pod path moved into ``tmp``."""
+STORE_SECRET_PREFIX = "stockade-store-"
+"""Secrets that hold a service's PostgreSQL DSN (components/scale-out)."""
+
+
+def _store_secret(entry: Manifest) -> bool:
+    ref = entry.get("valueFrom", {}).get("secretKeyRef", {})
+    return str(ref.get("name", "")).startswith(STORE_SECRET_PREFIX)
+
+
+def _local_env(
+    service: str, container: Manifest, tmp: Path, certs: Path, store_dsn: str | None = None
+) -> dict[str, str]:
+    """The container's environment, with every pod path moved into ``tmp`` and a store
+    DSN Secret replaced by ``store_dsn``."""
     secret_files = {
         "grant-signing.key": certs / "grant-signing.key",
         "grant-signing.pub": certs / "grant-signing.pub",
@@ -71,6 +85,10 @@ def _local_env(service: str, container: Manifest, tmp: Path, certs: Path) -> dic
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STOCKADE_", "AGENT_"))}
     for entry in container.get("env", []):
         name = entry["name"]
+        if _store_secret(entry):
+            assert store_dsn, f"{name} names a store Secret but no database was given"
+            env[name] = store_dsn
+            continue
         if "valueFrom" in entry:
             env[name] = f"test-{name.lower()}"
             continue
@@ -98,13 +116,20 @@ def _local_env(service: str, container: Manifest, tmp: Path, certs: Path) -> dic
 @pytest.mark.parametrize("overlay", OVERLAYS)
 @pytest.mark.parametrize("service", STOCKADE_SERVICES)
 def test_service_stops_on_sigterm_within_its_grace_period(
-    rendered: dict[str, list[Manifest]], overlay: str, service: str, tmp_path: Path
+    rendered: dict[str, list[Manifest]],
+    overlay: str,
+    service: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     obj = workload(rendered[overlay], service)
     container = obj["spec"]["template"]["spec"]["containers"][0]
     certs = tmp_path / "certs"
     devcerts.generate(certs, [service])
-    env = _local_env(service, container, tmp_path, certs)
+    # Only the pods on PostgreSQL need a server (started once per test session).
+    needs_store = any(_store_secret(e) for e in container.get("env", []))
+    store_dsn = str(request.getfixturevalue("pg_dsn")) if needs_store else None
+    env = _local_env(service, container, tmp_path, certs, store_dsn)
     stockade = Path(sys.executable).parent / "stockade"
     assert stockade.exists(), "the stockade console script is the image's entrypoint"
     stderr_path = tmp_path / "stderr.log"

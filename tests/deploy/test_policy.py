@@ -15,6 +15,7 @@ from .conftest import (
     GRPC_PORTS,
     HEALTH_SERVICES,
     OVERLAYS,
+    RENDERED_SETS,
     ROOT,
     STOCKADE_SERVICES,
     Manifest,
@@ -37,7 +38,9 @@ GRANT_PUBLIC_SECRET = "stockade-grant-verify"
 
 
 def _all_workloads(rendered: dict[str, list[Manifest]]) -> list[tuple[str, Manifest]]:
-    return [(overlay, w) for overlay in OVERLAYS for w in workloads(rendered[overlay])]
+    """Every workload of every rendered set: the overlays and the combinations with
+    components (conftest), so a component's pods are held to the same rules."""
+    return [(overlay, w) for overlay, objs in rendered.items() for w in workloads(objs)]
 
 
 def _label(overlay: str, obj: Manifest, container: Manifest | None = None) -> str:
@@ -83,11 +86,9 @@ def test_container_level_hardening(rendered: dict[str, list[Manifest]]) -> None:
 
 
 def test_service_accounts_do_not_mount_tokens(rendered: dict[str, list[Manifest]]) -> None:
-    for overlay in OVERLAYS:
-        accounts = {
-            o["metadata"]["name"]: o for o in rendered[overlay] if o["kind"] == "ServiceAccount"
-        }
-        for obj in workloads(rendered[overlay]):
+    for overlay, objs in rendered.items():
+        accounts = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceAccount"}
+        for obj in workloads(objs):
             name = pod_spec(obj).get("serviceAccountName")
             assert name in accounts, f"{_label(overlay, obj)} uses a missing/default SA"
             assert accounts[name].get("automountServiceAccountToken") is False, name
@@ -118,28 +119,6 @@ def test_writable_paths_are_volumes(rendered: dict[str, list[Manifest]]) -> None
             assert "emptyDir" in tmp_volume, where
 
 
-# --- stateful services --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-@pytest.mark.parametrize("service", ["decision", "audit"])
-def test_sqlite_services_are_single_replica_statefulsets(
-    rendered: dict[str, list[Manifest]], overlay: str, service: str
-) -> None:
-    obj = workload(rendered[overlay], service)
-    assert obj["kind"] == "StatefulSet"
-    assert obj["spec"].get("replicas", 1) == 1, "SQLite has one writer"
-    claims = {c["metadata"]["name"] for c in obj["spec"]["volumeClaimTemplates"]}
-    container = obj["spec"]["template"]["spec"]["containers"][0]
-    state_dir = env_of(container)[f"STOCKADE_{service.upper()}_STATE_DIR"]["value"]
-    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == state_dir)
-    assert mount["name"] in claims
-    assert not mount.get("readOnly")
-    # The governing Service of a StatefulSet exists and is headless.
-    governing = find(rendered[overlay], "Service", obj["spec"]["serviceName"])
-    assert governing["spec"].get("clusterIP") == "None"
-
-
 # --- Services and ports --------------------------------------------------------------------
 
 
@@ -147,7 +126,7 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return bool(selector) and selector.items() <= labels.items()
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", RENDERED_SETS)
 def test_every_service_selects_a_workload_and_targets_a_real_port(
     rendered: dict[str, list[Manifest]], overlay: str
 ) -> None:

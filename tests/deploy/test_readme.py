@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .conftest import DEPLOY, Manifest, containers, pod_spec, workloads
+from .conftest import DEPLOY, POSTGRES_COMBINATION, Manifest, containers, pod_spec, workloads
 
 README = DEPLOY / "README.md"
 
@@ -50,10 +50,12 @@ def test_readme_creates_every_secret_prod_needs(
     rendered: dict[str, list[Manifest]], console_rendered: list[Manifest]
 ) -> None:
     created = _created_secrets(README.read_text())
-    # prod, and what the opt-in console component adds (its own README section).
+    # prod, and what the opt-in console and postgres components add (their own README
+    # sections).
     used = _mounted_secrets(rendered["prod"])
-    for name, keys in _mounted_secrets(console_rendered).items():
-        used.setdefault(name, set()).update(keys)
+    for objs in (console_rendered, rendered[POSTGRES_COMBINATION]):
+        for name, keys in _mounted_secrets(objs).items():
+            used.setdefault(name, set()).update(keys)
     assert set(used) == set(created), set(used) ^ set(created)
     for name, keys in used.items():
         assert keys <= created[name], f"{name}: README does not create {keys - created[name]}"

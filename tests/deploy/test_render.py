@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from .conftest import (
     DEPLOY,
     OVERLAYS,
+    RENDERED_SETS,
     STOCKADE_SERVICES,
     Manifest,
     kubectl,
     render,
+    with_components,
     workloads,
 )
 
@@ -29,7 +33,7 @@ def _validate(obj: Manifest) -> None:
     kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", RENDERED_SETS)
 def test_every_object_validates_against_the_schemas(
     rendered: dict[str, list[Manifest]], overlay: str
 ) -> None:
@@ -63,7 +67,7 @@ def test_validator_rejects_what_the_api_server_would(
         _validate(wrong_type)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", RENDERED_SETS)
 def test_objects_are_unique_and_namespaced(
     rendered: dict[str, list[Manifest]], overlay: str
 ) -> None:
@@ -119,13 +123,14 @@ def test_prod_image_is_pinned_and_dev_is_local(rendered: dict[str, list[Manifest
 def test_prod_adds_the_production_objects(rendered: dict[str, list[Manifest]]) -> None:
     prod = rendered["prod"]
     kinds = Counter(o["kind"] for o in prod)
-    assert kinds["HorizontalPodAutoscaler"] == 2
+    assert kinds["HorizontalPodAutoscaler"] == 3
     assert kinds["PodDisruptionBudget"] >= 2
     assert kinds["NetworkPolicy"] >= 5
     hpa_targets = {
         o["spec"]["scaleTargetRef"]["name"] for o in prod if o["kind"] == "HorizontalPodAutoscaler"
     }
-    assert hpa_targets == {"agent", "executor"}
+    # decision: joins when its PostgreSQL store is wired (components/scale-out).
+    assert hpa_targets == {"agent", "executor", "audit"}
     for obj in prod:
         if obj["kind"] == "HorizontalPodAutoscaler":
             assert obj["spec"]["minReplicas"] >= 2
@@ -164,6 +169,44 @@ def test_each_base_and_component_folder_renders_alone() -> None:
     """The base renders by itself (components are exercised through the overlays)."""
     objs = render(DEPLOY / "k8s" / "base")
     assert {o["kind"] for o in objs} >= {"Deployment", "StatefulSet", "Service", "ConfigMap"}
+
+
+def _components_in(overlay: str) -> set[str]:
+    kustomization = yaml.safe_load(
+        (DEPLOY / "k8s" / "overlays" / overlay / "kustomization.yaml").read_text()
+    )
+    return {Path(c).name for c in kustomization.get("components", [])}
+
+
+OPT_IN = sorted(
+    p.name
+    for p in (DEPLOY / "k8s" / "components").iterdir()
+    if p.is_dir() and p.name not in _components_in("prod")
+)
+
+
+def test_every_component_is_in_an_overlay_or_opt_in() -> None:
+    """No component folder goes unrendered: the overlays carry some, the rest are the
+    opt-ins rendered on top of prod below (as `make render` does)."""
+    folders = {p.name for p in (DEPLOY / "k8s" / "components").iterdir() if p.is_dir()}
+    assert folders == _components_in("prod") | _components_in("dev") | set(OPT_IN)
+    assert {"postgres", "console", "executor-telemetry"} <= set(OPT_IN)
+    assert "scale-out" in _components_in("prod") and "scale-out" not in _components_in("dev")
+
+
+@pytest.mark.parametrize("component", OPT_IN)
+def test_each_opt_in_component_renders_on_prod_and_validates(
+    component: str, tmp_path: Path
+) -> None:
+    objs = with_components(tmp_path, "prod", [component])
+    added = {(o["kind"], o["metadata"]["name"]) for o in objs} - {
+        (o["kind"], o["metadata"]["name"]) for o in render(DEPLOY / "k8s" / "overlays" / "prod")
+    }
+    assert added, f"{component} adds nothing"
+    keys = Counter((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert [k for k, n in keys.items() if n > 1] == []
+    for obj in objs:
+        _validate(obj)
 
 
 def test_missing_kubectl_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
