@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := $(VENV)/buf/node_modules/.bin/buf
 
-.PHONY: help venv lock chromium proto proto-check lint test demo bench render certs clean
+.PHONY: help venv lock chromium proto proto-check lint test demo demo-ha bench render certs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -33,6 +33,8 @@ lock: $(STAMP) ## Re-resolve pyproject.toml into requirements.lock and requireme
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
 	@echo "==> make: resolving the runtime and dev dependencies into requirements-dev.lock"
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --extra dev --output-file requirements-dev.lock pyproject.toml
+	@echo "==> make: resolving the runtime dependencies and the ha-demo extra into requirements-ha-demo.lock"
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --extra ha-demo --output-file requirements-ha-demo.lock pyproject.toml
 
 $(BUF):
 	@echo "==> make: installing buf $(BUF_VERSION) (npm package @bufbuild/buf) into $(VENV)/buf"
@@ -70,6 +72,10 @@ test: $(STAMP) chromium lint proto-check ## Lint, generated-code check and the w
 
 demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripted agent session
 	$(BIN)/stockade demo
+
+demo-ha: $(STAMP) ## The demo on two replicas of each stateful service sharing a throwaway PostgreSQL (installs the ha-demo extra)
+	$(BIN)/pip install --quiet -r requirements-ha-demo.lock
+	$(BIN)/stockade demo --replicas 2 --state-dir .stockade/demo-ha
 
 bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as ratios)
 	$(BIN)/python -m tests.bench

@@ -30,12 +30,19 @@ def _pinned(lock: Path) -> set[str]:
 
 
 def main(root: Path = ROOT) -> int:
-    """Compare pyproject.toml with requirements.lock and requirements-dev.lock."""
+    """Compare pyproject.toml with requirements.lock, requirements-dev.lock and
+    requirements-ha-demo.lock (what `make demo-ha` installs)."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     runtime = {_name(r) for r in project["dependencies"]}
-    dev = runtime | {_name(r) for r in project["optional-dependencies"]["dev"]}
+    dev = runtime | {_name(r) for r in extras["dev"]}
+    ha_demo = runtime | {_name(r) for r in extras["ha-demo"]}
     problems = []
-    for lock, wanted in (("requirements.lock", runtime), ("requirements-dev.lock", dev)):
+    for lock, wanted in (
+        ("requirements.lock", runtime),
+        ("requirements-dev.lock", dev | ha_demo),
+        ("requirements-ha-demo.lock", ha_demo),
+    ):
         path = root / lock
         if not path.is_file():
             problems.append(f"{lock} is missing")

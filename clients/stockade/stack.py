@@ -4,6 +4,11 @@
 in environment variables, listening on unix sockets in a short temporary folder, waits
 until each reports SERVING through the standard health protocol, and stops them with
 SIGTERM (graceful drain) or SIGKILL. Each service logs to ``<base>/logs/<name>.log``.
+
+A service may run as several replicas (``replicas={"audit": 2}``): its processes are
+then named ``audit-1``, ``audit-2`` (each its own socket, state folder and log), and
+``addresses["audit"]`` is the first one's. Agent replica N talks to replica N of each
+service (or the last one a service has), so every replica carries traffic.
 """
 
 from __future__ import annotations
@@ -32,6 +37,21 @@ class StackError(RuntimeError):
     """A service did not start or stop as expected."""
 
 
+def service_of(name: str) -> str:
+    """The service a process name runs: ``decision-2`` is a replica of ``decision``."""
+    base, sep, index = name.rpartition("-")
+    if sep and index.isdigit() and base in (*SERVICES, *EXTRAS):
+        return base
+    return name
+
+
+def replica_names(service: str, count: int) -> list[str]:
+    """The process names of ``count`` replicas: the service's own name for one."""
+    if count < 1:
+        raise ValueError(f"{service}: at least one replica")
+    return [service] if count == 1 else [f"{service}-{i}" for i in range(1, count + 1)]
+
+
 class LocalStack:
     """The four services (or a subset) as separate processes on unix sockets."""
 
@@ -41,7 +61,10 @@ class LocalStack:
         *,
         env: Mapping[str, Mapping[str, str]] | None = None,
         common_env: Mapping[str, str] | None = None,
+        replicas: Mapping[str, int] | None = None,
     ) -> None:
+        """``env`` adds settings per service (``"audit"``: every replica) or per replica
+        (``"audit-2"``: that one, applied last)."""
         self.base_dir = base_dir.resolve()
         self.sock_dir = Path(tempfile.mkdtemp(prefix="stk-", dir="/tmp"))
         self.log_dir = self.base_dir / "logs"
@@ -49,11 +72,20 @@ class LocalStack:
         self.extra_env = {k: dict(v) for k, v in (env or {}).items()}
         self.common_env = dict(common_env or {})
         self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.replicas = {
+            service: replica_names(service, (replicas or {}).get(service, 1))
+            for service in (*SERVICES, *EXTRAS)
+        }
+        """Each service's process names (its replicas)."""
         self.addresses = {
             name: f"unix://{self.sock_dir}/{name}.sock"
-            for name in (*SERVICES, *EXTRAS)
-            if name not in HTTP_SERVICES
+            for names in self.replicas.values()
+            for name in names
+            if service_of(name) not in HTTP_SERVICES
         }
+        for service, names in self.replicas.items():
+            if service not in HTTP_SERVICES:
+                self.addresses.setdefault(service, self.addresses[names[0]])
         self.console_listen = "127.0.0.1:0"
         """Where the console listens (port 0: a free port, read from its ready file)."""
         self.console_url = ""
@@ -74,15 +106,26 @@ class LocalStack:
         else:
             self.grant_private_key, self.grant_public_key = generate_keypair(keys)
 
+    def lane(self, service: str, name: str) -> str:
+        """The replica of ``service`` that process ``name`` talks to: replica N for a
+        process that is replica N of its own service, else (or past the last) the last."""
+        names = self.replicas[service]
+        _, _, index = name.rpartition("-")
+        position = int(index) if service_of(name) != name else len(names)
+        return names[min(position, len(names)) - 1]
+
     def env_for(self, name: str) -> dict[str, str]:
         """The environment a service process gets."""
-        prefix = f"STOCKADE_{name.upper()}_"
+        service = service_of(name)
+        prefix = f"STOCKADE_{service.upper()}_"
         env = {k: v for k, v in os.environ.items() if not k.startswith("STOCKADE_")}
         env.update(self.common_env)
-        env[f"{prefix}LISTEN"] = self.console_listen if name == "console" else self.addresses[name]
+        env[f"{prefix}LISTEN"] = (
+            self.console_listen if service == "console" else self.addresses[name]
+        )
         env[f"{prefix}STATE_DIR"] = str(self.base_dir / "state" / name)
         env.setdefault("OTEL_SDK_DISABLED", "true")
-        if name == "decision":
+        if service == "decision":
             env["STOCKADE_DECISION_GRANT_PRIVATE_KEY_FILE"] = str(self.grant_private_key)
             env["STOCKADE_DECISION_ADMIN_TOKENS"] = (
                 f"{self.admin_token},console={self.console_token}"
@@ -92,19 +135,23 @@ class LocalStack:
             workspace = self.extra_env.get("executor", {}).get("STOCKADE_EXECUTOR_WORKSPACE")
             if workspace:
                 env.setdefault("STOCKADE_DECISION_WORKSPACE", workspace)
-        if name == "console":
-            env["STOCKADE_CONSOLE_DECISION_ADDR"] = self.addresses["decision"]
-            env["STOCKADE_CONSOLE_AUDIT_ADDR"] = self.addresses["audit"]
+        if service == "console":
+            env["STOCKADE_CONSOLE_DECISION_ADDR"] = self.addresses[self.lane("decision", name)]
+            env["STOCKADE_CONSOLE_AUDIT_ADDR"] = self.addresses[self.lane("audit", name)]
             env["STOCKADE_CONSOLE_DECISION_ADMIN_TOKEN"] = self.console_token
             env["STOCKADE_READY_FILE"] = str(self._ready_file(name))
-        if name == "executor":
+        if service == "executor":
             env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"] = str(self.grant_public_key)
-        if name == "agent":
-            env["STOCKADE_AGENT_DECISION_ADDR"] = self.addresses["decision"]
-            env["STOCKADE_AGENT_EXECUTOR_ADDR"] = self.addresses["executor"]
-            env["STOCKADE_AGENT_AUDIT_ADDR"] = self.addresses["audit"]
-            env.setdefault("STOCKADE_AGENT_SPOOL_DIR", str(self.base_dir / "state" / "spool"))
-        env.update(self.extra_env.get(name, {}))
+        if service == "agent":
+            for target in ("decision", "executor", "audit"):
+                env[f"STOCKADE_AGENT_{target.upper()}_ADDR"] = self.addresses[
+                    self.lane(target, name)
+                ]
+            spool = "spool" if name == service else f"spool-{name}"
+            env.setdefault("STOCKADE_AGENT_SPOOL_DIR", str(self.base_dir / "state" / spool))
+        env.update(self.extra_env.get(service, {}))
+        if name != service:
+            env.update(self.extra_env.get(name, {}))
         return env
 
     async def start(self, names: Sequence[str] = SERVICES, *, timeout_s: float = 90.0) -> None:
@@ -118,7 +165,7 @@ class LocalStack:
         """Start one service process without waiting for it."""
         if name in self.procs and self.procs[name].returncode is None:
             raise StackError(f"{name} is already running")
-        if name in HTTP_SERVICES:
+        if service_of(name) in HTTP_SERVICES:
             self._ready_file(name).parent.mkdir(parents=True, exist_ok=True)
             self._ready_file(name).unlink(missing_ok=True)
         else:
@@ -127,7 +174,7 @@ class LocalStack:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            f"stockade.{name}",
+            f"stockade.{service_of(name)}",
             env=self.env_for(name),
             stdout=log,
             stderr=log,
@@ -142,7 +189,7 @@ class LocalStack:
 
     async def health(self, name: str, *, timeout_s: float = 1.0) -> int:
         """The overall health status of a service (a HealthCheckResponse.ServingStatus)."""
-        if name in HTTP_SERVICES:
+        if service_of(name) in HTTP_SERVICES:
             return await self._http_health(name, timeout_s)
         async with grpc.aio.insecure_channel(self.addresses[name]) as ch:
             resp = await health_pb2_grpc.HealthStub(ch).Check(

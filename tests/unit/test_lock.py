@@ -25,7 +25,10 @@ def test_the_committed_locks_are_complete() -> None:
     assert _check_lock().main(ROOT) == 0  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-dev.lock"])
+LOCKS = ["requirements.lock", "requirements-dev.lock", "requirements-ha-demo.lock"]
+
+
+@pytest.mark.parametrize("lock", LOCKS)
 def test_every_pin_has_hashes_and_no_local_index(lock: str) -> None:
     text = (ROOT / lock).read_text()
     pins = re.findall(r"^([A-Za-z0-9][\w.-]*)==(\S+) \\$", text, flags=re.M)
@@ -39,7 +42,7 @@ def test_every_pin_has_hashes_and_no_local_index(lock: str) -> None:
 def test_a_dependency_missing_from_the_lock_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for name in ("requirements.lock", "requirements-dev.lock"):
+    for name in LOCKS:
         shutil.copy(ROOT / name, tmp_path / name)
     pyproject = (ROOT / "pyproject.toml").read_text()
     (tmp_path / "pyproject.toml").write_text(
@@ -50,3 +53,20 @@ def test_a_dependency_missing_from_the_lock_is_named(
     assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
     err = capsys.readouterr().err
     assert "requirements.lock does not pin leftpad-nonexistent" in err and "make lock" in err
+
+
+def test_the_ha_demo_lock_must_pin_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make demo-ha` installs requirements-ha-demo.lock: without pgserver in it, the
+    replicated demo could not start its database."""
+    for name in LOCKS:
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    lock = tmp_path / "requirements-ha-demo.lock"
+    text = lock.read_text()
+    stripped = re.sub(r"^pgserver==.*?(?=^[A-Za-z])", "", text, count=1, flags=re.M | re.S)
+    assert stripped != text
+    lock.write_text(stripped)
+    assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
+    assert "requirements-ha-demo.lock does not pin pgserver" in capsys.readouterr().err

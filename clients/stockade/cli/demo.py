@@ -12,18 +12,30 @@ The approval console runs too, on a free loopback port (printed with a login tok
 ``--no-bot`` nobody answers automatically, approvals wait five minutes for a person to
 answer them in the page, and the services stay up after the run until Ctrl-C, so the
 decision can be found in the console's audit page.
+
+``--replicas 2`` runs the replicated setup (STORE-5): two processes of each stateful
+service sharing one PostgreSQL (``--store postgresql://…``, or a throwaway embedded server
+from the optional ``pgserver`` package: ``pip install 'stockade[ha-demo]'``), two agents,
+each talking to its own replica of every service, the approval answered on the other
+decision replica, and the audit trail read back through the other audit replica with
+every replica's hash chain verified.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import os
 import re
 import secrets
 import shutil
 import signal
 import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -157,16 +169,25 @@ def describe(event: a_pb2.RunTurnResponse, style: Style) -> str | None:
     return f"  {who}{line}" if line else None
 
 
-async def auto_resolver(address: str, token: str, style: Style, ready: asyncio.Event) -> None:
+async def auto_resolver(
+    address: str,
+    token: str,
+    style: Style,
+    ready: asyncio.Event,
+    *,
+    session: str = SESSION,
+    where: str = "",
+) -> None:
     """Watch the session's approvals; approve file writes once, leave the rest unanswered.
 
     This stands for any resolver (a UI, a chat bot, a policy hook): several may watch at
-    once and the first answer wins.
+    once and the first answer wins. ``where`` names the replica it watches, if several.
     """
     auth = (("authorization", f"Bearer {token}"),)
+    on = f" on {where}" if where else ""
     async with aio_channel(address) as ch:
         stub = d_grpc.DecisionServiceStub(ch)
-        stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=SESSION))
+        stream = stub.WatchApprovals(d_pb2.WatchApprovalsRequest(session_id=session))
         ready.set()
         async for change in stream:
             approval = change.approval
@@ -184,7 +205,7 @@ async def auto_resolver(address: str, token: str, style: Style, ready: asyncio.E
                     metadata=auth,
                     timeout=5,
                 )
-                print(f"  {style('bot  ', '32')}  {RESOLVER}: approved {tool} once")
+                print(f"  {style('bot  ', '32')}  {RESOLVER}: approved {tool} once{on}")
             else:
                 print(
                     f"  {style('bot  ', '33')}  {RESOLVER}: not answering {tool} (it will time out)"
@@ -221,6 +242,9 @@ async def print_audit(
         )
     if verified.ok:
         print(f"  hash chain: {style('OK', '32;1')} ({verified.rows_checked} rows verified)")
+        # On PostgreSQL each replica appends its own chain; the check names every one.
+        for chain in (c for c in verified.detail.split("; ") if c.startswith("chain ")):
+            print(f"    {chain}")
     else:
         print(
             f"  hash chain: {style('BROKEN', '31;1')} at {verified.first_broken_sequence}: "
@@ -229,21 +253,25 @@ async def print_audit(
     return verified.ok
 
 
-async def run_auto_session(stack: LocalStack, style: Style) -> None:
+async def run_auto_session(
+    stack: LocalStack, style: Style, *, session: str = AUTO_SESSION, agent: str = "agent"
+) -> None:
     """The second session, in auto mode (DEC-17): the scripted classifier allows one call,
-    blocks one, and is unsure of one, which then waits for a person."""
+    blocks one, and is unsure of one, which then waits for a person. ``agent`` is the
+    agent process it runs on (its decision replica creates the session)."""
+    on = f", on {agent}" if agent != "agent" else ""
     print(
         "\n" + style("auto mode", "1"),
-        f"(session {AUTO_SESSION}): a classifier model settles the asks no rule settles",
+        f"(session {session}{on}): a classifier model settles the asks no rule settles",
     )
-    async with aio_channel(stack.addresses["decision"]) as ch:
+    async with aio_channel(stack.addresses[stack.lane("decision", agent)]) as ch:
         # A mode other than the default needs an admin caller (DEC-6).
         await DecisionClient(ch, admin_token=stack.admin_token).create_session(
-            AUTO_SESSION, c_pb2.PERMISSION_MODE_AUTO, task=AUTO_TASK
+            session, c_pb2.PERMISSION_MODE_AUTO, task=AUTO_TASK
         )
-    async with aio_channel(stack.addresses["agent"]) as ch:
+    async with aio_channel(stack.addresses[agent]) as ch:
         async for event in AgentClient(ch).run_turn(
-            a_pb2.RunTurnRequest(session_id=AUTO_SESSION, message=AUTO_TASK, script="auto")
+            a_pb2.RunTurnRequest(session_id=session, message=AUTO_TASK, script="auto")
         ):
             line = describe(event, style)
             if line:
@@ -252,6 +280,83 @@ async def run_auto_session(stack: LocalStack, style: Style) -> None:
 
 PERSON_WAIT_S = 300
 """With --no-bot: how long an approval waits for a person in the console."""
+
+MAX_REPLICAS = 4
+"""The most replicas of a service the demo starts (each is a process on this machine)."""
+HA_EXTRA = "pip install 'stockade[ha-demo]' (or: make demo-ha)"
+
+
+class DemoError(Exception):
+    """The demo cannot run; the message is one line for the user."""
+
+
+SHAREABLE = {
+    "audit": ("stockade.audit.settings", "AuditSettings", "store_dsn"),
+    "decision": ("stockade.decision.settings", "DecisionSettings", "store_dsn"),
+    "executor": ("stockade.executor.settings", "ExecutorSettings", "state_dsn"),
+}
+"""Where each stateful service would name a shared PostgreSQL (its settings field)."""
+
+
+def shared_store_settings() -> dict[str, str]:
+    """The services that keep their state in a shared PostgreSQL in this build, each with
+    the variable that names it. A service whose PostgreSQL store is not built has no such
+    setting and is left out (it then runs one replica where replicas must share state)."""
+    found = {}
+    for service, (module, class_name, field) in SHAREABLE.items():
+        settings_class = getattr(importlib.import_module(module), class_name)
+        if field in settings_class.model_fields:
+            found[service] = f"STOCKADE_{service.upper()}_{field.upper()}"
+    return found
+
+
+@contextlib.contextmanager
+def embedded_postgres() -> Iterator[str]:
+    """A throwaway PostgreSQL 16 from the optional ``pgserver`` package, removed on exit;
+    yields its DSN. Raises ``DemoError`` when the package is missing or the server fails."""
+    with warnings.catch_warnings():
+        # pgserver asks platformdirs for a runtime folder at import, which warns when
+        # XDG_RUNTIME_DIR is unset: harmless here.
+        warnings.simplefilter("ignore")
+        try:
+            from pgserver.postgres_server import get_server
+        except ImportError:
+            raise DemoError(
+                "--replicas without --store needs an embedded PostgreSQL, from the optional "
+                f"pgserver package: {HA_EXTRA}; or pass --store postgresql://…"
+            ) from None
+    # A short path: the server's unix socket lives in its data folder (107-byte limit).
+    data = tempfile.mkdtemp(prefix="stk-demo-pg-")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = get_server(data, cleanup_mode="stop")
+    except Exception as err:
+        shutil.rmtree(data, ignore_errors=True)
+        raise DemoError(f"the embedded PostgreSQL did not start: {err}") from err
+    try:
+        yield server.get_uri()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def replica_counts(replicas: int, shared: dict[str, str]) -> dict[str, int]:
+    """How many processes of each service the demo starts. Audit replicas each append
+    their own chain to the shared store; executor replicas share the workspace (and,
+    where built, the spent-grant store); decision replicas only where their store is
+    shared, since a session lives in the store of the replica that created it; one agent
+    per lane, each talking to its own replica of every service."""
+    if replicas == 1:
+        return {}
+    return {
+        "audit": replicas,
+        "executor": replicas,
+        "agent": replicas,
+        "decision": replicas if "decision" in shared else 1,
+    }
 
 
 def console_person() -> str:
@@ -290,9 +395,16 @@ async def run_demo(
     *,
     bot: bool = True,
     console_listen: str = "127.0.0.1:0",
+    replicas: int = 1,
+    store: str = "",
 ) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo; returns the exit code. ``store`` (a PostgreSQL DSN) puts every
+    service that can share one there; ``replicas`` > 1 needs it."""
     workspace, scripts, policy_file = prepare(state_dir, script, policy)
+    shared = shared_store_settings() if store else {}
+    # On a server that outlives the demo, earlier runs' rows are there too: new names.
+    suffix = f"-{secrets.token_hex(3)}" if store else ""
+    session, auto_session = SESSION + suffix, AUTO_SESSION + suffix
     # The stack turns the services' telemetry off unless asked: a user who chose an
     # exporter (OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or an OTLP endpoint) asked.
     chosen = any(
@@ -319,10 +431,26 @@ async def run_demo(
             "agent": {"STOCKADE_AGENT_SCRIPT_DIR": str(scripts)},
             "console": console_env(person, login_token, console_listen),
         },
+        replicas=replica_counts(replicas, shared),
     )
     stack.extra_env["agent"]["STOCKADE_AGENT_TOOL_PROVIDERS"] = stack.addresses["papers"]
-    # Every decision (and who answered an approval) goes to the audit log too.
-    stack.extra_env["decision"]["STOCKADE_DECISION_AUDIT_ADDR"] = stack.addresses["audit"]
+    # Every decision (and who answered an approval) goes to the audit log too, through
+    # the audit replica of the decision replica's lane.
+    for name in stack.replicas["decision"]:
+        stack.extra_env.setdefault(name, {})["STOCKADE_DECISION_AUDIT_ADDR"] = stack.addresses[
+            stack.lane("audit", name)
+        ]
+    for service, variable in shared.items():
+        stack.extra_env.setdefault(service, {})[variable] = store
+    if "audit" in shared:
+        # One hash chain per audit process, named after it.
+        for name in stack.replicas["audit"]:
+            stack.extra_env.setdefault(name, {})["STOCKADE_AUDIT_REPLICA_ID"] = name
+    agents = stack.replicas["agent"]
+    deciders = stack.replicas["decision"]
+    # The resolver answers on the last decision replica: with several, not the one the
+    # first session's agent asks, so the answer crosses replicas through the store.
+    watched = deciders[-1]
     if not bot:
         # A person needs longer than the policy's four seconds to read and answer.
         stack.extra_env["decision"]["STOCKADE_DECISION_APPROVAL_TIMEOUT_S"] = str(PERSON_WAIT_S)
@@ -330,11 +458,15 @@ async def run_demo(
     print(style("Stockade demo", "1"), f"- state in {state_dir}")
     resolver: asyncio.Task[None] | None = None
     try:
-        print(
-            "  starting decision, executor, audit, agent, the papers tool provider and the "
-            "console ..."
-        )
-        await stack.start([*SERVICES, "papers", "console"])
+        if replicas > 1 or store:
+            describe_topology(stack, store, shared, style)
+        else:
+            print(
+                "  starting decision, executor, audit, agent, the papers tool provider and "
+                "the console ..."
+            )
+        names = [name for service in SERVICES for name in stack.replicas[service]]
+        await stack.start([*names, "papers", "console"])
         print(
             f"  console: {style(stack.console_url, '36;1')}  "
             f"(sign in as {person} with token {login_token})"
@@ -353,7 +485,14 @@ async def run_demo(
         if bot:
             ready = asyncio.Event()
             resolver = asyncio.create_task(
-                auto_resolver(stack.addresses["decision"], stack.admin_token, style, ready)
+                auto_resolver(
+                    stack.addresses[watched],
+                    stack.admin_token,
+                    style,
+                    ready,
+                    session=session,
+                    where=watched if len(deciders) > 1 else "",
+                )
             )
             await asyncio.wait_for(ready.wait(), 10)
         else:
@@ -362,10 +501,13 @@ async def run_demo(
                 f"(each waits {PERSON_WAIT_S} s)"
             )
         print()
-        async with aio_channel(stack.addresses["agent"]) as ch:
+        if len(agents) > 1:
+            lane = ", ".join(stack.lane(s, agents[0]) for s in ("decision", "executor", "audit"))
+            print(f"  session {session} on {agents[0]} ({lane})")
+        async with aio_channel(stack.addresses[agents[0]]) as ch:
             async for event in AgentClient(ch).run_turn(
                 a_pb2.RunTurnRequest(
-                    session_id=SESSION, message="Tidy up the project and summarise it."
+                    session_id=session, message="Tidy up the project and summarise it."
                 )
             ):
                 line = describe(event, style)
@@ -376,10 +518,16 @@ async def run_demo(
         if bot:
             # With a person at the console the demo stops at the first session: the auto
             # session's unsure call would wait minutes for them.
-            await run_auto_session(stack, style)
-        # Stopping the agent drains its audit events before the trail is read.
-        await stack.stop("agent")
-        ok = await print_audit(stack.addresses["audit"], style)
+            await run_auto_session(stack, style, session=auto_session, agent=agents[-1])
+        # Stopping the agents drains their audit events before the trail is read.
+        for name in agents:
+            await stack.stop(name)
+        # Read back through the last audit replica: on a shared store it holds every
+        # replica's rows and checks every replica's chain.
+        reader = stack.replicas["audit"][-1]
+        if len(stack.replicas["audit"]) > 1:
+            print(f"\n  reading the trail through {reader}")
+        ok = await print_audit(stack.addresses[reader], style, (session, auto_session))
         if not bot:
             print(
                 f"\n  the console stays up at {stack.console_url} (its audit page shows who "
@@ -394,6 +542,26 @@ async def run_demo(
             resolver.cancel()
         await stack.close()
     return 0 if ok else 1
+
+
+def describe_topology(stack: LocalStack, store: str, shared: dict[str, str], style: Style) -> None:
+    """Say which processes start, what they share, and what this build cannot share."""
+    from stockade.audit.backend import redact_dsn
+
+    groups = [", ".join(stack.replicas[s]) for s in SERVICES]
+    print(f"  starting {' | '.join(groups)}, the papers tool provider and the console ...")
+    where = ", ".join(sorted(shared)) or "nothing"
+    print(f"  shared PostgreSQL store: {style(redact_dsn(store), '36')} ({where})")
+    if "decision" not in shared and len(stack.replicas["audit"]) > 1:
+        print(
+            f"  {style('note', '33')}: one decision replica — this build has no PostgreSQL "
+            "decision store, and a session lives in the store of the replica that made it"
+        )
+    if "executor" not in shared and len(stack.replicas["executor"]) > 1:
+        print(
+            f"  {style('note', '33')}: each executor replica remembers its own spent grants "
+            "and reads (this build has no shared executor state); each agent keeps to its own"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -414,19 +582,35 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         print(f"stockade demo: {'; '.join(problems)}", file=sys.stderr)
         return 2
+    if not 1 <= args.replicas <= MAX_REPLICAS:
+        print(f"stockade demo: --replicas must be 1 to {MAX_REPLICAS}", file=sys.stderr)
+        return 2
+    store = (args.store or "").strip()
+    if store and not store.startswith(("postgresql://", "postgres://")):
+        print("stockade demo: --store must be a postgresql:// URI", file=sys.stderr)
+        return 2
     telemetry = setup_telemetry("demo")
     try:
         state_dir = Path(args.state_dir).resolve()
-        code = asyncio.run(
-            run_demo(
-                state_dir,
-                args.script,
-                args.policy,
-                style,
-                bot=not args.no_bot,
-                console_listen=args.console_listen,
+        with contextlib.ExitStack() as resources_:
+            if args.replicas > 1 and not store:
+                print("  starting a throwaway PostgreSQL (pgserver) for the replicas ...")
+                store = resources_.enter_context(embedded_postgres())
+            code = asyncio.run(
+                run_demo(
+                    state_dir,
+                    args.script,
+                    args.policy,
+                    style,
+                    bot=not args.no_bot,
+                    console_listen=args.console_listen,
+                    replicas=args.replicas,
+                    store=store,
+                )
             )
-        )
+    except DemoError as err:
+        print(f"stockade demo: {err}", file=sys.stderr)
+        return 2
     finally:
         telemetry.shutdown()
     if "console" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower():
@@ -463,5 +647,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--console-listen",
         default="127.0.0.1:0",
         help="where the console listens (default: a free loopback port, printed)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help=f"run this many replicas (up to {MAX_REPLICAS}) of the stateful services and of "
+        "the agent on one shared PostgreSQL: the approval is answered on another decision "
+        "replica and every audit replica's hash chain is verified (default: 1, SQLite)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="DSN",
+        help="the PostgreSQL the services share (postgresql://…); with --replicas and no "
+        f"--store, a throwaway embedded server from the ha-demo extra ({HA_EXTRA})",
     )
     p.set_defaults(func=run)
