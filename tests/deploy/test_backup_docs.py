@@ -1,16 +1,20 @@
-"""The SQLite backup and restore of deploy/README.md, section 10, run for real where a
-cluster is not needed: the online-backup snippet copies a live audit store that keeps
-writing (WAL mode) into a copy whose hash chain verifies with the README's own
+"""The operator's procedures of deploy/README.md, run for real where a cluster is not
+needed. Backup (section 10): the online-backup snippet copies a live audit store that
+keeps writing (WAL mode) into a copy whose hash chain verifies with the README's own
 ``stockade audit verify --db``; the restore pod the README starts is valid, meets the
-namespace's restricted profile and mounts the claim the StatefulSet really creates."""
+namespace's restricted profile and mounts the claim the StatefulSet really creates (the
+PostgreSQL commands run in test_postgres_component.py). Key rotation (section 11): the
+README's patch renders on prod and gives the executor both public keys."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import kubernetes_validate
@@ -18,7 +22,7 @@ import kubernetes_validate
 from stockade.audit.model import AuditEventRow
 from stockade.audit.store import AuditStore
 
-from .conftest import Manifest, workload
+from .conftest import Manifest, render, workload
 from .test_render import K8S_VERSION
 
 README = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
@@ -139,3 +143,50 @@ def test_the_restore_pod_is_valid_restricted_and_mounts_the_real_claim(
         service_ctx["runAsUser"],
         service_ctx["fsGroup"],
     )
+
+
+# --- grant-key rotation (section 11) --------------------------------------------------------
+
+
+def _rotation_patch() -> str:
+    match = re.search(r"```yaml\n(\s*# rotation\.yaml.*?)```", _section("## 11."), re.S)
+    assert match, "deploy/README.md section 11 has no rotation.yaml"
+    return textwrap.dedent(match.group(1))
+
+
+def test_the_rotation_patch_renders_and_projects_both_public_keys(tmp_path: Path) -> None:
+    """The README's patch, applied to the prod overlay as the README says, gives the
+    executor both public keys and names the second in its settings — and still no
+    private key."""
+    (tmp_path / "rotation.yaml").write_text(_rotation_patch())
+    prod = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "overlays" / "prod"
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        f"resources: [{os.path.relpath(prod, tmp_path)}]\n"
+        "patches:\n"
+        "  - path: rotation.yaml\n"
+    )
+    objs = render(tmp_path)
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    executor = workload(objs, "executor")
+    spec = executor["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "grant-verify")
+    assert volume["secret"]["secretName"] == "stockade-grant-verify"
+    items = {i["key"]: i["path"] for i in volume["secret"]["items"]}
+    assert items == {
+        "grant-signing.pub": "grant-signing.pub",
+        "grant-signing-next.pub": "grant-signing-next.pub",
+    }
+    # The Secret's other settings survive the patch (mode 0440).
+    assert volume["secret"]["defaultMode"] == 0o440
+    container = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "grant-verify")
+    first = env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"]
+    extra = env["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILES"]
+    assert first == f"{mount['mountPath']}/grant-signing.pub"
+    assert extra == f"{mount['mountPath']}/grant-signing-next.pub"
+    # Rotation never brings the private key near the executor.
+    assert "stockade-grant-signing" not in json.dumps(executor)
