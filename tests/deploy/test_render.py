@@ -123,14 +123,14 @@ def test_prod_image_is_pinned_and_dev_is_local(rendered: dict[str, list[Manifest
 def test_prod_adds_the_production_objects(rendered: dict[str, list[Manifest]]) -> None:
     prod = rendered["prod"]
     kinds = Counter(o["kind"] for o in prod)
-    assert kinds["HorizontalPodAutoscaler"] == 3
+    assert kinds["HorizontalPodAutoscaler"] == 4
     assert kinds["PodDisruptionBudget"] >= 2
     assert kinds["NetworkPolicy"] >= 5
     hpa_targets = {
         o["spec"]["scaleTargetRef"]["name"] for o in prod if o["kind"] == "HorizontalPodAutoscaler"
     }
-    # decision: joins when its PostgreSQL store is wired (components/scale-out).
-    assert hpa_targets == {"agent", "executor", "audit"}
+    # decision and audit: on PostgreSQL (components/scale-out).
+    assert hpa_targets == {"agent", "executor", "decision", "audit"}
     for obj in prod:
         if obj["kind"] == "HorizontalPodAutoscaler":
             assert obj["spec"]["minReplicas"] >= 2

@@ -28,9 +28,8 @@ from .conftest import (
 )
 
 STATEFUL = ("decision", "audit")
-STORE_DSN = {"audit": "STOCKADE_AUDIT_STORE_DSN"}
-"""The setting that puts a service on PostgreSQL. The decision service joins when its
-PostgreSQL store lands (issue 14, STORE-2)."""
+STORE_DSN = {"decision": "STOCKADE_DECISION_STORE_DSN", "audit": "STOCKADE_AUDIT_STORE_DSN"}
+"""The setting that puts a service on PostgreSQL."""
 STORE_LABEL = "stockade.dev/store"
 
 
