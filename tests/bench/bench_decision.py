@@ -33,11 +33,11 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from stockade.client.base import aio_channel
+from stockade.decision.app import DecisionApp
 from stockade.decision.engine import DecisionRequest, Facts, decide
 from stockade.decision.explain import Explanation, Risk
 from stockade.decision.policy import PolicyDoc, compile_policy
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

@@ -23,8 +23,8 @@ from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel
+from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
-from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.service import ExecutorApp
 from stockade.executor.settings import ExecutorSettings

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from stockade.contract.grant import parse_claims
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.v1 import common_pb2 as c_pb2

@@ -22,8 +22,8 @@ import pytest
 from google.protobuf import struct_pb2
 
 from stockade.cli import policy as policy_cli
+from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
-from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.service import ExecutorApp
 from stockade.executor.settings import ExecutorSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stockade import devcerts
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

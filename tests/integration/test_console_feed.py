@@ -13,7 +13,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from stockade.console.feed import CLIENT_QUEUE, ApprovalFeed, TooManyClients
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

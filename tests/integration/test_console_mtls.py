@@ -18,7 +18,7 @@ from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.base import TlsConfig, aio_channel
 from stockade.console.settings import ConsoleSettings
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import load_settings
 from stockade.v1 import common_pb2 as c_pb2

@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 
 from stockade.cli import approvals as approvals_cli
 from stockade.cli import session as session_cli
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.v1 import common_pb2 as c_pb2

@@ -19,8 +19,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from google.protobuf import struct_pb2
 
+from stockade.decision.app import DecisionApp
 from stockade.decision.grants import GrantSigner, generate_keypair
-from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.service import ExecutorApp
 from stockade.executor.settings import ExecutorSettings

@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2
 
 from stockade.audit.service import AuditApp
 from stockade.audit.settings import AuditSettings
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from stockade.contract.grant import load_public_key
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.grants import GrantVerifier
 from stockade.server import create_server, load_settings

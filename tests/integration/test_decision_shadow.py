@@ -14,12 +14,12 @@ from google.protobuf import struct_pb2
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from stockade.decision.app import DecisionApp
 from stockade.decision.core import CallInput, DecisionCore
 from stockade.decision.engine import Facts
 from stockade.decision.grants import GrantSigner, generate_keypair, load_private_key
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect
-from stockade.decision.service import DecisionApp
 from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
 from stockade.decision.shadow import ShadowPolicy

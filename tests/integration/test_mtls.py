@@ -134,7 +134,7 @@ async def test_decision_admin_rpcs_follow_the_certificate_identity(
 ) -> None:
     """Over real mTLS: the admin identity may change a session's mode; the agent may
     decide but not administer (X-3)."""
-    from stockade.decision.service import DecisionApp
+    from stockade.decision.app import DecisionApp
     from stockade.decision.settings import DecisionSettings
     from stockade.v1 import common_pb2 as c_pb2
     from stockade.v1 import decision_service_pb2 as d_pb2

@@ -18,8 +18,8 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
-from stockade.decision.service import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.executor.service import ExecutorApp
 from stockade.executor.settings import ExecutorSettings

@@ -306,8 +306,8 @@ def run_replay(args: argparse.Namespace) -> int:
 def _recorded_calls(addr: str, session_id: str, tls: TlsConfig | None = None) -> list[Any]:
     """Every decided tool call in the audit trail, oldest first."""
     from stockade.client.base import sync_channel
+    from stockade.decision.convert import SOURCE_TO_PB
     from stockade.decision.replay import RecordedCall
-    from stockade.decision.servicer import SOURCE_TO_PB
     from stockade.v1 import audit_service_pb2 as au_pb2
     from stockade.v1 import audit_service_pb2_grpc as au_grpc
     from stockade.v1 import common_pb2 as c_pb2

@@ -17,7 +17,7 @@ EXTRAS = ("papers", "console")
 def build_app(name: str, **overrides: Any) -> ServiceApp:
     """The ServiceApp for ``name`` with settings from the environment (and ``overrides``)."""
     if name == "decision":
-        from stockade.decision.service import DecisionApp
+        from stockade.decision.app import DecisionApp
         from stockade.decision.settings import DecisionSettings
 
         return DecisionApp(load_settings(DecisionSettings, **overrides))

@@ -6,20 +6,29 @@ core's typed events become stream messages there too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar
 
 import grpc
 
 from stockade.agent.convert import approval_answer_from_pb, event_to_pb, turn_request_from_pb
 from stockade.agent.core import AgentCore
 from stockade.errors import InvalidArgument
+from stockade.server.access import Access
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
 
 
 class AgentServicer(a_grpc.AgentServiceServicer):
     """RunTurn streams the core's events; Cancel marks the turn cancelled."""
+
+    ACCESS: ClassVar[Mapping[str, Access]] = {
+        "RunTurn": Access.ANY_CALLER,
+        "Cancel": Access.ANY_CALLER,
+        # The decision service authorises the answer with the caller's own credentials.
+        "ResolveApproval": Access.CALLER_FORWARDED,
+    }
+    """Who may call each RPC (X-3)."""
 
     def __init__(self, core: AgentCore) -> None:
         self.core = core

@@ -7,8 +7,8 @@ gRPC statuses in the shared exception interceptor.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Any, ClassVar
 
 import grpc
 
@@ -23,6 +23,7 @@ from stockade.audit.convert import (
 from stockade.audit.model import AppendResult
 from stockade.audit.tracing import record_receipt_spans
 from stockade.errors import InvalidArgument
+from stockade.server.access import Access
 from stockade.server.lifecycle import until_stopping
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2_grpc as a_grpc
@@ -32,6 +33,18 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 class AuditServicer(a_grpc.AuditServiceServicer):
     """The AuditService over one audit store (SQLite or PostgreSQL)."""
+
+    ACCESS: ClassVar[Mapping[str, Access]] = {
+        # Reaching the service is the right to record and read (its NetworkPolicy admits
+        # the producers and the console); the chain makes rewrites visible either way.
+        "Record": Access.ANY_CALLER,
+        "RecordBatch": Access.ANY_CALLER,
+        "Query": Access.ANY_CALLER,
+        "Tail": Access.ANY_CALLER,
+        "GetSessionMetrics": Access.ANY_CALLER,
+        "VerifyLog": Access.ANY_CALLER,
+    }
+    """Who may call each RPC (X-3)."""
 
     def __init__(self, store: AuditBackend) -> None:
         """Serve ``store``."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import load_settings, serve
 

@@ -1,17 +1,24 @@
 """The decision service's use cases, without gRPC: decide, approvals, sessions, denial limits.
 
-``DecisionCore`` ties the policy, the session store, the approval broker and the grant
-signer together so the servicer only maps protobuf to these calls and back.
+``DecisionCore`` ties the policy, the session store, the approval broker, the grant
+signer and the decision records together. It is the only object the servicer calls, with
+one method per RPC, so the servicer only maps protobuf to these calls and back.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from stockade.decision.approvals import ApprovalBroker, ApprovalLimits
+from stockade.decision.approvals import (
+    ApprovalBroker,
+    ApprovalLimits,
+    GrantScope,
+    Resolution,
+    Resolved,
+)
 from stockade.decision.auto import apply_verdict, classifier_call, classifier_settlement
 from stockade.decision.classifier import Classifier
 from stockade.decision.engine import (
@@ -23,13 +30,36 @@ from stockade.decision.engine import (
     decide,
 )
 from stockade.decision.grants import GrantSigner, SignedGrant
+from stockade.decision.lint import Finding, lint_rules
+from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import Mode
-from stockade.decision.policy import PolicyStore
-from stockade.decision.rules import Effect, Source
-from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall
+from stockade.decision.policy import PolicyStore, compile_policy, parse_policy_text
+from stockade.decision.records import DecisionSink, approval_record, decision_record
+from stockade.decision.rules import Effect, Rule, Source
+from stockade.decision.sessions import (
+    ApprovalRecord,
+    ApprovalState,
+    GrantRecord,
+    PendingCall,
+    SessionRecord,
+)
 from stockade.decision.shadow import ShadowPolicy
 from stockade.decision.store.base import DecisionStore
-from stockade.errors import DependencyUnavailable, InvalidArgument
+from stockade.errors import DependencyUnavailable, InvalidArgument, ResourceExhausted
+
+
+class Caller(Protocol):
+    """The authenticated caller of an admin RPC (``stockade.server.access.Caller``; the
+    interceptor works it out before the servicer runs)."""
+
+    def require_admin(self, rpc: str) -> str:
+        """The caller's identity; ``NotAuthorized`` unless the caller is an admin."""
+        ...
+
+    def resolver(self, rpc: str) -> tuple[str, str]:
+        """(who answers, through whom): the person a trusted delegate acts for, else the
+        caller's own authenticated identity."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +129,11 @@ class DecisionCore:
         approval_limits: ApprovalLimits | None = None,
         shadow: ShadowPolicy | None = None,
         classifier: Classifier | None = None,
+        records: DecisionSink | None = None,
+        metrics: DecisionMetrics | None = None,
     ) -> None:
+        """``records`` receives a decision record for every Decide and every answered
+        approval (the audit recorder's ``enqueue``, or ``log_sink``); None: no records."""
         self.policies = policies
         self.store = store
         self.signer = signer
@@ -109,6 +143,8 @@ class DecisionCore:
         """A candidate policy decided beside the live one, never enforced (shadow mode)."""
         self.classifier = classifier
         """auto mode's classifier (DEC-17); None: classifiable asks go to a person."""
+        self.records = records
+        self.metrics = metrics or DecisionMetrics()
 
     @property
     def policy(self) -> CompiledPolicy:
@@ -121,14 +157,51 @@ class DecisionCore:
         return self._default_mode or self.policy.mode
 
     async def decide(
+        self, call: CallInput, facts: Facts, hook_signals: tuple[HookSignal, ...] = ()
+    ) -> Outcome:
+        """Decide one call; attach a grant (ALLOW), an approval (ASK) and the halt flag;
+        record the decision (refused if it cannot be recorded) and count it."""
+        started = time.perf_counter()
+        outcome = await self._decide(call, facts, hook_signals)
+        d = outcome.decision
+        if self.records is not None:
+            self._record(
+                decision_record(
+                    session_id=call.session_id,
+                    call_id=call.call_id,
+                    tool_name=call.tool_name,
+                    agent_name=call.agent_name,
+                    arguments=call.arguments,
+                    decision=d,
+                    settle=settlement(d) if outcome.grant is not None else None,
+                    approval_id=outcome.approval_id,
+                )
+            )
+        self.metrics.record(
+            d.verdict.value, d.step, time.perf_counter() - started, halt=outcome.halt
+        )
+        return outcome
+
+    def _record(self, event: Any) -> None:
+        """Hand a decision record to the sink; a sink that refuses refuses the decision."""
+        if self.records is None:
+            return
+        try:
+            self.records(event)
+        except Exception as exc:
+            raise ResourceExhausted(
+                f"the decision could not be recorded in the audit log ({exc}); refusing it",
+                limit="audit",
+            ) from exc
+
+    async def _decide(
         self,
         call: CallInput,
         facts: Facts,
-        hook_signals: tuple[HookSignal, ...] = (),
+        hook_signals: tuple[HookSignal, ...],
         *,
         _attempt: int = 0,
     ) -> Outcome:
-        """Decide one call; attach a grant (ALLOW), an approval (ASK) and the halt flag."""
         if not call.tool_name:
             raise InvalidArgument("call.tool_name is required")
         if not call.session_id:
@@ -168,7 +241,7 @@ class DecisionCore:
                     raise DependencyUnavailable(
                         "session grants kept changing while deciding; try again"
                     )
-                return await self.decide(call, facts, hook_signals, _attempt=_attempt + 1)
+                return await self._decide(call, facts, hook_signals, _attempt=_attempt + 1)
             grant = self.signer.sign(
                 session_id=call.session_id,
                 call_id=call.call_id,
@@ -264,3 +337,111 @@ class DecisionCore:
             return AwaitOutcome(Effect.DENY, "nobody answered the approval in time", rec)
         why = f": {rec.resolve_reason}" if rec.resolve_reason else ""
         return AwaitOutcome(Effect.DENY, f"denied by {rec.resolver or 'a resolver'}{why}", rec)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def create_session(
+        self, session_id: str, mode: Mode | None, task: str, caller: Caller
+    ) -> SessionRecord:
+        """Create a session (or return the existing one); ``mode`` None: the default.
+
+        Any other mode than the configured default needs SetMode's rights (DEC-6 rev 2).
+        """
+        default = self.default_mode
+        chosen = default if mode is None else mode
+        if chosen is not default:
+            caller.require_admin("CreateSession")
+        rec, _ = await self.store.create_session(session_id or None, chosen, task=task)
+        return rec
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session; ``SessionNotFound`` if absent."""
+        return await self.store.get_session(session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its rules, grants and approvals."""
+        return await self.store.delete_session(session_id)
+
+    async def set_mode(self, session_id: str, mode: Mode) -> SessionRecord:
+        """Change a session's mode."""
+        return await self.store.set_mode(session_id, mode)
+
+    # -- rules ----------------------------------------------------------------------------
+
+    async def add_rule(
+        self, session_id: str, effect: Effect, pattern: str, reason: str, request_id: str
+    ) -> Rule:
+        """Add a session rule (idempotent by ``request_id``)."""
+        return await self.store.add_rule(session_id, effect, pattern, reason, request_id)
+
+    async def remove_rule(self, session_id: str, rule_id: str) -> bool:
+        """Remove a session rule by id."""
+        return await self.store.remove_rule(session_id, rule_id)
+
+    async def list_rules(self, session_id: str, include_policy: bool) -> tuple[list[Rule], str]:
+        """The policy's rules (if asked) then the session's, and the policy version."""
+        policy = self.policy
+        rules: list[Rule] = list(policy.rules) if include_policy else []
+        if session_id:
+            await self.store.get_session(session_id)
+            rules += await self.store.list_rules(session_id)
+        return rules, policy.version
+
+    def lint_policy(self, policy_text: str, fmt: str) -> tuple[list[Finding], str]:
+        """Rules that can never take effect, in the given policy text or (empty) the
+        policy in force, and that policy's version."""
+        rules: Sequence[Rule]
+        if policy_text:
+            doc = parse_policy_text(policy_text, fmt or "toml")
+            rules, version = doc.rules, compile_policy(doc).version
+        else:
+            rules, version = self.policy.rules, self.policy.version
+        return lint_rules(rules), version
+
+    # -- approvals and grants -------------------------------------------------------------
+
+    def watch_approvals(self, session_id: str) -> AsyncGenerator[ApprovalRecord, None]:
+        """The pending approvals now, then every change (see ``ApprovalBroker.watch``)."""
+        return self.broker.watch(session_id)
+
+    async def resolve_approval(
+        self,
+        approval_id: str,
+        resolution: Resolution,
+        caller: Caller,
+        *,
+        reason: str = "",
+        typed_resolver: str = "",
+        scope: GrantScope | None = None,
+    ) -> Resolved:
+        """Answer an approval as the authenticated caller (or the person a trusted delegate
+        acts for); record the answer. A name typed into the request is never the resolver:
+        it is kept in the reason, marked as such."""
+        resolver, via = caller.resolver("ResolveApproval")
+        resolved = await self.broker.resolve(
+            approval_id,
+            resolution,
+            resolver=resolver,
+            reason=_with_note(reason, typed_resolver, resolver),
+            scope=scope,
+        )
+        rec = resolved.approval
+        if rec.state in (ApprovalState.ALLOWED, ApprovalState.DENIED):
+            self._record(approval_record(rec, self.policy.version, via=via))
+        return resolved
+
+    async def list_grants(self, session_id: str) -> list[GrantRecord]:
+        """A session's live "always allow" grants; ``SessionNotFound`` if absent."""
+        await self.store.get_session(session_id)
+        return await self.store.list_grants(session_id)
+
+    async def revoke_grant(self, grant_id: str) -> bool:
+        """Delete a grant; True if it existed."""
+        return await self.store.revoke_grant(grant_id)
+
+
+def _with_note(reason: str, typed: str, caller: str) -> str:
+    if not typed or f"{typed}" == caller:
+        return reason
+    note = f"(resolver says: {typed[:200]})"
+    return f"{reason} {note}".strip()

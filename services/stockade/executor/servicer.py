@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 from google.protobuf import duration_pb2, json_format
@@ -29,6 +29,7 @@ from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools import file_tools
 from stockade.executor.tools.base import Chunk, Status, Tool, ToolResult
 from stockade.executor.tools.run_bash import RunBashTool
+from stockade.server.access import Access
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
@@ -246,6 +247,16 @@ def _seconds(value: float) -> duration_pb2.Duration:
 
 class ExecutorServicer(x_grpc.ExecutorServiceServicer):
     """Inspect, Execute, Cancel and GetCapabilities over :class:`ExecutorCore`."""
+
+    ACCESS: ClassVar[Mapping[str, Access]] = {
+        "Inspect": Access.ANY_CALLER,
+        # Runs only with a valid grant from the decision service; with mTLS, only the
+        # execute identities (ExecutorApp's method_identities) may call it at all.
+        "Execute": Access.ANY_CALLER,
+        "Cancel": Access.ANY_CALLER,
+        "GetCapabilities": Access.ANY_CALLER,
+    }
+    """Who may call each RPC (X-3)."""
 
     def __init__(
         self,

@@ -7,13 +7,15 @@ protocol error (NOT_FOUND through the shared interceptor).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import grpc
 
 from stockade.contract.toolspec import declaration_to_proto, struct_to_dict
 from stockade.errors import InvalidArgument, NotFound, UnknownTool
 from stockade.papers.catalogue import TOOL_NAMES, PaperCatalogue
+from stockade.server.access import Access
 from stockade.v1 import tool_provider_pb2 as tp_pb2
 from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
 
@@ -22,6 +24,12 @@ SERVICE_NAME = tp_pb2.DESCRIPTOR.services_by_name["ToolProvider"].full_name
 
 class PapersServicer(tp_grpc.ToolProviderServicer):
     """Serves ``search_papers``, ``get_paper_metadata`` and ``get_paper_content``."""
+
+    ACCESS: ClassVar[Mapping[str, Access]] = {
+        "ListTools": Access.ANY_CALLER,
+        "CallTool": Access.ANY_CALLER,
+    }
+    """Who may call each RPC (X-3)."""
 
     def __init__(self, catalogue: PaperCatalogue | None = None) -> None:
         self.catalogue = catalogue or PaperCatalogue()

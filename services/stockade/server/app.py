@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
-from stockade.server.interceptors import ContextInterceptor
+from stockade.server.access import ADMIN_KINDS, Access, AdminAuth
+from stockade.server.interceptors import ContextInterceptor, MethodAccess
 from stockade.server.lifecycle import stopping
 from stockade.server.peercred import PeerCheckedListener, allowed_uids, private_dir
 from stockade.server.settings import ServerSettings, SettingsError
@@ -51,6 +53,45 @@ class Registration:
     """Full name, e.g. ``stockade.v1.DecisionService`` (health and reflection use it)."""
     method_identities: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """RPC name → certificate identities allowed to call it; enforced when mTLS is on (X-3)."""
+    admin: AdminAuth | None = None
+    """Who is an admin, for the RPCs the servicer's ``ACCESS`` declares admin (X-3)."""
+
+
+def declared_access(reg: Registration) -> dict[str, MethodAccess]:
+    """Full method name → declared access, from the servicer's ``ACCESS`` table.
+
+    ``StartupError`` when the table misses an RPC of the service, names one it does not
+    have, or declares admin RPCs without an ``AdminAuth`` to check them: a server never
+    starts with an RPC whose access nobody declared. A servicer without a table (test
+    doubles, benchmarks) declares nothing; a test checks that every servicer of the
+    product has one.
+    """
+    table: Mapping[str, Access] | None = getattr(reg.servicer, "ACCESS", None)
+    if table is None:
+        return {}
+    try:
+        service = descriptor_pool.Default().FindServiceByName(reg.service_name)
+    except KeyError:
+        service = None
+    if service is not None:
+        rpcs = {m.name for m in service.methods}
+        missing = sorted(rpcs - set(table))
+        unknown = sorted(set(table) - rpcs)
+        if missing or unknown:
+            raise StartupError(
+                f"{reg.service_name}: every RPC must declare its access in "
+                f"{type(reg.servicer).__name__}.ACCESS"
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+                + (f"; not RPCs of the service: {', '.join(unknown)}" if unknown else "")
+            )
+    if reg.admin is None and any(a in ADMIN_KINDS for a in table.values()):
+        raise StartupError(
+            f"{reg.service_name} declares admin RPCs but its registration has no AdminAuth"
+        )
+    return {
+        f"/{reg.service_name}/{rpc}": MethodAccess(access, reg.admin)
+        for rpc, access in table.items()
+    }
 
 
 class ServiceApp(Protocol):
@@ -134,9 +175,10 @@ async def create_server(
         if creds is not None
         else {}
     )
+    access = {m: a for reg in registrations for m, a in declared_access(reg).items()}
     tracing = [aio_server_interceptor()] if tracing_enabled() else []  # type: ignore[no-untyped-call]
     server = grpc.aio.server(
-        interceptors=[*tracing, ContextInterceptor(identities), *interceptors],
+        interceptors=[*tracing, ContextInterceptor(identities, access), *interceptors],
         options=[("grpc.so_reuseport", 0)],
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

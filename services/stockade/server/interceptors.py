@@ -3,7 +3,9 @@
 ``ContextInterceptor`` checks each request (``stockade.server.requests``: bytes that do
 not parse, enum values out of range, over-long identifiers → INVALID_ARGUMENT), gives each
 call a request id (from ``x-request-id`` metadata or a
-new one) in a context variable, and maps exceptions to statuses: a ``StockadeError``
+new one) in a context variable, applies each RPC's declared access (the caller's mTLS
+identity, admin rights: ``stockade.server.access``), and maps exceptions to statuses: a
+``StockadeError``
 becomes its canonical code with ``google.rpc.ErrorInfo``; anything else becomes INTERNAL
 with the request id and no internals, while the traceback goes to the server log. So
 servicers hold no error or logging boilerplate.
@@ -17,11 +19,13 @@ import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from stockade.errors import InvalidArgument, NotAuthorized, StockadeError
+from stockade.server.access import ADMIN_KINDS, Access, AdminAuth, caller_var, peer_identity
 from stockade.server.errors import status_for
 from stockade.server.requests import Malformed, check_request, guard_deserializer
 
@@ -56,11 +60,7 @@ async def _abort(
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-def peer_identity(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
-    """The common name of the caller's verified client certificate (None without mTLS)."""
-    auth = context.auth_context() or {}
-    names = list(auth.get("x509_common_name") or [])
-    return names[0].decode() if names else None
+__all__ = ["ContextInterceptor", "MethodAccess", "peer_identity", "request_id_var"]
 
 
 def _authorize(
@@ -82,6 +82,39 @@ def _authorize(
         )
 
 
+@dataclass(frozen=True)
+class MethodAccess:
+    """One RPC's declared access and the authority that checks admin callers."""
+
+    access: Access
+    admin: AdminAuth | None = None
+
+
+Admit = Callable[[grpc.aio.ServicerContext[Any, Any]], None]
+
+
+def _admission(method: str, declared: MethodAccess | None) -> Admit | None:
+    """What to check of the caller before ``method`` runs (None: nothing).
+
+    Worked out once per RPC when its handler is wrapped, so an RPC open to any caller (the
+    Decide hot path) pays nothing per call."""
+    if declared is None or declared.access not in ADMIN_KINDS:
+        return None
+    # create_server refuses an admin RPC without an authority; wired by hand, such an RPC
+    # still fails closed (nobody is an admin).
+    auth = declared.admin or AdminAuth(())
+    rpc = method.rsplit("/", 1)[-1]
+    must_be_admin = declared.access is Access.ADMIN
+
+    def admit(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        caller = auth.caller(context)
+        if must_be_admin:
+            caller.require_admin(rpc)
+        caller_var.set(caller)
+
+    return admit
+
+
 def _checked(request: Any) -> Any:
     """The request, or ``InvalidArgument`` if it did not parse or breaks a limit."""
     if isinstance(request, Malformed):
@@ -101,6 +134,7 @@ def _wrap_unary(
     behavior: Callable[..., Awaitable[Any]],
     method: str,
     allowed: frozenset[str] | None,
+    admit: Admit | None = None,
     *,
     streaming_request: bool = False,
 ) -> Callable[..., Awaitable[Any]]:
@@ -109,6 +143,8 @@ def _wrap_unary(
         try:
             _authorize(context, method, allowed)
             request = _checked_stream(request) if streaming_request else _checked(request)
+            if admit is not None:
+                admit(context)
             return await behavior(request, context)
         except grpc.aio.AbortError:
             raise
@@ -122,6 +158,7 @@ def _wrap_stream(
     behavior: Callable[..., Any],
     method: str,
     allowed: frozenset[str] | None,
+    admit: Admit | None = None,
     *,
     streaming_request: bool = False,
 ) -> Callable[..., AsyncIterator[Any]]:
@@ -132,6 +169,8 @@ def _wrap_stream(
         try:
             _authorize(context, method, allowed)
             request = _checked_stream(request) if streaming_request else _checked(request)
+            if admit is not None:
+                admit(context)
             result = behavior(request, context)
             if inspect.isasyncgen(result):
                 async for item in result:
@@ -147,14 +186,21 @@ def _wrap_stream(
 
 
 class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Request ids, caller identity checks and exception → status mapping for every RPC.
+    """Request ids, caller checks and exception → status mapping for every RPC.
 
     ``method_identities`` maps full method names (``/pkg.Service/Method``) to the
     certificate identities allowed to call them; it is only given on mTLS servers.
+    ``method_access`` maps them to their declared access (``stockade.server.access``):
+    admin RPCs refuse other callers before the servicer runs.
     """
 
-    def __init__(self, method_identities: Mapping[str, frozenset[str]] | None = None) -> None:
+    def __init__(
+        self,
+        method_identities: Mapping[str, frozenset[str]] | None = None,
+        method_access: Mapping[str, MethodAccess] | None = None,
+    ) -> None:
         self._identities = dict(method_identities or {})
+        self._access = dict(method_access or {})
         # Registered handlers are fixed objects, so each is wrapped once, not per call.
         self._wrapped: dict[str, tuple[Any, Any]] = {}
 
@@ -177,6 +223,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
     def _wrap(self, handler: Any, method: str) -> Any:
         allowed = self._identities.get(method)
+        admit = _admission(method, self._access.get(method))
         kwargs = {
             # Bytes that do not parse become a ``Malformed`` the handler answers with
             # INVALID_ARGUMENT (a raising deserializer would give a bare UNKNOWN/INTERNAL).
@@ -185,18 +232,18 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         }
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method, allowed), **kwargs
+                _wrap_unary(handler.unary_unary, method, allowed, admit), **kwargs
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method, allowed, streaming_request=True),
+                _wrap_unary(handler.stream_unary, method, allowed, admit, streaming_request=True),
                 **kwargs,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method, allowed), **kwargs
+                _wrap_stream(handler.unary_stream, method, allowed, admit), **kwargs
             )
         behavior: Any = handler.stream_stream
         return grpc.stream_stream_rpc_method_handler(
-            _wrap_stream(behavior, method, allowed, streaming_request=True), **kwargs
+            _wrap_stream(behavior, method, allowed, admit, streaming_request=True), **kwargs
         )

@@ -28,7 +28,7 @@ from stockade.audit.settings import AuditSettings
 from stockade.console.app import build_app
 from stockade.console.settings import ConsoleSettings
 from stockade.console.web import ConsoleWeb
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

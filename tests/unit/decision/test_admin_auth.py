@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from stockade.decision.servicer import AdminAuth
 from stockade.errors import NotAuthorized
+from stockade.server.access import AdminAuth
 
 
 class FakeContext:
@@ -57,7 +57,10 @@ def test_token_and_identity_accepted() -> None:
 
 def test_nothing_configured_refuses_everyone_and_says_how_to_configure() -> None:
     with pytest.raises(NotAuthorized) as err:
-        check(AdminAuth([], []), FakeContext((("authorization", "Bearer "),), cn="x"))
+        check(
+            AdminAuth([], [], configure_hint="set STOCKADE_DECISION_ADMIN_TOKENS"),
+            FakeContext((("authorization", "Bearer "),), cn="x"),
+        )
     assert "STOCKADE_DECISION_ADMIN_TOKENS" in err.value.message
 
 

@@ -8,9 +8,9 @@ from google.protobuf import json_format, struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stockade.decision.convert import _rule_pb_cached, rule_to_pb, struct_to_dict
 from stockade.decision.engine import DEFAULT_RULE
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.servicer import _rule_pb_cached, rule_to_pb, struct_to_dict
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from stockade.decision.service import DecisionApp
+from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
 from stockade.errors import InvalidArgument
 from stockade.server import create_server, load_settings

@@ -1,4 +1,5 @@
-"""The decision service as a runnable service: opens SQLite, the policy and the signing key."""
+"""The decision service's composition root: opens the session store, the policy, the
+signing key, the classifier and the audit recorder; builds the core and the servicer."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ from stockade.decision.metrics import DecisionMetrics
 from stockade.decision.modes import parse_mode
 from stockade.decision.policy import PolicyStore, rule_lists_doc
 from stockade.decision.records import RECORDS_LOGGER, DecisionSink, log_sink
-from stockade.decision.servicer import AdminAuth, DecisionServicer
+from stockade.decision.servicer import DecisionServicer
 from stockade.decision.settings import DecisionSettings
 from stockade.decision.shadow import ShadowPolicy
 from stockade.decision.store import open_decision_store
 from stockade.server import Registration
+from stockade.server.access import AdminAuth
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
 
@@ -157,6 +159,7 @@ class DecisionApp:
             approval_limits=approval_limits(s),
             shadow=shadow,
             classifier=classifier,
+            metrics=metrics,
         )
         # Pending approvals are read now, so those left by a restart start their
         # re-attach window at once.
@@ -197,15 +200,21 @@ class DecisionApp:
             records = recorder.enqueue
         else:
             log.info("no audit_addr set: decision records go to the log only")
+        core.records = records
         try:
-            servicer = DecisionServicer(
-                core,
-                AdminAuth(s.admin_tokens, s.admin_identities, s.delegate_identities),
-                metrics,
-                records=records,
-            )
             yield [
-                Registration(d_grpc.add_DecisionServiceServicer_to_server, servicer, SERVICE_NAME)
+                Registration(
+                    d_grpc.add_DecisionServiceServicer_to_server,
+                    DecisionServicer(core),
+                    SERVICE_NAME,
+                    admin=AdminAuth(
+                        s.admin_tokens,
+                        s.admin_identities,
+                        s.delegate_identities,
+                        configure_hint="set STOCKADE_DECISION_ADMIN_TOKENS or "
+                        "STOCKADE_DECISION_ADMIN_IDENTITIES",
+                    ),
+                )
             ]
         finally:
             if sighup:
