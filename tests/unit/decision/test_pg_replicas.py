@@ -13,6 +13,8 @@ from typing import Any
 import asyncpg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from stockade.decision.approvals import ApprovalBroker, ApprovalLimits, Resolution
 from stockade.decision.core import CallInput, DecisionCore
@@ -233,9 +235,35 @@ def _has_rule_cached(store: PostgresDecisionStore, sid: str, rule_id: str) -> bo
 
 
 async def test_a_lost_listen_connection_fails_closed_and_resynchronises(
-    replicas: tuple[PostgresDecisionStore, ...], monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b = replicas
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)  # the suite disables the SDK
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    a = await PostgresDecisionStore.open(pg_dsn, pool_size=4)
+    b = await PostgresDecisionStore.open(pg_dsn, pool_size=4, meter=provider.get_meter("t"))
+    try:
+        await _lost_listen(a, b, monkeypatch)
+    finally:
+        await a.close()
+        await b.close()
+    data = reader.get_metrics_data()
+    assert data is not None
+    feed = {
+        point.attributes["event"]: point.value  # type: ignore[index, union-attr]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == "stockade.decision.store.feed"
+        for point in metric.data.data_points
+    }
+    assert feed == {"lost": 1, "resynced": 1}
+    provider.shutdown()
+
+
+async def _lost_listen(
+    a: PostgresDecisionStore, b: PostgresDecisionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     broker_a, broker_b = ApprovalBroker(a), ApprovalBroker(b)
     await broker_a.load()
     await broker_b.load()

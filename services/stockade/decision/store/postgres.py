@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import asyncpg
+from opentelemetry import metrics
 
 from stockade.db.postgres import CONNECTION_ERRORS, connect, migrate, open_pool
 from stockade.decision.modes import Mode
@@ -231,6 +232,7 @@ class PostgresDecisionStore:
         clock: Callable[[], float],
         cache_max_sessions: int,
         max_session_rules: int,
+        meter: metrics.Meter | None = None,
     ) -> None:
         """Use ``open``."""
         self._pool = pool
@@ -258,6 +260,19 @@ class PostgresDecisionStore:
         """How many times the change feed was lost (for tests and metrics)."""
         self.resyncs = 0
         """How many resynchronisations completed."""
+        meter = meter or metrics.get_meter("stockade.decision")
+        self._feed_events = meter.create_counter(
+            "stockade.decision.store.feed",
+            unit="{event}",
+            description="The PostgreSQL change feed of this replica: lost (caches off) and "
+            "resynced (back, caches on)",
+        )
+        self._grant_races = meter.create_counter(
+            "stockade.decision.store.grant_races",
+            unit="{decision}",
+            description="ALLOWs decided again because another replica spent the counted "
+            "grant's last use first",
+        )
 
     @classmethod
     async def open(
@@ -269,6 +284,7 @@ class PostgresDecisionStore:
         max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
         pool_size: int = 10,
         command_timeout_s: float = COMMAND_TIMEOUT_S,
+        meter: metrics.Meter | None = None,
     ) -> PostgresDecisionStore:
         """Connect, apply the migrations (under the migration lock), start listening.
 
@@ -294,6 +310,7 @@ class PostgresDecisionStore:
             clock=clock,
             cache_max_sessions=cache_max_sessions,
             max_session_rules=max_session_rules,
+            meter=meter,
         )
         try:
             await store._listen()
@@ -344,6 +361,7 @@ class PostgresDecisionStore:
             return
         self._listening = False
         self.gaps += 1
+        self._feed_events.add(1, {"event": "lost"})
         self._gap()
         self._lost.set()
         if not self._closed:
@@ -441,6 +459,7 @@ class PostgresDecisionStore:
         if self._listener is not None:
             await self._listener.resynced(pending)
         self.resyncs += 1
+        self._feed_events.add(1, {"event": "resynced"})
 
     async def drop_listen_connection(self) -> None:
         """Cut the LISTEN connection from the server's side (for fault tests)."""
@@ -970,6 +989,7 @@ class PostgresDecisionStore:
         try:
             return await self._run(spend)
         except _Spent:
+            self._grant_races.add(1)
             return False
         finally:
             self._invalidate(session_id)
