@@ -3,7 +3,9 @@ suite's own server, tests/pg.py). Racing resolvers on both replicas (exactly one
 SIGKILL of the replica holding a waiter (the approval survives, the agent's client
 re-attaches to the other replica and gets the answer given there, and an approval
 nobody waits for is abandoned by the survivor); a rule or mode change on one replica
-seen by Decide on the other; denial counters exact under concurrent denials on both."""
+seen by Decide on the other; denial counters exact under concurrent denials on both;
+both replicas' change feeds cut by the server (the answer and the mode change made
+meanwhile still reach the other replica)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import grpc
 from google.protobuf import struct_pb2
 
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
+from stockade.decision.store.postgres import LISTEN_APPLICATION_NAME
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from tests.faults.conftest import FaultStack, StartStack, wait_for
@@ -254,3 +258,55 @@ async def test_denial_counters_are_exact_under_concurrent_denials_on_both(
 async def _counters(replica: Replica, session: str, want: tuple[int, int]) -> bool:
     got = await replica.admin.stub.GetSession(d_pb2.GetSessionRequest(session_id=session))
     return (got.session.consecutive_denials, got.session.total_denials) == want
+
+
+async def _listen_backends(dsn: str, terminate: bool = False) -> int:
+    """How many decision replicas listen on this database now (terminating them first
+    when asked: the server cuts their change feeds)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        what = "count(pg_terminate_backend(pid))" if terminate else "count(*)"
+        return int(
+            await conn.fetchval(
+                f"SELECT {what} FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = $1",
+                LISTEN_APPLICATION_NAME,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_cut_change_feeds_come_back_and_nothing_is_missed(
+    fault_stack: StartStack, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        assert await _listen_backends(pg_dsn) == 2
+        # b caches the session; an approval raised on a has a waiter on b.
+        assert (await b.client.decide(read("f", "r0"))).verdict == c_pb2.VERDICT_ALLOW
+        asked = await a.client.decide(write("f", "w0"))
+        assert asked.verdict == c_pb2.VERDICT_ASK
+        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout_s=300))
+        # The server cuts both replicas' change feeds; the answer and a mode change land
+        # on a while the feeds reconnect, so their notifications may never reach b.
+        assert await _listen_backends(pg_dsn, terminate=True) == 2
+        await _resolve(a, asked.approval_id, d_pb2.RESOLUTION_DENY)
+        await a.admin.stub.SetMode(
+            d_pb2.SetModeRequest(session_id="f", mode=c_pb2.PERMISSION_MODE_DONT_ASK),
+            metadata=(("authorization", f"Bearer {a.stack.admin_token}"),),
+        )
+        # b's waiter gets the answer, b decides with the new mode, never the cached one.
+        answer = await asyncio.wait_for(wait, 120)
+        assert answer.verdict == c_pb2.VERDICT_DENY
+        assert answer.approval.state == d_pb2.APPROVAL_STATE_DENIED
+
+        async def b_applies_the_mode() -> bool:
+            got = await b.client.decide(write("f", "w1"))
+            return got.verdict == c_pb2.VERDICT_DENY and "fail closed" not in got.reason
+
+        await wait_for(b_applies_the_mode, what="b to apply a's mode")
+        await wait_for(lambda: _two_listening(pg_dsn), what="both feeds to be back")
+
+
+async def _two_listening(dsn: str) -> bool:
+    return await _listen_backends(dsn) == 2

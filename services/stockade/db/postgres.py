@@ -35,13 +35,17 @@ _OPEN_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, asyncpg.Postgre
 Migration = tuple[int, str]
 
 
-async def connect(dsn: str, *, what: str) -> asyncpg.Connection:
+async def connect(
+    dsn: str, *, what: str, application_name: str | None = None
+) -> asyncpg.Connection:
     """One connection to ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails.
 
-    The message carries the redacted DSN, never the password.
+    The message carries the redacted DSN, never the password. ``application_name`` names
+    the connection in ``pg_stat_activity`` (what an operator sees on the server).
     """
+    settings = {"application_name": application_name} if application_name else None
     try:
-        return await asyncpg.connect(dsn)
+        return await asyncpg.connect(dsn, server_settings=settings)
     except _OPEN_ERRORS as err:
         raise DependencyUnavailable(
             f"cannot reach the {what} database {redact_dsn(dsn)}: {err}"
@@ -55,6 +59,7 @@ async def open_pool(
     min_size: int = 1,
     max_size: int = 4,
     command_timeout: float | None = None,
+    application_name: str | None = None,
 ) -> asyncpg.Pool:
     """A connection pool on ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails.
 
@@ -65,7 +70,11 @@ async def open_pool(
         raise InvalidArgument("pool sizes must satisfy 1 <= min_size <= max_size")
     try:
         return await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            command_timeout=command_timeout,
+            server_settings={"application_name": application_name} if application_name else None,
         )
     except _OPEN_ERRORS as err:
         raise DependencyUnavailable(

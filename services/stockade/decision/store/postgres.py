@@ -74,6 +74,9 @@ T = TypeVar("T")
 
 #: LISTEN/NOTIFY channel of every decision-store change.
 CHANNEL = "stockade_decision"
+#: How the connections show in ``pg_stat_activity`` (the pool's, and the listening one).
+APPLICATION_NAME = "stockade-decision"
+LISTEN_APPLICATION_NAME = "stockade-decision-listen"
 #: Advisory lock key of the decision schema's migrations (the audit store uses ...0001).
 _MIGRATION_LOCK = 0x53544B_0010
 #: A NOTIFY payload is at most 8,000 bytes and carries a session id: ids are bounded.
@@ -303,6 +306,7 @@ class PostgresDecisionStore:
             min_size=1,
             max_size=pool_size,
             command_timeout=command_timeout_s,
+            application_name=APPLICATION_NAME,
         )
         store = cls(
             pool,
@@ -340,7 +344,7 @@ class PostgresDecisionStore:
         self._listener = listener
 
     async def _listen(self) -> None:
-        conn = await connect(self._dsn, what="decision")
+        conn = await connect(self._dsn, what="decision", application_name=LISTEN_APPLICATION_NAME)
         try:
             await conn.add_listener(CHANNEL, self._on_notify)
         except BaseException:
