@@ -276,3 +276,17 @@ def test_an_alias_printing_history_is_not_settled_without_a_person(tmp_path: Pat
         assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
     plain = analyze("git lg", sandbox=_sandbox(ws))
     assert plain.verdict == "ask" and not plain.bypass_immune  # nothing protected: as before
+
+
+def test_outside_a_repository_history_forms_print_nothing(tmp_path: Path) -> None:
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    (ws / ".env").write_text(f"TOKEN={SECRET}\n")
+    for command in ("git log -p", "git diff --cached", "git show HEAD~1"):
+        assert _run(ws, command).returncode != 0  # not a git repository
+        result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+        assert result.verdict == "allow", (command, result.reasons)
+    elsewhere = analyze(
+        "git --git-dir=/x/.git log -p", sandbox=_sandbox(ws), denied_read_globs=DENIED
+    )
+    assert elsewhere.verdict != "allow"

@@ -363,13 +363,13 @@ def _history(j: Judge, sub: str, rest: list[Word], *, elsewhere: bool = False) -
     pathspecs = _pathspecs(j, sub, rest)
     if pathspecs and all(_names_a_file(j, spec) for spec in pathspecs):
         return
+    if not elsewhere and not os.path.lexists(os.path.join(repository_top(j), ".git")):
+        return  # not inside a repository (and none named): git prints nothing
     if not contents and not elsewhere:
         # `git diff`: the index's copy of a tracked file whose work-tree copy differs.
         # A denied file is masked by an empty file at run time, so it always differs.
         top = repository_top(j)
         git_dir = os.path.join(top, ".git")
-        if not os.path.lexists(git_dir):
-            return  # not in a repository: git refuses
         if os.path.isdir(git_dir) and not os.path.islink(git_dir):
             if not j.tracks_denied(git_dir):
                 return
