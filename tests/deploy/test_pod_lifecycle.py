@@ -77,6 +77,8 @@ def _local_env(
     secret_files = {
         "grant-signing.key": certs / "grant-signing.key",
         "grant-signing.pub": certs / "grant-signing.pub",
+        # An Ed25519 private key in PKCS#8 PEM, as the audit service's head key is.
+        "head-signing.key": certs / "grant-signing.key",
         "policy.toml": DEPLOY / "k8s" / "base" / "policy.toml",
         "tls.crt": certs / f"{service}.crt",
         "tls.key": certs / f"{service}.key",

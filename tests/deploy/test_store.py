@@ -124,10 +124,20 @@ def test_prod_runs_the_postgresql_services_scaled_out(
     for service in STORE_DSN:
         assert store_of(rendered[overlay], service) == "postgresql", service
     # Each audit pod appends its own hash chain, named by the pod (STORE-4).
-    env = env_of(_main(workload(rendered[overlay], "audit")))
+    audit = workload(rendered[overlay], "audit")
+    env = env_of(_main(audit))
     assert env["STOCKADE_AUDIT_REPLICA_ID"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "metadata.name"}
     }
+    # ... and signs its chain's head with a key from a Secret (what catches a chain
+    # rewritten with fresh hashes by someone who can write the database).
+    key_file = env["STOCKADE_AUDIT_HEAD_SIGNING_KEY_FILE"]["value"]
+    mount = next(
+        m for m in _main(audit)["volumeMounts"] if key_file.startswith(m["mountPath"] + "/")
+    )
+    volume = next(v for v in pod_spec(audit)["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "stockade-audit-head-signing"
+    assert [i["path"] for i in volume["secret"]["items"]] == [key_file.rsplit("/", 1)[1]]
 
 
 def test_the_postgres_component_is_one_instance(rendered: dict[str, list[Manifest]]) -> None:
