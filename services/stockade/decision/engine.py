@@ -232,28 +232,30 @@ def _allow_matches(
     if not (policy.rules or session.rules):
         return [], False
     if content.tool_name != BASH_TOOL or "command" not in content.fields:
-        hits = _rules(policy.allowing(content)) + _rules(session.allowing(content))
+        hits = _rules(policy.allowing(content))
+        if session.rules:
+            hits += _rules(session.allowing(content))
         return hits, bool(hits)
     # An ALLOW written for the whole command (e.g. an ALWAYS_ALLOW grant) covers it as is.
     whole = content.whole_command
-    tiers = (policy, session) if session.rules else (policy,)
-    whole_hits = [t.allowing_command(whole) for t in tiers]
-    for found in whole_hits:
-        for c in found:
-            if c.is_literal:
-                return [c.rule], True
+    p_whole = policy.allowing_command(whole)
+    s_whole = session.allowing_command(whole) if session.rules else []
+    for c in p_whole:
+        if c.is_literal:
+            return [c.rule], True
+    for c in s_whole:
+        if c.is_literal:
+            return [c.rule], True
     subs = content.allow_sub_commands
-    if not subs:
-        return [], False
+    if not subs or (len(subs) == 1 and subs[0] == whole and not (p_whole or s_whole)):
+        return [], False  # nothing to cover, or one simple command no rule allows
     used: list[Rule] = []
     covered = True
     for sub in subs:
-        hit: list[CompiledRule] = []
-        for i, t in enumerate(tiers):
-            # a single simple command is the whole command: already looked up
-            hit = whole_hits[i] if sub == whole else t.allowing_command(sub)
-            if hit:
-                break
+        # a single simple command is the whole command: already looked up
+        hit = p_whole if sub == whole else policy.allowing_command(sub)
+        if not hit and session.rules:
+            hit = s_whole if sub == whole else session.allowing_command(sub)
         if not hit:
             covered = False
         elif hit[0].rule not in used:
@@ -478,10 +480,11 @@ def decide(policy: CompiledPolicy, req: DecisionRequest) -> Decision:
     s_deny, s_ask, s_allow = sess.tiers(tool) if sess is not None else _NO_TIERS
     # Each tier says which of its rules match with one pattern-set look-up per content
     # string (RuleTier): the cost does not grow with the number of rules.
-    ask = p_ask.matching_rules(content)
+    # (An empty tier is skipped here: most tools have no DENY or no ASK rule.)
+    ask = p_ask.matching_rules(content) if p_ask.rules else []
     if s_ask.rules:
         ask += s_ask.matching_rules(content)
-    policy_deny = p_deny.matching_rules(content)
+    policy_deny = p_deny.matching_rules(content) if p_deny.rules else []
     session_deny = s_deny.matching_rules(content) if s_deny.rules else []
     allow = _allow_matches(p_allow, s_allow, content)
     if not (ask or facts.tool_rules or req.hook_signals or policy_deny or session_deny):

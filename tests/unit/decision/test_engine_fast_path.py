@@ -230,3 +230,52 @@ def test_allow_with_trailing_newline_does_not_settle_a_tool_ask() -> None:
     assert decide(policy, req).verdict is Effect.ASK
     ok = DecisionRequest("fetch", {"url": "https://a.org"}, facts=Facts(tool_rules=ask))
     assert decide(policy, ok).verdict is Effect.ALLOW
+
+
+def _bash(command: str, subs: tuple[str, ...], session: RuleIndex | None) -> DecisionRequest:
+    ask = (Rule(Effect.ASK, BASH_TOOL, Source.TOOL, "not read-only"),)
+    return DecisionRequest(
+        BASH_TOOL,
+        {"command": command},
+        facts=Facts(sub_commands=subs, tool_rules=ask),
+        session_rules=session,
+    )
+
+
+def test_allow_rules_split_between_policy_and_session_cover_a_compound_command() -> None:
+    """Each sub-command may be covered by a policy ALLOW or a session ALLOW; one simple
+    command only the session allows is covered too (the policy tier answers first)."""
+    policy = _policy((Effect.ALLOW, "run_bash(git status)"))
+    session = RuleIndex([Rule(Effect.ALLOW, "run_bash(make test)", Source.SESSION)], cwd="/w")
+    both = _bash("git status && make test", ("git status", "make test"), session)
+    d = decide(policy, both)
+    assert (d.verdict, d.step) == (Effect.ALLOW, "P7")
+    used = [r.pattern for r in d.allow_rules_used]
+    assert used == ["run_bash(git status)", "run_bash(make test)"]
+    assert d == full_pipeline(policy, both)
+    only_session = _bash("make test", ("make test",), session)
+    d = decide(policy, only_session)
+    assert (d.verdict, d.winning_rule.source) == (Effect.ALLOW, Source.SESSION)
+    assert d == full_pipeline(policy, only_session)
+    neither = _bash("make clean", ("make clean",), session)
+    assert decide(policy, neither).verdict is Effect.ASK
+    assert decide(policy, neither) == full_pipeline(policy, neither)
+    half = _bash("make test; rm -rf x", ("make test", "rm -rf x"), session)
+    d = decide(policy, half)
+    assert (d.verdict, d.step) == (Effect.ASK, "P6")
+    assert d == full_pipeline(policy, half)
+
+
+def test_a_whole_command_grant_in_the_session_covers_the_command_as_is() -> None:
+    """An ALWAYS_ALLOW grant (an exact whole command, session) covers a compound command
+    whose parts no rule allows one by one; the same text with one character more does not."""
+    policy = _policy((Effect.ALLOW, "run_bash(ls)"))
+    grant = Rule(Effect.ALLOW, "run_bash(make a && make b)", Source.SESSION, rule_id="g1")
+    session = RuleIndex([grant], cwd="/w")
+    req = _bash("make a && make b", ("make a", "make b"), session)
+    d = decide(policy, req)
+    assert (d.verdict, d.winning_rule, d.allow_rules_used) == (Effect.ALLOW, grant, (grant,))
+    assert d == full_pipeline(policy, req)
+    longer = _bash("make a && make b; id", ("make a", "make b", "id"), session)
+    assert decide(policy, longer).verdict is Effect.ASK
+    assert decide(policy, longer) == full_pipeline(policy, longer)

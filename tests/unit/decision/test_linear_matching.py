@@ -71,9 +71,8 @@ def test_the_rule_that_stalled_the_service_is_confirmed_by_re2() -> None:
     """`run_bash(*rm*-rf*)` against a 144 KB command took 5.3 s with Python's re."""
     index = RuleIndex([Rule(Effect.DENY, "run_bash(*rm*-rf*)", Source.MANAGED)], cwd="/w")
     deny = index.tiers("run_bash")[0]
-    deny.build()
-    sets = [s for s in deny._sets if s is not None]
-    assert sets and all(s.engine == "automaton" for s in sets)
+    sets = deny.pattern_sets
+    assert all(s.engine == "automaton" for s in sets)
     assert all(set(s.confirmers().values()) == {"re2"} for s in sets)
 
 
@@ -195,7 +194,8 @@ def test_every_engine_answers_like_the_plain_regex(
     specs: list[tuple[list[object], bool]], samples: list[str]
 ) -> None:
     """The same specs through the small-set path (python-re or exact) and through the
-    automaton (padded past SMALL) name exactly the specs the plain regex matches."""
+    automaton (padded past SMALL) name exactly the specs the plain regex matches; a set's
+    ``screen`` (what the tiers ask first) is falsy only when nothing matches."""
     built = [
         Spec(tuple(p), w or not all(isinstance(x, str) for x in p))  # type: ignore[arg-type]
         for p, w in specs
@@ -207,3 +207,8 @@ def test_every_engine_answers_like_the_plain_regex(
         want = sorted(i for i, sp in enumerate(built) if _reference(sp, text))
         assert sorted(small.search(text)) == want, (built, text)
         assert sorted(i for i in padded.search(text) if i < len(built)) == want, (built, text)
+        for ps in (small, padded):
+            if ps.screen is not None and not ps.screen(text):
+                assert not ps.search(text), (ps.engine, built, text)
+    # Only the automaton has no C-level screen (its candidates need Python to confirm).
+    assert (small.screen is None) == (small.engine == "automaton")

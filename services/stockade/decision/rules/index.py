@@ -68,13 +68,12 @@ class RuleIndex:
         return hit
 
     def build(self) -> None:
-        """Build every tier's pattern sets now: for each tool the rules name and for the
-        tools they do not (the wildcard rules alone), so the first call of a tool after a
-        policy load does not pay for compiling them and a pattern the matcher cannot take
-        fails at load."""
+        """Build every tier (and so its pattern sets) now: for each tool the rules name and
+        for the tools they do not (the wildcard rules alone), so the first call of a tool
+        after a policy load does not pay for compiling them and a pattern the matcher cannot
+        take fails at load."""
         for tool in [*self._by_tool, "*"]:
-            for tier in self.tiers(tool):
-                tier.build()
+            self.tiers(tool)
 
     def __len__(self) -> int:
         return len(self.compiled)

@@ -240,7 +240,7 @@ class PatternSet:
 
     __slots__ = (
         "_exact", "_screen", "_tests", "_automaton", "_by_anchor", "_always", "_all", "size",
-        "search",
+        "search", "screen",
     )  # fmt: skip
 
     SMALL: Final = 8
@@ -278,12 +278,17 @@ class PatternSet:
         self._always: list[_Candidate] = []
         self._all: list[_Candidate] = []
         self.search: Callable[[str], Sequence[int]]
+        self.screen: Callable[[str], object] | None = None
+        """A C-level test that is falsy when no pattern can match (None: no such test), so a
+        caller can skip ``search`` (a Python call) for most texts."""
         if not rest:
             self.search = self._exact_only
+            self.screen = self._exact.get
             return
         if len(specs) <= self.SMALL and all(backtrack_free(sp) for sp in specs):
             self._screen, self._tests = _python_screen(specs, ids)
             self.search = self._screened
+            self.screen = self._screen
             return
         anchors: dict[str, int] = {}
         for spec, ident in rest:

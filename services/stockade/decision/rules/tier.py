@@ -5,13 +5,15 @@ docs/decisions/0002-rule-matcher.md gives the design and the measurements.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from stockade.decision.rules.compiled import CompiledRule
 from stockade.decision.rules.content import BASH_TOOL, PATH_FIELDS, CallContent
 from stockade.decision.rules.model import Rule
 from stockade.decision.rules.patternset import PatternSet
+
+_T = TypeVar("_T")
 
 
 class RuleTier:
@@ -23,21 +25,32 @@ class RuleTier:
     (``content_matches``). But instead of trying each rule, each kind of content (free text,
     normalised path, bash sub-command) is looked up once in a ``PatternSet`` of all the
     tier's patterns: the cost does not grow with the number of rules and is linear in the
-    call's content, whatever the patterns (PERF-1c). The sets are built on first use (a
-    tier for a tool no call names costs nothing). All rules given must apply to the call's
-    tool (``RuleIndex.tiers`` guarantees it).
+    call's content, whatever the patterns (PERF-1c). A set's ``screen`` (one C call) rules
+    out most texts before its ``search`` (Python) runs, so a tool with a handful of rules
+    costs what one combined-regex prefilter costs (the spread-out workload of PERF-1c).
+
+    The sets are built here, once (a tier is made when a policy loads, or on the first
+    call of a tool for session rules), and never change: threads may share a tier. All
+    rules given must apply to the call's tool (``RuleIndex.tiers`` guarantees it).
     """
 
-    __slots__ = ("rules", "_plain", "_bare", "_content", "_sets", "_lock")
+    __slots__ = ("rules", "_plain", "_bare", "_content", "_text", "_path", "_command")
 
     def __init__(self, rules: Sequence[CompiledRule]) -> None:
         self.rules = tuple(rules)
         self._plain = tuple(c.rule for c in self.rules)
         self._bare = tuple(i for i, c in enumerate(self.rules) if c.content is None)
         """Rules without content match every call of their tool."""
-        self._content = [i for i, c in enumerate(self.rules) if c.content is not None]
-        self._sets: list[PatternSet | None] = [None, None, None]
-        self._lock = threading.Lock()
+        content = [i for i, c in enumerate(self.rules) if c.content is not None]
+        self._content = content
+        self._text = PatternSet([self.rules[i].text_matcher.spec for i in content], content)
+        self._path = PatternSet([self.rules[i].path_matcher.spec for i in content], content)
+        self._command = self._text
+        """Command patterns differ from text ones only for run_bash and ``*`` rules (their
+        command names are normalised), so other tools share the text set."""
+        if any(self.rules[i].tool in (None, BASH_TOOL) for i in content):
+            specs = [self.rules[i].command_matcher.spec for i in content]
+            self._command = PatternSet(specs, content)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -45,29 +58,10 @@ class RuleTier:
     def __len__(self) -> int:
         return len(self.rules)
 
-    def _set(self, kind: int) -> Callable[[str], Sequence[int]]:
-        """``search`` of the pattern set of kind 0 (text), 1 (path) or 2 (command), built
-        once; it answers positions in ``rules``."""
-        hit = self._sets[kind]
-        if hit is not None:
-            return hit.search
-        with self._lock:
-            hit = self._sets[kind]
-            if hit is None:
-                rules = self.rules
-                if kind == 0:
-                    specs = [rules[i].text_matcher.spec for i in self._content]
-                elif kind == 1:
-                    specs = [rules[i].path_matcher.spec for i in self._content]
-                else:
-                    specs = [rules[i].command_matcher.spec for i in self._content]
-                hit = self._sets[kind] = PatternSet(specs, self._content)
-        return hit.search
-
-    def build(self) -> None:
-        """Build every pattern set now (so a bad pattern set fails at load, not mid-call)."""
-        for kind in range(3):
-            self._set(kind)
+    @property
+    def pattern_sets(self) -> tuple[PatternSet, PatternSet, PatternSet]:
+        """The text, path and command pattern sets (for tests and lint)."""
+        return self._text, self._path, self._command
 
     def _ordered(self, hits: Iterable[int]) -> list[CompiledRule]:
         rules = self.rules
@@ -75,32 +69,40 @@ class RuleTier:
 
     def matching(self, call: CallContent) -> list[CompiledRule]:
         """The rules whose DENY/ASK ``matches`` holds for ``call``, in order."""
-        rules = self.rules
-        return [rules[i] for i in self._matching(call)]
+        return self._select(self.rules, call)
 
     def matching_rules(self, call: CallContent) -> list[Rule]:
         """``matching`` as the rules themselves (what ``decide`` records)."""
-        plain = self._plain
-        return [plain[i] for i in self._matching(call)] if plain else []
+        return self._select(self._plain, call)
 
-    def _matching(self, call: CallContent) -> Sequence[int]:
+    def _select(self, pick: tuple[_T, ...], call: CallContent) -> list[_T]:
+        """``pick[i]`` for each rule ``i`` that matches ``call`` (DENY/ASK semantics, as
+        ``content_matches``), in order."""
         if not self._content:
-            return range(len(self.rules))  # every rule is bare (or there are none)
-        hits: list[int] = list(self._bare)
-        text = self._set(0)
+            return list(pick)  # every rule is bare (or there are none)
+        hits: list[int] = [*self._bare] if self._bare else []
+        text = self._text
+        screen = text.screen
         for name, value in call.fields.items():
-            hits += text(value)
+            if screen is None or screen(value):
+                hits += text.search(value)
             if name in PATH_FIELDS:
                 norm = call.paths.get(name)
                 if norm is not None:
-                    hits += self._set(1)(norm)
+                    path = self._path
+                    if path.screen is None or path.screen(norm):
+                        hits += path.search(norm)
             elif name == "command" and call.tool_name == BASH_TOOL:
-                command = self._set(2)
+                command = self._command
+                c_screen = command.screen
                 for sub in call.sub_commands:
-                    hits += command(sub)
+                    if c_screen is None or c_screen(sub):
+                        hits += command.search(sub)
         if not hits:
-            return hits
-        return sorted(set(hits)) if len(hits) > 1 else hits
+            return []
+        if len(hits) == 1:
+            return [pick[hits[0]]]
+        return [pick[i] for i in sorted(set(hits))]
 
     def allowing(self, call: CallContent) -> list[CompiledRule]:
         """The rules whose non-bash ALLOW ``allows`` holds for ``call``, in order."""
@@ -110,9 +112,13 @@ class RuleTier:
         if field_name is None or field_name not in call.fields:
             return [self.rules[i] for i in self._bare]
         if field_name in PATH_FIELDS:
-            hits = self._set(1)(call.paths.get(field_name, ""))
+            found = self._path
+            value = call.paths.get(field_name, "")
         else:
-            hits = self._set(0)(call.fields[field_name])
+            found = self._text
+            value = call.fields[field_name]
+        screen = found.screen
+        hits = found.search(value) if screen is None or screen(value) else ()
         if self._bare:
             return self._ordered([*self._bare, *hits])
         return self._ordered(hits) if hits else []
@@ -121,7 +127,9 @@ class RuleTier:
         """The rules whose ``allows_command`` holds for ``text``, in order."""
         if not self._content:
             return list(self.rules)
-        hits = self._set(2)(text)
+        command = self._command
+        screen = command.screen
+        hits = command.search(text) if screen is None or screen(text) else ()
         if self._bare:
             return self._ordered([*self._bare, *hits])
         return self._ordered(hits) if hits else []
