@@ -207,9 +207,11 @@ class BashAnalyzer:
         key = (home, denied_read_globs)
         context = self._contexts.get(key)
         if context is None:
-            if len(self._contexts) >= _MAX_CONTEXTS:
-                self._contexts.pop(next(iter(self._contexts)))
-            context = self._contexts[key] = WalkContext(home, denied_read_globs)
+            context = WalkContext(home, denied_read_globs)
+            with self._parses_lock:  # non-ASCII commands are judged in worker threads
+                while len(self._contexts) >= _MAX_CONTEXTS:
+                    self._contexts.pop(next(iter(self._contexts)))
+                self._contexts[key] = context
         return context
 
     def _default_sandbox(self) -> PathSandbox:
