@@ -147,9 +147,11 @@ class Walker:
         self._denied_re = context.denied_re
 
     def deny(self, reason: str) -> None:
+        """Refuse the command line (reason labelled with the current command)."""
         self.findings.append(Finding("deny", reason, "high", False, self.current))
 
     def ask(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
+        """Ask a person; ``immune``: no allow rule or bypass mode may settle it."""
         self.findings.append(Finding("ask", reason, risk, immune, self.current))
 
     def effect(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
@@ -158,6 +160,8 @@ class Walker:
         self.ask(reason, risk, immune=immune)
 
     def run(self) -> None:
+        """Judge the whole script: every command, redirection and assignment, then the
+        checks that need the whole line."""
         variables.shell_options(self)
         for raw in self.parsed.commands:
             self.command(raw)
@@ -211,6 +215,8 @@ class Walker:
                     return
 
     def redirect(self, op: str, target: Word | None) -> None:
+        """A redirection: a read of its source or a write of its target (fd duplication is
+        neither)."""
         if target is None or op in ("<<", "<<<"):
             return
         value = target.value
@@ -223,6 +229,7 @@ class Walker:
             self.effect(f"redirects output to {word_text(target)}", "low")
 
     def command(self, raw: RawCommand) -> None:
+        """Judge one simple command of the script."""
         self.current = short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
         # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
         if raw.name.braces:
@@ -354,6 +361,7 @@ class Walker:
         return value, False
 
     def record(self, name: str, args: Sequence[Word]) -> None:
+        """Record a simple command for rule matching (DEC-2)."""
         argv = tuple(word_text(a) for a in args)
         self.commands.append(SimpleCommand(name, argv, " ".join((name, *argv))))
 
@@ -471,6 +479,7 @@ class Walker:
     def dispatch(
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, stdin_args: bool
     ) -> None:
+        """Hand ``name args`` to the judge of its program family."""
         if name in lists.VARIABLE_BUILTINS and not by_path:
             if not variables.builtin(self, name, args):
                 return
@@ -517,6 +526,7 @@ class Walker:
             self.effect(f"{name!r} is not on the read-only list; it may change things")
 
     def network(self, reason: str) -> None:
+        """The command uses the network: refused unless the network is enabled."""
         self.needs_network = True
         if self.network_enabled:
             self.effect(f"{reason} (uses the network)", "high")
@@ -524,6 +534,7 @@ class Walker:
             self.deny(f"{reason}; network access is disabled")
 
     def change_dir(self, target: Word) -> None:
+        """The command changes directory: later relative paths start there."""
         value = target.path_value
         if value is None:
             self.ask("changes to a directory only known at run time", immune=True)
@@ -535,6 +546,7 @@ class Walker:
             self.bases.append(decision)
 
     def expand(self, value: str) -> str:
+        """Tilde expansion as bash does it (``~``, ``~/x``, ``~user``)."""
         if value == "~" or value.startswith("~/"):
             return self.home + value[1:]
         if value.startswith("~"):
@@ -546,6 +558,7 @@ class Walker:
         return value
 
     def absolute(self, value: str, base: str | None = None) -> str:
+        """``value`` made absolute against ``base`` (the first working directory)."""
         return value if value.startswith("/") else os.path.join(base or self.bases[0], value)
 
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
@@ -558,6 +571,8 @@ class Walker:
         return result
 
     def judge_path(self, word: Word, *, write: bool, what: str) -> str | None:
+        """Judge one path operand (brace items, devices, credentials, the sandbox, denied
+        reads, globs)."""
         value = word.path_value
         if word.glob and value is not None and "{" in value:
             expanded_words = brace_expand(value)
@@ -652,6 +667,8 @@ class Walker:
         return verdict
 
     def credential_check(self, absolute: str, write: bool) -> bool:
+        """False (after a DENY) when the path is a credential file, or a secrets file
+        outside the roots."""
         if self.credential(absolute):
             self.deny(f"{'writes' if write else 'reads'} credentials ({absolute})")
             return False
@@ -662,6 +679,7 @@ class Walker:
         return True
 
     def denied(self, resolved: str, absolute: str) -> bool:
+        """Whether the policy denies reading the path (as resolved or as given)."""
         if self._denied_re is None:
             return False
         return (

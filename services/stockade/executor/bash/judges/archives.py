@@ -47,6 +47,8 @@ def judge(
 
 
 def tar(j: Judge, args: list[Word], flags: set[str], operands: list[Word]) -> None:
+    """tar: listing (-t) reads the archive, extracting (-x) writes where it unpacks,
+    creating or appending writes the archive."""
     mode = ""
     first = args[0].value if args else None
     bundle = first if first and not first.startswith("-") else ""

@@ -15,6 +15,7 @@ from stockade.executor.bash.programs import awk_effects
 
 
 def judge(j: Judge, args: list[Word]) -> None:
+    """awk and its variants: options, the program (lexed), program files and the files read."""
     program: str | None = None
     program_file = False
     takes_value = frozenset(

@@ -10,6 +10,8 @@ from stockade.executor.bash.parser import RawCommand, Word
 
 
 def judge(j: Judge, args: list[Word]) -> None:
+    """find: starting points read (deleted under, with -delete), -exec/-ok commands
+    judged like any other, -fprint* writes."""
     i = 0
     while i < len(args) and args[i].value in ("-H", "-L", "-P", "-D"):
         i += 2 if args[i].value == "-D" else 1

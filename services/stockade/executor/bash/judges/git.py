@@ -19,6 +19,7 @@ from stockade.executor.paths import GIT_LAYOUT_MARKERS
 
 
 def judge(j: Judge, args: list[Word]) -> None:
+    """git: global options, then the subcommand's options, targets, objects and history."""
     i = 0
     git_dir: Word | None = None
     work_tree: Word | None = None

@@ -8,6 +8,7 @@ from stockade.executor.bash.parser import RawCommand, Word
 
 
 def eval_command(j: Judge, name: str, args: list[Word]) -> None:
+    """eval/source and friends: eval is refused; source of a file runs it in this shell."""
     if name not in ("source", "."):
         j.deny(lists.EVAL_COMMANDS[name])
         return
@@ -20,6 +21,7 @@ def eval_command(j: Judge, name: str, args: list[Word]) -> None:
 
 
 def interpreter(j: Judge, name: str, args: list[Word], raw: RawCommand) -> None:
+    """python, node and other interpreters: inline code, modules, program files, stdin."""
     spec = lists.INTERPRETERS[name]
     language = spec.language
     i = 0
@@ -68,6 +70,7 @@ def interpreter(j: Judge, name: str, args: list[Word], raw: RawCommand) -> None:
 
 
 def package_manager(j: Judge, name: str, args: list[Word]) -> None:
+    """A package manager: always a side effect; some subcommands use the network."""
     sub = next((a.value for a in args if a.value and not a.value.startswith("-")), "")
     network = lists.NETWORK_SUBCOMMANDS.get(name)
     if network is not None and (not network or sub in network):

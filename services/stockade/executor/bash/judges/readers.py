@@ -16,6 +16,7 @@ from stockade.executor.bash.parser import Word
 
 
 def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_args: bool) -> None:
+    """A command from the read-only list: its options against the list, then its operands."""
     if name in ("find",):
         find.judge(j, args)
         return
@@ -129,6 +130,7 @@ def _options(
 
 
 def cd(j: Judge, args: list[Word]) -> None:
+    """cd/pushd: the directory becomes the base for the paths that follow."""
     operands = [a for a in args if a.value is None or not a.value.startswith("-")]
     target = operands[0] if operands else literal("~")
     j.change_dir(target)

@@ -12,6 +12,7 @@ from stockade.executor.bash.programs import sed_effects
 
 
 def judge(j: Judge, args: list[Word]) -> None:
+    """sed: in-place editing, and the script's own w/r/e commands."""
     scripts: list[str] = []
     script_file = False
     in_place = False

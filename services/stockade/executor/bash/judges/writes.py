@@ -20,6 +20,7 @@ from stockade.executor.bash.parser import Word
 
 
 def judge(j: Judge, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
+    """A command that changes files: deny options, then what it reads and writes."""
     if name == "kill":
         _kill(j, args)
         return
