@@ -290,3 +290,14 @@ def test_outside_a_repository_history_forms_print_nothing(tmp_path: Path) -> Non
         "git --git-dir=/x/.git log -p", sandbox=_sandbox(ws), denied_read_globs=DENIED
     )
     assert elsewhere.verdict != "allow"
+
+
+def test_show_with_only_pathspecs_shows_head(tmp_path: Path) -> None:
+    """`git show -- .` is HEAD's patch for every path (the commit that added .env here)."""
+    ws = _fresh_repo(tmp_path / "ws", track_env=True)
+    for command in ("git show -- .", "git show", "git show --oneline -- ."):
+        assert SECRET in _run(ws, command).stdout, command
+        result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
+        assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
+    named = analyze("git show -- src/app.py", sandbox=_sandbox(ws), denied_read_globs=DENIED)
+    assert named.verdict == "allow"

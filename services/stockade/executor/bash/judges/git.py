@@ -465,11 +465,12 @@ def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
     if sub == "show":
         # `REV:path` operands name their files (judged one by one in _objects); anything
         # else (a commit, a tag, HEAD when none is given) shows a patch or an object.
-        unnamed = [v for v in _before_dashes(rest, sub) if ":" not in v]
+        revisions = _before_dashes(rest, sub)
+        unnamed = [v for v in revisions if ":" not in v]
         if any(_HEX_OBJECT.match(v) for v in unnamed):
             return True  # maybe a blob: printed whatever the options
-        if operands and not unnamed:
-            return False
+        if revisions and not unnamed:
+            return False  # only `REV:path` objects
         return patch or not summary
     if sub == "diff":
         if "--no-index" in names or (summary and not patch):
