@@ -1,4 +1,8 @@
-"""Client for the agent service."""
+"""Client for the agent service.
+
+Every method takes ``timeout=`` and ``metadata=`` (``stockade.client.base``); a failed
+call raises ``grpc.RpcError``.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
-from stockade.client.base import DEFAULT_DEADLINE_S
+from stockade.client.base import DEFAULT_DEADLINE_S, Metadata, call_options
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
+
+TURN_DEADLINE_S = 600.0
+"""Default bound of a whole turn."""
 
 
 class AgentClient:
@@ -18,16 +25,30 @@ class AgentClient:
         self._stub = a_grpc.AgentServiceStub(channel)
 
     async def run_turn(
-        self, request: a_pb2.RunTurnRequest, *, timeout_s: float = 600.0
+        self,
+        request: a_pb2.RunTurnRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        timeout_s: float | None = None,
     ) -> AsyncIterator[a_pb2.RunTurnResponse]:
-        """Run a turn and stream its events."""
-        async for event in self._stub.RunTurn(request, timeout=timeout_s):
+        """Run a turn and stream its events (``timeout_s`` is ``timeout``'s older name)."""
+        budget = timeout if timeout is not None else timeout_s
+        options = call_options(budget, metadata, default_s=TURN_DEADLINE_S)
+        async for event in self._stub.RunTurn(request, **options):
             yield event
 
-    async def cancel(self, session_id: str) -> bool:
+    async def cancel(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> bool:
         """Cancel the session's running turn."""
         resp: a_pb2.CancelTurnResponse = await self._stub.Cancel(
-            a_pb2.CancelTurnRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
+            a_pb2.CancelTurnRequest(session_id=session_id),
+            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
         )
         return resp.cancelled
 
@@ -39,14 +60,29 @@ class SyncAgentClient:
         self._stub = a_grpc.AgentServiceStub(channel)
 
     def run_turn(
-        self, request: a_pb2.RunTurnRequest, *, timeout_s: float = 600.0
+        self,
+        request: a_pb2.RunTurnRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        timeout_s: float | None = None,
     ) -> Iterator[a_pb2.RunTurnResponse]:
-        """Run a turn and iterate over its events."""
-        yield from self._stub.RunTurn(request, timeout=timeout_s)
+        """Run a turn and iterate over its events (``timeout_s``: ``timeout``'s older name)."""
+        budget = timeout if timeout is not None else timeout_s
+        yield from self._stub.RunTurn(
+            request, **call_options(budget, metadata, default_s=TURN_DEADLINE_S)
+        )
 
-    def cancel(self, session_id: str) -> bool:
+    def cancel(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> bool:
         """Cancel the session's running turn."""
         resp: a_pb2.CancelTurnResponse = self._stub.Cancel(
-            a_pb2.CancelTurnRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
+            a_pb2.CancelTurnRequest(session_id=session_id),
+            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
         )
         return resp.cancelled

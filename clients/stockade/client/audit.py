@@ -48,7 +48,15 @@ import grpc
 from opentelemetry import metrics
 
 from stockade.client.audit_metrics import client_instruments
-from stockade.client.base import DEFAULT_DEADLINE_S, TlsConfig, aio_channel, sync_channel
+from stockade.client.base import (
+    DEFAULT_DEADLINE_S,
+    CallOptions,
+    Metadata,
+    TlsConfig,
+    aio_channel,
+    call_options,
+    sync_channel,
+)
 from stockade.client.spool import Spool, SpoolBusy, SpoolFull
 from stockade.contract.audit_bounds import (
     MAX_EVENT_BYTES,
@@ -613,6 +621,10 @@ def _is_refusal(err: grpc.aio.AioRpcError) -> bool:
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (err.details() or "")
 
 
+VERIFY_DEADLINE_S = 300.0
+"""Default deadline of VerifyLog (it reads the whole log)."""
+
+
 class _RetryLater(Exception):
     """The batch could not be delivered now; try again after a backoff."""
 
@@ -634,26 +646,51 @@ class AuditClient:
         self.stub = a_grpc.AuditServiceStub(self._channel)
         self._deadline_s = deadline_s
 
-    async def record(self, event: a_pb2.AuditEvent) -> bool:
+    def _options(
+        self, timeout: float | None, metadata: Metadata | None, default_s: float | None = None
+    ) -> CallOptions:
+        return call_options(
+            timeout, metadata, default_s=self._deadline_s if default_s is None else default_s
+        )
+
+    async def record(
+        self,
+        event: a_pb2.AuditEvent,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> bool:
         """Store one event synchronously (no spooling); True when it was a duplicate."""
         response = await self.stub.Record(
-            a_pb2.RecordRequest(event=event), timeout=self._deadline_s
+            a_pb2.RecordRequest(event=event), **self._options(timeout, metadata)
         )
         return response.duplicate
 
-    async def query(self, request: a_pb2.QueryRequest) -> a_pb2.QueryResponse:
+    async def query(
+        self,
+        request: a_pb2.QueryRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.QueryResponse:
         """One page of rows, newest first."""
-        return await self.stub.Query(request, timeout=self._deadline_s)
+        return await self.stub.Query(request, **self._options(timeout, metadata))
 
     async def query_all(
-        self, request: a_pb2.QueryRequest, limit: int | None = None
+        self,
+        request: a_pb2.QueryRequest,
+        limit: int | None = None,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
     ) -> AsyncIterator[a_pb2.AuditRecord]:
-        """Every matching row, newest first, following page tokens (up to ``limit``)."""
+        """Every matching row, newest first, following page tokens (up to ``limit``);
+        ``timeout`` bounds each page."""
         page = a_pb2.QueryRequest()
         page.CopyFrom(request)
         count = 0
         while True:
-            response = await self.query(page)
+            response = await self.query(page, timeout=timeout, metadata=metadata)
             for record in response.records:
                 if limit is not None and count >= limit:
                     return
@@ -664,25 +701,47 @@ class AuditClient:
             page.page_token = response.next_page_token
 
     async def tail(
-        self, session_id: str = "", after_sequence: int = 0
+        self,
+        session_id: str = "",
+        after_sequence: int = 0,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
     ) -> AsyncIterator[a_pb2.AuditRecord]:
-        """Rows as they are stored, from the head or after ``after_sequence`` (no deadline:
-        the stream runs until cancelled)."""
+        """Rows as they are stored, from the head or after ``after_sequence`` (no deadline
+        unless ``timeout`` is given: a live stream runs until cancelled)."""
         call = self.stub.Tail(
-            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence)
+            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence),
+            **call_options(timeout, metadata, default_s=None),
         )
         async for response in call:
             yield response.record
 
-    async def session_metrics(self, session_id: str) -> a_pb2.GetSessionMetricsResponse:
+    async def session_metrics(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.GetSessionMetricsResponse:
         """The per-session metrics snapshot."""
         return await self.stub.GetSessionMetrics(
-            a_pb2.GetSessionMetricsRequest(session_id=session_id), timeout=self._deadline_s
+            a_pb2.GetSessionMetricsRequest(session_id=session_id),
+            **self._options(timeout, metadata),
         )
 
-    async def verify(self, deadline_s: float = 300.0) -> a_pb2.VerifyLogResponse:
-        """Check the hash chain (long deadline: it reads the whole log)."""
-        return await self.stub.VerifyLog(a_pb2.VerifyLogRequest(), timeout=deadline_s)
+    async def verify(
+        self,
+        deadline_s: float = VERIFY_DEADLINE_S,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.VerifyLogResponse:
+        """Check the hash chain (long deadline: it reads the whole log; ``deadline_s`` is
+        ``timeout``'s older name)."""
+        return await self.stub.VerifyLog(
+            a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, deadline_s)
+        )
 
     async def close(self) -> None:
         """Close the channel if this client opened it."""
@@ -713,20 +772,39 @@ class SyncAuditClient:
         self.stub = a_grpc.AuditServiceStub(self._channel)
         self._deadline_s = deadline_s
 
-    def query(self, request: a_pb2.QueryRequest) -> a_pb2.QueryResponse:
+    def _options(
+        self, timeout: float | None, metadata: Metadata | None, default_s: float | None = None
+    ) -> CallOptions:
+        return call_options(
+            timeout, metadata, default_s=self._deadline_s if default_s is None else default_s
+        )
+
+    def query(
+        self,
+        request: a_pb2.QueryRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.QueryResponse:
         """One page of rows, newest first."""
-        response: a_pb2.QueryResponse = self.stub.Query(request, timeout=self._deadline_s)
+        response: a_pb2.QueryResponse = self.stub.Query(request, **self._options(timeout, metadata))
         return response
 
     def query_all(
-        self, request: a_pb2.QueryRequest, limit: int | None = None
+        self,
+        request: a_pb2.QueryRequest,
+        limit: int | None = None,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
     ) -> Iterator[a_pb2.AuditRecord]:
-        """Every matching row, newest first, following page tokens (up to ``limit``)."""
+        """Every matching row, newest first, following page tokens (up to ``limit``);
+        ``timeout`` bounds each page."""
         page = a_pb2.QueryRequest()
         page.CopyFrom(request)
         count = 0
         while True:
-            response = self.query(page)
+            response = self.query(page, timeout=timeout, metadata=metadata)
             for record in response.records:
                 if limit is not None and count >= limit:
                     return
@@ -736,11 +814,19 @@ class SyncAuditClient:
                 return
             page.page_token = response.next_page_token
 
-    def tail(self, session_id: str = "", after_sequence: int = 0) -> Iterator[a_pb2.AuditRecord]:
+    def tail(
+        self,
+        session_id: str = "",
+        after_sequence: int = 0,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> Iterator[a_pb2.AuditRecord]:
         """Rows as they are stored (from the head or after ``after_sequence``), until the
-        stream ends or the caller stops."""
+        stream ends or the caller stops (no deadline unless ``timeout`` is given)."""
         call: Any = self.stub.Tail(
-            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence)
+            a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence),
+            **call_options(timeout, metadata, default_s=None),
         )
         try:
             for response in call:
@@ -748,17 +834,30 @@ class SyncAuditClient:
         finally:
             call.cancel()
 
-    def session_metrics(self, session_id: str) -> a_pb2.GetSessionMetricsResponse:
+    def session_metrics(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.GetSessionMetricsResponse:
         """The per-session metrics snapshot."""
         response: a_pb2.GetSessionMetricsResponse = self.stub.GetSessionMetrics(
-            a_pb2.GetSessionMetricsRequest(session_id=session_id), timeout=self._deadline_s
+            a_pb2.GetSessionMetricsRequest(session_id=session_id),
+            **self._options(timeout, metadata),
         )
         return response
 
-    def verify(self, deadline_s: float = 300.0) -> a_pb2.VerifyLogResponse:
-        """Check the hash chain."""
+    def verify(
+        self,
+        deadline_s: float = VERIFY_DEADLINE_S,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> a_pb2.VerifyLogResponse:
+        """Check the hash chain (``deadline_s`` is ``timeout``'s older name)."""
         response: a_pb2.VerifyLogResponse = self.stub.VerifyLog(
-            a_pb2.VerifyLogRequest(), timeout=deadline_s
+            a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, deadline_s)
         )
         return response
 

@@ -1,18 +1,28 @@
-"""Channels, deadlines and retries shared by every client.
+"""Channels, deadlines, metadata, retries and the fail-closed rule shared by every client.
 
 Every channel carries the OpenTelemetry client interceptors, so trace context crosses
 every hop. ``unix:///path`` and ``HOST:PORT`` addresses are accepted; with a
 ``TlsConfig`` the channel uses mutual TLS.
+
+Every typed client method takes ``timeout=`` (seconds; None: the client's default, so no
+call is ever without a deadline) and ``metadata=`` (extra gRPC metadata for this call:
+a forwarded caller's ``authorization``, a request id); :func:`call_options` turns them
+into the stub's keyword arguments, in one place. And every client applies one rule to a
+call that fails (SPEC §0, fail closed): a failure is never read as permission. Methods
+whose answer is a permission (Decide, AwaitApproval) turn a failure into a DENY whose
+reason :func:`fail_closed_reason` writes; the others raise the ``grpc.RpcError`` so the
+caller must act on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
@@ -23,6 +33,81 @@ T = TypeVar("T")
 
 DEFAULT_DEADLINE_S = 10.0
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+Metadata = Sequence[tuple[str, str]]
+"""gRPC metadata: (key, value) pairs, keys in lower case."""
+
+FAIL_CLOSED = "denied (fail closed)"
+"""How every refusal made on the caller's side because a call failed begins."""
+
+
+def deadline_s(timeout: float | None, default: float) -> float:
+    """The call's deadline in seconds: ``timeout``, else the client's ``default``.
+
+    Never None (a call without a deadline can wait for ever); a timeout that is not a
+    positive finite number is a programming error (``ValueError``), not "no deadline".
+    """
+    if timeout is None:
+        return default
+    if isinstance(timeout, bool) or not (0 < timeout < math.inf):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+def merge_metadata(own: Metadata, extra: Metadata | None) -> tuple[tuple[str, str], ...]:
+    """The client's own metadata (its credentials) with this call's.
+
+    A key the call gives replaces every entry of that key the client holds: a forwarded
+    caller's ``authorization`` is sent alone, never beside the client's own token (the
+    server would accept either).
+    """
+    if not extra:
+        return tuple(own)
+    given = [(k.lower(), v) for k, v in extra]
+    keys = {k for k, _ in given}
+    return (*((k, v) for k, v in own if k.lower() not in keys), *given)
+
+
+class CallOptions(TypedDict, total=False):
+    """The keyword arguments a stub call takes from :func:`call_options`."""
+
+    timeout: float
+    metadata: tuple[tuple[str, str], ...]
+
+
+def call_options(
+    timeout: float | None,
+    metadata: Metadata | None,
+    *,
+    default_s: float | None,
+    own: Metadata = (),
+) -> CallOptions:
+    """The stub's keyword arguments for one call: the deadline and the merged metadata.
+
+    ``default_s`` None only for live streams that run until the caller cancels them
+    (Tail); every other call passes its client's default deadline.
+    """
+    options: CallOptions = {}
+    if timeout is not None or default_s is not None:
+        options["timeout"] = deadline_s(timeout, default_s if default_s is not None else 0.0)
+    merged = merge_metadata(own, metadata)
+    if merged:
+        options["metadata"] = merged
+    return options
+
+
+def failure_text(service: str, err: grpc.RpcError) -> str:
+    """What a failed call says: ``<service> service <CODE>: <details>``."""
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    name = code.name if code is not None else "UNKNOWN"
+    return f"{service} service {name}: {details}"
+
+
+def fail_closed_reason(service: str, err: grpc.RpcError, *, attempts: int = 1) -> str:
+    """The reason of the DENY a caller must act on when a permission could not be had."""
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    return f"{FAIL_CLOSED}{after}: {failure_text(service, err)}"
 
 
 @dataclass(frozen=True)

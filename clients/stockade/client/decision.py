@@ -1,7 +1,8 @@
 """Clients for the decision service, with the fail-closed rule built in.
 
-``decide`` never raises: if the service cannot be reached, errors or answers after the
-deadline, the result is a DENY whose reason says why (SPEC §0 "fail closed").
+``decide`` and ``await_approval`` never raise: if the service cannot be reached, errors or
+answers after the deadline, the result is a DENY whose reason says why (SPEC §0 "fail
+closed", ``stockade.client.base``). Every method takes ``timeout=`` and ``metadata=``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ import random
 
 import grpc
 
-from stockade.client.base import DEFAULT_DEADLINE_S, with_retries
+from stockade.client.base import (
+    DEFAULT_DEADLINE_S,
+    FAIL_CLOSED,
+    CallOptions,
+    Metadata,
+    call_options,
+    deadline_s,
+    fail_closed_reason,
+    failure_text,
+    with_retries,
+)
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -27,7 +38,7 @@ def fail_closed(reason: str) -> d_pb2.DecideResponse:
     """The DENY a caller must act on when no decision could be obtained."""
     return d_pb2.DecideResponse(
         verdict=c_pb2.VERDICT_DENY,
-        reason=f"denied (fail closed): {reason}",
+        reason=f"{FAIL_CLOSED}: {reason}",
         winning_rule=c_pb2.Rule(
             effect=c_pb2.RULE_EFFECT_DENY,
             pattern="*",
@@ -39,10 +50,7 @@ def fail_closed(reason: str) -> d_pb2.DecideResponse:
 
 
 def _describe(err: grpc.RpcError) -> str:
-    code = err.code() if hasattr(err, "code") else None
-    details = err.details() if hasattr(err, "details") else str(err)
-    name = code.name if code is not None else "UNKNOWN"
-    return f"decision service {name}: {details}"
+    return failure_text("decision", err)
 
 
 class DecisionClient:
@@ -64,12 +72,22 @@ class DecisionClient:
         """The raw stub, for RPCs without a wrapper."""
         return self._stub
 
-    async def decide(self, request: d_pb2.DecideRequest) -> d_pb2.DecideResponse:
+    def _options(
+        self, timeout: float | None, metadata: Metadata | None, default_s: float
+    ) -> CallOptions:
+        return call_options(timeout, metadata, default_s=default_s, own=self._metadata)
+
+    async def decide(
+        self,
+        request: d_pb2.DecideRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> d_pb2.DecideResponse:
         """Decide a call; any failure to decide is a DENY (fail closed)."""
+        options = self._options(timeout, metadata, self._decide_deadline)
         try:
-            response: d_pb2.DecideResponse = await self._stub.Decide(
-                request, timeout=self._decide_deadline
-            )
+            response: d_pb2.DecideResponse = await self._stub.Decide(request, **options)
         except grpc.aio.AioRpcError as err:
             return fail_closed(_describe(err))
         if response.verdict == c_pb2.VERDICT_UNSPECIFIED:
@@ -77,30 +95,44 @@ class DecisionClient:
         return response
 
     async def create_session(
-        self, session_id: str = "", mode: int = c_pb2.PERMISSION_MODE_UNSPECIFIED, task: str = ""
+        self,
+        session_id: str = "",
+        mode: int = c_pb2.PERMISSION_MODE_UNSPECIFIED,
+        task: str = "",
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
     ) -> d_pb2.Session:
         """Create (or fetch, if it exists) a session; a mode other than the default needs
         the admin token this client was given."""
         req = d_pb2.CreateSessionRequest(session_id=session_id, mode=mode, task=task)  # type: ignore[arg-type]
+        options = self._options(timeout, metadata, DEFAULT_DEADLINE_S)
         resp: d_pb2.CreateSessionResponse = await with_retries(
-            lambda: self._stub.CreateSession(
-                req, timeout=DEFAULT_DEADLINE_S, metadata=self._metadata
-            )
+            lambda: self._stub.CreateSession(req, **options)
         )
         return resp.session
 
     async def await_approval(
-        self, approval_id: str, *, timeout_s: float
+        self,
+        approval_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        timeout_s: float | None = None,
     ) -> d_pb2.AwaitApprovalResponse:
-        """Wait for an approval's answer within ``timeout_s``; a failure to get one is a DENY.
+        """Wait for an approval's answer within ``timeout`` seconds (``timeout_s`` is its
+        older name; one of them is required); a failure to get one is a DENY.
 
         The approval is stored, so a wait cut off by a restart of the decision service
         (UNAVAILABLE: killed, or told to stop and ending its waits) re-attaches with
-        backoff until the answer comes or ``timeout_s`` is spent, rather than denying a
-        call whose approval is still open.
+        backoff until the answer comes or the time is spent, rather than denying a call
+        whose approval is still open.
         """
+        budget = timeout if timeout is not None else timeout_s
+        if budget is None:
+            raise TypeError("await_approval needs timeout= (how long to wait for the answer)")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = loop.time() + deadline_s(budget, DEFAULT_DEADLINE_S)
         request = d_pb2.AwaitApprovalRequest(approval_id=approval_id)
         delay = REATTACH_FIRST_DELAY_S
         attempts = 0
@@ -108,26 +140,34 @@ class DecisionClient:
             attempts += 1
             try:
                 resp: d_pb2.AwaitApprovalResponse = await self._stub.AwaitApproval(
-                    request, timeout=max(0.001, deadline - loop.time())
+                    request,
+                    **self._options(max(0.001, deadline - loop.time()), metadata, budget),
                 )
                 return resp
             except grpc.aio.AioRpcError as err:
                 left = deadline - loop.time()
                 if err.code() != grpc.StatusCode.UNAVAILABLE or left <= delay:
-                    after = f" after {attempts} attempts" if attempts > 1 else ""
                     return d_pb2.AwaitApprovalResponse(
                         verdict=c_pb2.VERDICT_DENY,
-                        reason=f"denied (fail closed){after}: {_describe(err)}",
+                        reason=fail_closed_reason("decision", err, attempts=attempts),
                     )
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, REATTACH_MAX_DELAY_S)
 
     async def resolve_approval(
-        self, request: d_pb2.ResolveApprovalRequest
+        self,
+        request: d_pb2.ResolveApprovalRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
     ) -> d_pb2.ResolveApprovalResponse:
-        """Answer an approval (raises on error: the resolver must know it did not count)."""
+        """Answer an approval (raises on error: the resolver must know it did not count).
+
+        ``metadata`` may carry the credentials of the person or service the caller acts
+        for (the agent forwards its caller's ``authorization``): they replace this
+        client's own admin token for the call."""
         resp: d_pb2.ResolveApprovalResponse = await self._stub.ResolveApproval(
-            request, timeout=DEFAULT_DEADLINE_S, metadata=self._metadata
+            request, **self._options(timeout, metadata, DEFAULT_DEADLINE_S)
         )
         return resp
 
@@ -139,21 +179,33 @@ class SyncDecisionClient:
         self._stub = d_grpc.DecisionServiceStub(channel)
         self._decide_deadline = decide_deadline_s
 
-    def decide(self, request: d_pb2.DecideRequest) -> d_pb2.DecideResponse:
+    def decide(
+        self,
+        request: d_pb2.DecideRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> d_pb2.DecideResponse:
         """Decide a call; any failure to decide is a DENY (fail closed)."""
+        options = call_options(timeout, metadata, default_s=self._decide_deadline)
         try:
-            response: d_pb2.DecideResponse = self._stub.Decide(
-                request, timeout=self._decide_deadline
-            )
+            response: d_pb2.DecideResponse = self._stub.Decide(request, **options)
         except grpc.RpcError as err:
             return fail_closed(_describe(err))
         if response.verdict == c_pb2.VERDICT_UNSPECIFIED:
             return fail_closed("the decision service returned no verdict")
         return response
 
-    def get_session(self, session_id: str) -> d_pb2.Session:
+    def get_session(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> d_pb2.Session:
         """Fetch a session (raises grpc.RpcError on failure)."""
         resp: d_pb2.GetSessionResponse = self._stub.GetSession(
-            d_pb2.GetSessionRequest(session_id=session_id), timeout=DEFAULT_DEADLINE_S
+            d_pb2.GetSessionRequest(session_id=session_id),
+            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
         )
         return resp.session

@@ -1,4 +1,8 @@
-"""Clients for the executor service."""
+"""Clients for the executor service.
+
+Every method takes ``timeout=`` and ``metadata=`` (``stockade.client.base``); a failed
+call raises ``grpc.RpcError``, and the caller denies the tool call (fail closed).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from stockade.client.base import DEFAULT_DEADLINE_S, with_retries
+from stockade.client.base import DEFAULT_DEADLINE_S, Metadata, call_options, with_retries
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
@@ -25,35 +29,61 @@ class ExecutorClient:
         """The raw stub."""
         return self._stub
 
-    async def inspect(self, request: x_pb2.InspectRequest) -> d_pb2.ToolInspection:
+    async def inspect(
+        self,
+        request: x_pb2.InspectRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> d_pb2.ToolInspection:
         """Tool-level checks (side-effect free, so retried on UNAVAILABLE)."""
+        options = call_options(timeout, metadata, default_s=INSPECT_DEADLINE_S)
         resp: x_pb2.InspectResponse = await with_retries(
-            lambda: self._stub.Inspect(request, timeout=INSPECT_DEADLINE_S)
+            lambda: self._stub.Inspect(request, **options)
         )
         return resp.inspection
 
     async def execute(
-        self, request: x_pb2.ExecuteRequest, *, timeout_s: float
+        self,
+        request: x_pb2.ExecuteRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        timeout_s: float | None = None,
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
-        """Run a call and stream its chunks and result (never retried: not idempotent)."""
-        call = self._stub.Execute(request, timeout=timeout_s)
+        """Run a call and stream its chunks and result (never retried: not idempotent).
+
+        ``timeout`` (or its older name ``timeout_s``) bounds the whole run; one of them is
+        required, since how long a tool may run is the caller's choice."""
+        budget = timeout if timeout is not None else timeout_s
+        if budget is None:
+            raise TypeError("execute needs timeout= (how long the call may run)")
+        call = self._stub.Execute(request, **call_options(budget, metadata, default_s=budget))
         async for message in call:
             yield message
 
-    async def cancel(self, session_id: str, call_id: str) -> bool:
+    async def cancel(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> bool:
         """Cancel the running call ``call_id`` of ``session_id``."""
         resp: x_pb2.CancelResponse = await self._stub.Cancel(
             x_pb2.CancelRequest(session_id=session_id, call_id=call_id),
-            timeout=DEFAULT_DEADLINE_S,
+            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
         )
         return resp.found
 
-    async def capabilities(self) -> x_pb2.GetCapabilitiesResponse:
+    async def capabilities(
+        self, *, timeout: float | None = None, metadata: Metadata | None = None
+    ) -> x_pb2.GetCapabilitiesResponse:
         """Which confinement layers are active."""
+        options = call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S)
         resp: x_pb2.GetCapabilitiesResponse = await with_retries(
-            lambda: self._stub.GetCapabilities(
-                x_pb2.GetCapabilitiesRequest(), timeout=DEFAULT_DEADLINE_S
-            )
+            lambda: self._stub.GetCapabilities(x_pb2.GetCapabilitiesRequest(), **options)
         )
         return resp
 
@@ -65,14 +95,25 @@ class SyncExecutorClient:
     def __init__(self, channel: grpc.Channel) -> None:
         self._stub = x_grpc.ExecutorServiceStub(channel)
 
-    def inspect(self, request: x_pb2.InspectRequest) -> d_pb2.ToolInspection:
+    def inspect(
+        self,
+        request: x_pb2.InspectRequest,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+    ) -> d_pb2.ToolInspection:
         """Tool-level checks of a call (raises grpc.RpcError on failure)."""
-        resp: x_pb2.InspectResponse = self._stub.Inspect(request, timeout=INSPECT_DEADLINE_S)
+        resp: x_pb2.InspectResponse = self._stub.Inspect(
+            request, **call_options(timeout, metadata, default_s=INSPECT_DEADLINE_S)
+        )
         return resp.inspection
 
-    def capabilities(self) -> x_pb2.GetCapabilitiesResponse:
+    def capabilities(
+        self, *, timeout: float | None = None, metadata: Metadata | None = None
+    ) -> x_pb2.GetCapabilitiesResponse:
         """Which confinement layers are active."""
         resp: x_pb2.GetCapabilitiesResponse = self._stub.GetCapabilities(
-            x_pb2.GetCapabilitiesRequest(), timeout=DEFAULT_DEADLINE_S
+            x_pb2.GetCapabilitiesRequest(),
+            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
         )
         return resp

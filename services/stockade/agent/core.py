@@ -129,13 +129,10 @@ class AgentCore:
     async def resolve_approval(
         self, request: d_pb2.ResolveApprovalRequest, *, authorization: str = ""
     ) -> d_pb2.ResolveApprovalResponse:
-        """Pass an approval answer to the decision service with the caller's credentials."""
+        """Pass an approval answer to the decision service with the caller's credentials
+        (they replace the client's own for this call; the client's deadline applies)."""
         metadata = (("authorization", authorization),) if authorization else None
-        if metadata is None:
-            return await self.decision.resolve_approval(request)
-        call = self.decision.stub.ResolveApproval(request, timeout=5.0, metadata=metadata)
-        response: d_pb2.ResolveApprovalResponse = await call  # type: ignore[misc]
-        return response
+        return await self.decision.resolve_approval(request, metadata=metadata)
 
     async def run_turn(
         self,
