@@ -12,9 +12,19 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from stockade.cli import approvals, audit, checks, demo, explain, policy, serve, session
+from stockade.cli import (
+    approvals,
+    audit,
+    checks,
+    demo,
+    executor_state,
+    explain,
+    policy,
+    serve,
+    session,
+)
 
-GROUPS = [serve, demo, checks, policy, explain, session, approvals, audit]
+GROUPS = [serve, demo, checks, policy, explain, session, approvals, audit, executor_state]
 
 
 def build_parser() -> argparse.ArgumentParser:

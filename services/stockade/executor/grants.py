@@ -13,9 +13,10 @@ allow rule or a mode the decision service recorded.
 from __future__ import annotations
 
 import heapq
+import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -58,21 +59,51 @@ def inspection_findings(inspection: Inspection) -> tuple[str, tuple[Finding, ...
     return digest, rules
 
 
+#: A grant's claims are about a kilobyte; anything much larger is refused before parsing.
+MAX_GRANT_PAYLOAD = 64 * 1024
+
+
+def _claimed_kid(grant_payload: bytes) -> str | None:
+    """The ``kid`` the (not yet verified) payload names, only to pick the key to verify
+    with; None when the payload is not a JSON object with a string ``kid``."""
+    try:
+        raw = json.loads(grant_payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    kid = raw.get("kid") if isinstance(raw, dict) else None
+    return kid if isinstance(kid, str) else None
+
+
 class GrantVerifier:
-    """Verifies grants with the public key only; each grant verifies once (replay cache)."""
+    """Verifies grants with public keys only.
+
+    ``public_keys`` may hold several keys during a rotation: a grant is verified by the
+    key its ``kid`` names, and refused when that key is not (or no longer) listed. The
+    single-use rule is enforced by :meth:`verify` in this process (a replay cache), or
+    by the caller through a shared store after :meth:`check` (the executor service does,
+    so a grant is spent once across replicas and restarts, STORE-3).
+    """
 
     def __init__(
-        self, public_key: Ed25519PublicKey, *, clock: Callable[[], float] = time.time
+        self,
+        public_keys: Ed25519PublicKey | Sequence[Ed25519PublicKey],
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._key = public_key
+        keys = [public_keys] if isinstance(public_keys, Ed25519PublicKey) else list(public_keys)
+        if not keys:
+            raise ValueError("a grant verifier needs at least one public key")
+        self._keys = {key_id(key): key for key in keys}
         self._clock = clock
-        self.key_id = key_id(public_key)
+        self.key_ids = tuple(self._keys)
+        """The ids of the accepted keys, in the order given."""
+        self.key_id = self.key_ids[0]
         self._used: dict[str, float] = {}
         self._expiries: list[tuple[float, str]] = []
         """The used nonces by expiry (a heap), so forgetting expired ones costs O(log n)."""
         self._lock = threading.Lock()
 
-    def verify(
+    def check(
         self,
         grant_payload: bytes,
         signature: bytes,
@@ -83,18 +114,19 @@ class GrantVerifier:
         arguments: Mapping[str, Any],
         inspection: Inspection | None = None,
     ) -> Claims:
-        """Return the claims if the grant allows exactly this call now; raise a
-        ``GrantError`` if not.
+        """Return the claims if the grant allows exactly this call now, not counting
+        whether it was used before; raise a ``GrantError`` if not.
 
         Checks run signature first (a forged payload says nothing), then expiry, then the
         binding, then (given the executor's ``inspection``) the findings and their
-        settlement; only a grant that passes all of them is marked used. A tool-level DENY
-        in ``inspection`` is left to the caller (it refuses the call as a result).
+        settlement. A tool-level DENY in ``inspection`` is left to the caller (it refuses
+        the call as a result).
         """
         if not grant_payload or not signature:
             raise GrantMissing("the call carries no grant from the decision service")
+        key = self._key_for(grant_payload)
         try:
-            self._key.verify(signature, grant_payload)
+            key.verify(signature, grant_payload)
         except InvalidSignature as exc:
             raise GrantInvalid("grant signature does not verify (forged or tampered)") from exc
         claims = parse_claims(grant_payload)
@@ -111,6 +143,45 @@ class GrantVerifier:
                 raise GrantMismatch(f"grant was issued for another {name}", field=name)
         if inspection is not None and not inspection.denied:
             self._check_findings(claims, inspection)
+        return claims
+
+    def _key_for(self, grant_payload: bytes) -> Ed25519PublicKey:
+        """The accepted key the payload's ``kid`` names; a grant signed by a key that is
+        not (or no longer) listed is refused here, before any other check."""
+        if len(grant_payload) > MAX_GRANT_PAYLOAD:
+            raise GrantInvalid(f"grant payload is larger than {MAX_GRANT_PAYLOAD} bytes")
+        kid = _claimed_kid(grant_payload)
+        key = self._keys.get(kid) if kid is not None else None
+        if key is None:
+            raise GrantInvalid(
+                "grant was signed by a key this executor does not accept (not among its "
+                "grant public keys: forged, or a key retired after a rotation)"
+            )
+        return key
+
+    def verify(
+        self,
+        grant_payload: bytes,
+        signature: bytes,
+        *,
+        session_id: str,
+        call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        inspection: Inspection | None = None,
+    ) -> Claims:
+        """:meth:`check`, then spend the grant in this process's replay cache (raises
+        ``GrantReplayed`` the second time). Only a grant that passes every check is spent."""
+        claims = self.check(
+            grant_payload,
+            signature,
+            session_id=session_id,
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=arguments,
+            inspection=inspection,
+        )
+        now = self._clock()
         with self._lock:
             self._purge(now)
             if claims.nonce in self._used:

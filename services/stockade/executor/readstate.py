@@ -14,10 +14,11 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from stockade.errors import StaleWrite
 
-__all__ = ["FileStamp", "ReadState", "stamp_fd"]
+__all__ = ["FileStamp", "ReadLedger", "ReadState", "check_fresh", "stamp_fd"]
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,44 @@ def stamp_fd(fd: int) -> tuple[FileStamp, bytes]:
     return FileStamp.of_bytes(data, st), data
 
 
+def check_fresh(path: str, seen: FileStamp | None, current: FileStamp) -> None:
+    """Raise :class:`StaleWrite` unless ``seen`` (the session's last read of ``path``)
+    exists and has the content ``current`` has now."""
+    if seen is None:
+        raise StaleWrite(
+            f"{path} exists but has not been read in this session: read it first",
+            path=path,
+        )
+    if seen.size != current.size or seen.sha256 != current.sha256:
+        raise StaleWrite(
+            f"{path} changed since it was last read: read it again before writing",
+            path=path,
+        )
+
+
+@runtime_checkable
+class ReadLedger(Protocol):
+    """What the file tools need of the read state (in memory, or shared by replicas)."""
+
+    blocking: bool
+    """True when calls wait for a store: the tool must then call from a worker thread."""
+
+    def record(self, session_id: str, path: str, stamp: FileStamp) -> None:
+        """Remember that ``session_id`` saw ``path`` (canonical) as ``stamp``."""
+        ...
+
+    def require_fresh(self, session_id: str, path: str, current: FileStamp) -> None:
+        """Raise :class:`StaleWrite` unless ``path`` was read in the session and is unchanged."""
+        ...
+
+
 class ReadState:
-    """Per-session record of file reads; bounded (least recently used entries go first)."""
+    """Per-session record of file reads in this process; bounded (least recently used
+    entries go first). A deployment keeps reads in the shared store instead
+    (``stockade.executor.state.StoreReadState``)."""
+
+    blocking = False
+    """In memory: safe to call on the event loop."""
 
     def __init__(self, max_entries: int = 50_000) -> None:
         """Keep at most ``max_entries`` (session, path) records."""
@@ -78,17 +115,7 @@ class ReadState:
 
     def require_fresh(self, session_id: str, path: str, current: FileStamp) -> None:
         """Raise :class:`StaleWrite` unless ``path`` was read in the session and is unchanged."""
-        seen = self.get(session_id, path)
-        if seen is None:
-            raise StaleWrite(
-                f"{path} exists but has not been read in this session: read it first",
-                path=path,
-            )
-        if seen.size != current.size or seen.sha256 != current.sha256:
-            raise StaleWrite(
-                f"{path} changed since it was last read: read it again before writing",
-                path=path,
-            )
+        check_fresh(path, self.get(session_id, path), current)
 
     def forget_session(self, session_id: str) -> None:
         """Drop everything recorded for ``session_id``."""

@@ -26,7 +26,7 @@ from stockade.errors import FailedPrecondition, PermissionDenied, StockadeError,
 from stockade.executor.confine.policy import Layer
 from stockade.executor.inspect import Inspection, parses_in_child
 from stockade.executor.paths import PathSandbox
-from stockade.executor.readstate import ReadState
+from stockade.executor.readstate import ReadLedger, ReadState
 from stockade.executor.tools.base import Chunk, ExecContext, Status, Tool, ToolResult
 
 __all__ = [
@@ -71,13 +71,16 @@ class CallSpec:
 
 
 class GrantCheck(Protocol):
-    """Verifies the decision service's grant for a call; raises a ``GrantError`` if not valid."""
+    """Verifies the decision service's grant for a call and spends it; raises a
+    ``GrantError`` if not valid (or already spent), ``DependencyUnavailable`` when the
+    record of spent grants cannot be reached."""
 
-    def __call__(
+    async def __call__(
         self, call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
     ) -> None:
         """Return if the grant allows exactly ``call`` now, given the executor's own
-        ``inspection`` of it (the grant must bind those findings, DEC-12 rev 2)."""
+        ``inspection`` of it (the grant must bind those findings, DEC-12 rev 2), and was
+        not spent before on any replica (STORE-3)."""
         ...
 
 
@@ -106,7 +109,7 @@ class ExecutorCore:
         tools: Mapping[str, Tool],
         inspector: Inspector,
         settings: Any = None,
-        read_state: ReadState | None = None,
+        read_state: ReadLedger | None = None,
         grant_check: GrantCheck | None = None,
         services: Mapping[str, Any] | None = None,
         default_timeout_s: float = 60.0,
@@ -119,7 +122,7 @@ class ExecutorCore:
         self.tools = dict(tools)
         self.inspector = inspector
         self.settings = settings
-        self.read_state = read_state or ReadState()
+        self.read_state: ReadLedger = read_state if read_state is not None else ReadState()
         self.grant_check = grant_check
         self.extra_services = dict(services or {})
         self.default_timeout_s = default_timeout_s
@@ -180,7 +183,7 @@ class ExecutorCore:
         # The executor's own findings first: the grant must bind them (DEC-12 rev 2).
         inspection = await self.inspect_async(call.tool_name, call.arguments)
         if self.grant_check is not None:
-            self.grant_check(call, grant_payload, grant_signature, inspection)
+            await self.grant_check(call, grant_payload, grant_signature, inspection)
         denials = [rule.reason for rule in inspection.rules if rule.effect == "deny"]
         if denials:
             reason = "; ".join(denials)

@@ -16,7 +16,13 @@ from google.protobuf import duration_pb2, json_format
 
 from stockade.contract.grant import load_public_key
 from stockade.contract.protected import ProtectedReads, load_protected_reads
-from stockade.errors import GrantMissing, InvalidArgument, StockadeError
+from stockade.errors import (
+    DependencyUnavailable,
+    GrantMissing,
+    GrantReplayed,
+    InvalidArgument,
+    StockadeError,
+)
 from stockade.executor.bash import BashAnalyzer
 from stockade.executor.confine import Launcher
 from stockade.executor.globs import validate_globs
@@ -24,8 +30,10 @@ from stockade.executor.grants import GrantVerifier
 from stockade.executor.inspect import Inspection, inspect_call
 from stockade.executor.metrics import ExecutorMetrics
 from stockade.executor.paths import PathSandbox
+from stockade.executor.readstate import ReadLedger
 from stockade.executor.runner import CallSpec, ExecutorCore, GrantCheck, Interrupt, Layer
 from stockade.executor.settings import ExecutorSettings
+from stockade.executor.state import ExecutorState, MemoryExecutorState, StoreReadState, open_state
 from stockade.executor.tools import file_tools
 from stockade.executor.tools.base import Chunk, Status, Tool, ToolResult
 from stockade.executor.tools.run_bash import RunBashTool
@@ -72,25 +80,46 @@ def _require_call(call: c_pb2.ToolCall) -> None:
         raise InvalidArgument("call.call_id is required")
 
 
-def _refuse_all(call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection) -> None:
+async def _refuse_all(
+    call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
+) -> None:
     raise GrantMissing(
         "this executor has no grant public key (STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE), "
         "so it cannot verify grants and refuses every call"
     )
 
 
-def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
-    """A grant verifier from ``grant_public_key_file``. Without a key every Execute is
-    refused (fail closed), unless ``allow_ungranted`` says this is a development setup,
-    where None (no verification) is returned."""
-    if settings.grant_public_key_file is None:
+def grant_check_from_settings(
+    settings: ExecutorSettings, state: ExecutorState | None = None
+) -> GrantCheck | None:
+    """A grant verifier from the configured grant public key(s), spending grants in
+    ``state`` (this process's memory when None). Without a key every Execute is refused
+    (fail closed), unless ``allow_ungranted`` says this is a development setup, where None
+    (no verification) is returned."""
+    files = settings.grant_key_files()
+    if not files:
         return None if settings.allow_ungranted else _refuse_all
     # The grant format comes from the neutral contract package (never the decision
     # service's internals): one implementation of the format on both sides.
-    verifier = GrantVerifier(load_public_key(settings.grant_public_key_file))
+    verifier = GrantVerifier([load_public_key(path) for path in files])
+    return StoreGrantCheck(verifier, state if state is not None else MemoryExecutorState())
 
-    def check(call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection) -> None:
-        verifier.verify(
+
+class StoreGrantCheck:
+    """The grant check of Execute: every check of the grant itself, then spending it in
+    the executor state shared by the replicas (single use across replicas and restarts,
+    STORE-3). A store that cannot answer refuses the call (UNAVAILABLE), never runs it."""
+
+    def __init__(self, verifier: GrantVerifier, state: ExecutorState) -> None:
+        """Check with ``verifier``, spend in ``state``."""
+        self.verifier = verifier
+        self.state = state
+
+    async def __call__(
+        self, call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
+    ) -> None:
+        """Raise unless the grant allows ``call`` now and was never spent."""
+        claims = self.verifier.check(
             payload,
             signature,
             session_id=call.session_id,
@@ -99,8 +128,14 @@ def grant_check_from_settings(settings: ExecutorSettings) -> GrantCheck | None:
             arguments=call.arguments,
             inspection=inspection,
         )
-
-    return check
+        try:
+            fresh = await self.state.spend_grant(claims.nonce, claims.exp)
+        except DependencyUnavailable as exc:
+            raise DependencyUnavailable(
+                f"grant refused: the record of spent grants cannot be reached ({exc.message})"
+            ) from exc
+        if not fresh:
+            raise GrantReplayed("grant was already used", call_id=call.call_id)
 
 
 def inspection_to_proto(inspection: Inspection, call: c_pb2.ToolCall) -> d_pb2.ToolInspection:
@@ -214,29 +249,41 @@ async def executor_servicer(
             settings.skills_dir,
             settings.additional_dirs,
         )
-    launcher = Launcher()
-    analyzer = BashAnalyzer()
-    await launcher.start()
+    state = await open_state(settings.state_dsn or None, settings.state_dir)
+    logger.info("executor state (spent grants, session reads): %s", state.description)
     try:
-        # The child parser for commands that are not ASCII starts now, not during the
-        # first such call.
-        await asyncio.to_thread(analyzer.warm)
-        for layer in launcher.layers():
-            if not layer.active:
-                logger.warning("confinement layer %s is not active: %s", layer.name, layer.detail)
-        servicer = ExecutorServicer(
-            settings, sandbox, launcher=launcher, protected_reads=reads, analyzer=analyzer
-        )
-        watcher = asyncio.create_task(servicer.watch_policy(settings.policy_poll_s))
+        launcher = Launcher()
+        analyzer = BashAnalyzer()
+        await launcher.start()
         try:
-            yield servicer
+            # The child parser for commands that are not ASCII starts now, not during the
+            # first such call.
+            await asyncio.to_thread(analyzer.warm)
+            for layer in launcher.layers():
+                if not layer.active:
+                    logger.warning(
+                        "confinement layer %s is not active: %s", layer.name, layer.detail
+                    )
+            servicer = ExecutorServicer(
+                settings,
+                sandbox,
+                launcher=launcher,
+                protected_reads=reads,
+                analyzer=analyzer,
+                state=state,
+            )
+            watcher = asyncio.create_task(servicer.watch_policy(settings.policy_poll_s))
+            try:
+                yield servicer
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await launcher.close()
+            await asyncio.to_thread(analyzer.close)
     finally:
-        await launcher.close()
-        await asyncio.to_thread(analyzer.close)
+        await state.close()
 
 
 def _seconds(value: float) -> duration_pb2.Duration:
@@ -269,11 +316,14 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
         launcher: Launcher | None = None,
         protected_reads: ProtectedReads | None = None,
         analyzer: BashAnalyzer | None = None,
+        state: ExecutorState | None = None,
     ) -> None:
         """Build the core from ``settings``.
 
         ``analyzer`` judges bash commands (Inspect and run_bash); its owner closes it.
         Without one, commands that are not ASCII are parsed by a child started for each.
+        ``state`` records spent grants and session reads (shared by the replicas; this
+        process's memory when None). A shared state must be given on the running loop.
 
         ``tools`` defaults to the file tools, plus run_bash when a started ``launcher`` is
         given (its layers are then reported too); ``layers`` reports further confinement
@@ -295,12 +345,18 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
             layers = _no_process_confinement
         self._layers = layers
         self._layer_cache: tuple[tuple[Layer, ...], list[x_pb2.ConfinementLayer]] | None = None
-        check = grant_check if grant_check is not None else grant_check_from_settings(settings)
+        check = (
+            grant_check if grant_check is not None else grant_check_from_settings(settings, state)
+        )
+        read_state: ReadLedger | None = None
+        if state is not None and state.shared:
+            read_state = StoreReadState(state, asyncio.get_running_loop())
         self.core = ExecutorCore(
             sandbox=sandbox,
             tools=tools,
             inspector=self._inspector(sandbox),
             settings=settings,
+            read_state=read_state,
             grant_check=check,
             default_timeout_s=settings.default_timeout_s,
             max_timeout_s=settings.max_timeout_s,
@@ -383,6 +439,13 @@ class ExecutorServicer(x_grpc.ExecutorServiceServicer):
                     "grant_verification",
                     True,
                     "no grant_public_key_file configured: every Execute is refused",
+                )
+            elif isinstance(check, StoreGrantCheck):
+                grant = Layer(
+                    "grant_verification",
+                    True,
+                    f"Ed25519 grants required on Execute ({len(check.verifier.key_ids)} "
+                    f"accepted key(s)); spent grants recorded in {check.state.description}",
                 )
             else:
                 grant = Layer("grant_verification", True, "Ed25519 grants required on Execute")

@@ -49,6 +49,15 @@ class ExecutorSettings(ServerSettings):
     """How often the policy file(s) are checked for changes, in seconds."""
     grant_public_key_file: Path | None = None
     """Ed25519 public key that verifies the decision service's grants (PEM)."""
+    grant_public_key_files: Annotated[list[Path], NoDecode] = []
+    """More accepted grant public keys, comma-separated PEM files (a key rotation: the new
+    key is listed before the decision service signs with it, the old one removed after its
+    last grant expired). Grants are verified by the key their ``kid`` names."""
+    state_dsn: str = Field(default="", repr=False)
+    """Where spent grants and session reads are recorded (STORE-3, EXE-11): empty for an
+    SQLite file in ``state_dir`` (one node; survives restarts), ``sqlite:///path`` for
+    another file, ``postgresql://…`` for many replicas (the role needs only EXECUTE on the
+    ``stockade_executor`` functions). Not shown in repr: it may hold a password."""
     execute_identities: Annotated[list[str], NoDecode] = ["agent"]
     """Certificate identities allowed to call Execute and Cancel when mTLS is on."""
     allow_ungranted: bool = False
@@ -68,11 +77,17 @@ class ExecutorSettings(ServerSettings):
 
     _split_lists = field_validator(
         "additional_dirs",
+        "grant_public_key_files",
         "denied_read_globs",
         "protected_write_globs",
         "socket_dirs_extra",
         mode="before",
     )(classmethod(lambda cls, v: split_csv(v)))
+
+    def grant_key_files(self) -> list[Path]:
+        """Every configured grant public key file, ``grant_public_key_file`` first."""
+        first = [self.grant_public_key_file] if self.grant_public_key_file else []
+        return list(dict.fromkeys([*first, *self.grant_public_key_files]))
 
     def socket_dirs(self) -> list[str]:
         """Directories of Stockade's own unix sockets, hidden in every command's mount

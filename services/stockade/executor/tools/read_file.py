@@ -68,7 +68,10 @@ class ReadFileTool(BlockingTool):
 
     def run_now(self, args: Mapping[str, Any], ctx: ExecContext) -> ToolResult | None:
         """Small regular files are read on the event loop, with one path check (the
-        checks run there for Inspect anyway); a larger file goes to a worker thread."""
+        checks run there for Inspect anyway); a larger file goes to a worker thread, and
+        so does every read when the read state waits for a shared store."""
+        if get_read_state(ctx).blocking:
+            return None
         try:
             return self._read(args, ctx, max_bytes=INLINE_READ_BYTES)
         except ArgError as exc:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
-from stockade.executor.readstate import FileStamp, ReadState, stamp_fd
+from stockade.executor.readstate import FileStamp, ReadLedger, stamp_fd
 from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
 
 __all__ = [
@@ -99,9 +99,9 @@ def get_sandbox(ctx: ExecContext) -> PathSandbox:
     return _service(ctx, "sandbox", PathSandbox)
 
 
-def get_read_state(ctx: ExecContext) -> ReadState:
-    """The executor's ReadState (``ctx.services["read_state"]``)."""
-    return _service(ctx, "read_state", ReadState)
+def get_read_state(ctx: ExecContext) -> ReadLedger:
+    """The executor's read state (``ctx.services["read_state"]``)."""
+    return _service(ctx, "read_state", ReadLedger)  # type: ignore[type-abstract]
 
 
 def setting(ctx: ExecContext, name: str, default: Any) -> Any:
@@ -185,7 +185,7 @@ def atomic_write(
     resolved: str,
     data: bytes,
     *,
-    read_state: ReadState | None = None,
+    read_state: ReadLedger | None = None,
     session_id: str = "",
 ) -> FileStamp:
     """Write ``data`` to ``resolved`` by a temporary file and a rename in the same directory.

@@ -1,0 +1,332 @@
+"""The executor state store (STORE-3, EXE-11) on both backends: spent grants are single-use
+across stores sharing the records and across reopening; reads are shared; records are
+bounded and pruned; an unreachable store refuses; and on PostgreSQL the executor's role
+can do nothing but call the store's functions."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from stockade.cli.main import main as cli_main
+from stockade.db.dsn import redact_dsn
+from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument, StaleWrite
+from stockade.executor.pg_state import SCHEMA, VERSION_TABLE, PostgresExecutorState
+from stockade.executor.readstate import FileStamp
+from stockade.executor.state import (
+    MAX_GRANT_ID,
+    PRUNE_MARGIN_S,
+    ExecutorState,
+    SqliteExecutorState,
+    StoreReadState,
+    open_state,
+    parse_state_dsn,
+)
+from tests.pg import with_database
+
+Opener = Callable[[], Awaitable[ExecutorState]]
+
+STAMP = FileStamp(1, 3, "a" * 64)
+OTHER = FileStamp(2, 3, "b" * 64)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store's DSN: an SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'executor.sqlite3'}"
+    return str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+async def open_store(state_dsn: str, tmp_path: Path) -> AsyncIterator[Opener]:
+    """Opens stores on ONE set of records (two calls: two replicas of the executor)."""
+    dsn = state_dsn
+    opened: list[ExecutorState] = []
+
+    async def opener() -> ExecutorState:
+        store = await open_state(dsn, tmp_path)
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        await store.close()
+
+
+def _as_role(dsn: str, role: str, password: str) -> str:
+    """``dsn`` logging in as ``role`` (host, port and database kept)."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
+
+
+def _id() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_a_grant_is_spent_once_across_replicas_and_reopening(open_store: Opener) -> None:
+    a, b = await open_store(), await open_store()
+    grant, exp = _id(), time.time() + 60
+    assert await a.spend_grant(grant, exp) is True
+    assert await a.spend_grant(grant, exp) is False
+    assert await b.spend_grant(grant, exp) is False
+    await a.close()
+    again = await open_store()
+    assert await again.spend_grant(grant, exp) is False
+    assert await again.spend_grant(_id(), exp) is True
+
+
+async def test_racing_replicas_spend_a_grant_exactly_once(open_store: Opener) -> None:
+    stores = [await open_store() for _ in range(4)]
+    grant, exp = _id(), time.time() + 60
+    results = await asyncio.gather(*(s.spend_grant(grant, exp) for s in stores for _ in range(5)))
+    assert results.count(True) == 1
+
+
+async def test_records_long_expired_are_pruned_fresh_ones_kept(open_store: Opener) -> None:
+    store = await open_store()
+    old, recent = _id(), _id()
+    now = time.time()
+    assert await store.spend_grant(old, now - PRUNE_MARGIN_S - 100)
+    # Expired, but within the margin: kept (clocks may differ between replicas).
+    assert await store.spend_grant(recent, now - 5)
+    assert await store.spend_grant(_id(), now + 60)  # a write prunes
+    assert await store.spend_grant(old, now - PRUNE_MARGIN_S - 100) is True  # forgotten
+    assert await store.spend_grant(recent, now - 5) is False  # still remembered
+
+
+@pytest.mark.parametrize(
+    ("grant", "expires_in"),
+    [("", 60.0), ("x" * (MAX_GRANT_ID + 1), 60.0), ("ok", 10 * 3600.0)],
+)
+async def test_bounds_are_enforced(open_store: Opener, grant: str, expires_in: float) -> None:
+    store = await open_store()
+    with pytest.raises(InvalidArgument):
+        await store.spend_grant(grant, time.time() + expires_in)
+
+
+async def test_reads_are_shared_between_replicas(open_store: Opener) -> None:
+    a, b = await open_store(), await open_store()
+    assert await b.last_read("s1", "/w/f.txt") is None
+    await a.record_read("s1", "/w/f.txt", STAMP)
+    assert await b.last_read("s1", "/w/f.txt") == STAMP
+    assert await b.last_read("s2", "/w/f.txt") is None  # another session
+    await b.record_read("s1", "/w/f.txt", OTHER)
+    assert await a.last_read("s1", "/w/f.txt") == OTHER
+    with pytest.raises(InvalidArgument):
+        await a.record_read("s1", "/" + "p" * 5000, STAMP)
+
+
+async def test_store_read_state_from_worker_threads(open_store: Opener) -> None:
+    """The tools' view (worker threads): read on one replica, fresh-check on another; never
+    callable on the loop itself (it would wait on itself)."""
+    loop = asyncio.get_running_loop()
+    a = StoreReadState(await open_store(), loop)
+    b = StoreReadState(await open_store(), loop)
+    await asyncio.to_thread(a.record, "s", "/w/f", STAMP)
+    await asyncio.to_thread(b.require_fresh, "s", "/w/f", STAMP)
+    with pytest.raises(StaleWrite, match="changed since"):
+        await asyncio.to_thread(b.require_fresh, "s", "/w/f", OTHER)
+    with pytest.raises(StaleWrite, match="not been read"):
+        await asyncio.to_thread(b.require_fresh, "other", "/w/f", STAMP)
+    with pytest.raises(RuntimeError, match="worker thread"):
+        b.require_fresh("s", "/w/f", STAMP)
+
+
+def test_dsn_parsing_and_redaction(tmp_path: Path) -> None:
+    assert parse_state_dsn(None, tmp_path) == ("sqlite", tmp_path / "executor-state.sqlite3")
+    assert parse_state_dsn("sqlite:///x/y.db", tmp_path) == ("sqlite", Path("/x/y.db"))
+    assert parse_state_dsn("postgresql://u:p@h/db", tmp_path)[0] == "postgresql"
+    for bad in ("mysql://h/db", "/tmp/x.db", "postgresq://h"):
+        with pytest.raises(InvalidArgument):
+            parse_state_dsn(bad, tmp_path)
+    assert "secret" not in redact_dsn("postgresql://u:secret@h/db?password=secret")
+    with pytest.raises(InvalidArgument) as err:
+        parse_state_dsn("mysql://u:secret@h/db", tmp_path)
+    assert "secret" not in str(err.value)
+
+
+async def test_sqlite_store_that_fails_refuses(tmp_path: Path) -> None:
+    store = SqliteExecutorState(tmp_path / "s.sqlite3")
+    await store.close()
+    with pytest.raises(DependencyUnavailable):
+        await store.spend_grant(_id(), time.time() + 60)
+    with pytest.raises(DependencyUnavailable):
+        await store.last_read("s", "/p")
+
+
+async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    SqliteExecutorState(path)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(InvalidArgument, match="newer"):
+        SqliteExecutorState(path)
+
+
+# --- PostgreSQL only ---------------------------------------------------------------------
+
+
+async def test_unreachable_server_refuses_at_open(tmp_path: Path) -> None:
+    with pytest.raises(DependencyUnavailable) as err:
+        await open_state("postgresql://u:secret@127.0.0.1:1/db", tmp_path)
+    assert "secret" not in str(err.value)
+
+
+async def test_server_gone_after_open_refuses_and_spends_nothing(
+    pg_dsn: str, pg_server: str
+) -> None:
+    store = await PostgresExecutorState.open(pg_dsn)
+    database = urlsplit(pg_dsn).path.lstrip("/")
+    admin = await asyncpg.connect(pg_server)
+    grant = _id()
+    try:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            database,
+        )
+        with pytest.raises(DependencyUnavailable):
+            await store.spend_grant(grant, time.time() + 60)
+        with pytest.raises(DependencyUnavailable):
+            await store.last_read("s", "/p")
+    finally:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await admin.close()
+    # The refused grant was not recorded: it is still fresh once the store is back.
+    assert await store.spend_grant(grant, time.time() + 60) is True
+    await store.close()
+
+
+@pytest.fixture
+async def executor_role(pg_dsn: str) -> AsyncIterator[tuple[str, str]]:
+    """(role name, its DSN): a role that may only use the executor state, as
+    ``stockade executor-state migrate --role`` sets it up; the schema migrated by the
+    administrator, who also keeps another table in the same database."""
+    role = f"stk_exec_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        password = uuid.uuid4().hex
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        # As an administrator or a deployment job does it: the CLI, twice (idempotent).
+        for _ in range(2):
+            argv = ["executor-state", "migrate", "--dsn", pg_dsn, "--role", role]
+            assert await asyncio.to_thread(cli_main, argv) == 0
+        await admin.execute("CREATE TABLE public.other_secrets (v TEXT)")
+        await admin.execute("INSERT INTO public.other_secrets VALUES ('s3cret')")
+        yield role, _as_role(pg_dsn, role, password)
+    finally:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role
+        )
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+
+
+async def test_the_executors_role_can_only_call_the_functions(
+    executor_role: tuple[str, str],
+) -> None:
+    role, dsn = executor_role
+    store = await PostgresExecutorState.open(dsn)
+    grant = _id()
+    assert await store.spend_grant(grant, time.time() + 60) is True
+    assert await store.spend_grant(grant, time.time() + 60) is False
+    await store.record_read("s", "/w/f", STAMP)
+    assert await store.last_read("s", "/w/f") == STAMP
+    await store.close()
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT current_user") == role
+        forbidden = [
+            f"SELECT * FROM {SCHEMA}.spent_grant",
+            f"DELETE FROM {SCHEMA}.spent_grant",
+            f"UPDATE {SCHEMA}.spent_grant SET expires_at = 0",
+            f"TRUNCATE {SCHEMA}.spent_grant",
+            f"INSERT INTO {SCHEMA}.spent_grant VALUES ('x', 0)",
+            f"SELECT * FROM {SCHEMA}.read_state",
+            f"DELETE FROM {SCHEMA}.read_state",
+            f"UPDATE {SCHEMA}.read_state SET sha256 = 'x'",
+            f"SELECT * FROM {VERSION_TABLE}",
+            f"DELETE FROM {VERSION_TABLE}",
+            f"CREATE TABLE {SCHEMA}.mine (v TEXT)",
+            f"CREATE FUNCTION {SCHEMA}.spend_grant(a text) RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            f"DROP FUNCTION {SCHEMA}.spend_grant(text, double precision)",
+            f"ALTER TABLE {SCHEMA}.spent_grant ADD COLUMN x int",
+            "SELECT * FROM public.other_secrets",
+            "CREATE TABLE public.mine (v TEXT)",
+            f"GRANT SELECT ON {SCHEMA}.spent_grant TO {role}",
+        ]
+        for statement in forbidden:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+        # The functions take no caller-chosen clock or table: bounds hold for the role too.
+        with pytest.raises(asyncpg.DataError):
+            await conn.fetchval(f"SELECT {SCHEMA}.spend_grant($1, $2)", "x" * 500, 0.0)
+        with pytest.raises(asyncpg.DataError):
+            await conn.fetchval(f"SELECT {SCHEMA}.spend_grant($1, $2)", "y", time.time() + 1e9)
+    finally:
+        await conn.close()
+
+
+async def test_a_role_without_the_grant_is_refused_at_open(
+    executor_role: tuple[str, str], pg_dsn: str
+) -> None:
+    role, dsn = executor_role
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute(f"REVOKE USAGE ON SCHEMA {SCHEMA} FROM {role}")
+    finally:
+        await admin.close()
+    with pytest.raises(FailedPrecondition, match="executor-state migrate"):
+        await PostgresExecutorState.open(dsn)
+
+
+async def test_an_unmigrated_database_and_a_role_that_may_not_create_it(pg_dsn: str) -> None:
+    role = f"stk_exec_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        password = uuid.uuid4().hex
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        dsn = _as_role(pg_dsn, role, password)
+        with pytest.raises(FailedPrecondition, match="executor-state migrate"):
+            await PostgresExecutorState.open(dsn)
+    finally:
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+
+
+async def test_replicas_migrating_together_apply_the_schema_once(pg_dsn: str) -> None:
+    stores = await asyncio.gather(*(PostgresExecutorState.open(pg_dsn) for _ in range(4)))
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        assert await conn.fetchval(f"SELECT count(*) FROM {VERSION_TABLE}") == 1
+    finally:
+        await conn.close()
+    for store in stores:
+        await store.close()
+
+
+def test_with_database_keeps_the_dsn_shape(pg_server: str) -> None:
+    assert with_database(pg_server, "x").split("?")[0].endswith("/x")
+
+
+def test_migrate_cli_refuses_bad_dsns_without_showing_passwords(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli_main(["executor-state", "migrate", "--dsn", "sqlite:///x.db"]) == 2
+    dsn = "postgresql://admin:hunter2@127.0.0.1:1/db"
+    assert cli_main(["executor-state", "migrate", "--dsn", dsn, "--role", "r"]) == 1
+    err = capsys.readouterr().err
+    assert "migrate failed" in err
+    assert "hunter2" not in err
