@@ -190,3 +190,13 @@ def test_the_rotation_patch_renders_and_projects_both_public_keys(tmp_path: Path
     assert extra == f"{mount['mountPath']}/grant-signing-next.pub"
     # Rotation never brings the private key near the executor.
     assert "stockade-grant-signing" not in json.dumps(executor)
+    # Both names are the executor's settings (a typo would be silently ignored).
+    from stockade.executor.settings import ExecutorSettings
+
+    from .test_settings_wiring import _accepted_names
+
+    accepted = _accepted_names(ExecutorSettings)
+    assert {
+        "STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE",
+        "STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILES",
+    } <= accepted

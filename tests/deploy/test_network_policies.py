@@ -185,23 +185,35 @@ def test_executor_is_reachable_only_from_the_agent(
     assert not policies.connects(_pod(prod, "agent"), executor, 22)
 
 
-def test_executor_has_no_egress_at_all(prod: list[Manifest], policies: Policies) -> None:
+def test_executor_reaches_nothing_but_its_store(prod: list[Manifest], policies: Policies) -> None:
+    """No collector, no internet, no other service: only, on the shared store (prod),
+    PostgreSQL on 5432 and the cluster's DNS to find it."""
     executor = _pod(prod, "executor")
+    on_store = pod_labels(workload(prod, "executor")).get("stockade.dev/store") == "postgresql"
+    assert on_store
     targets = [
-        (DNS, 53, "UDP"),
-        (DNS, 53, "TCP"),
         (INTERNET, 443, "TCP"),
         (INTERNET, 80, "TCP"),
+        (INTERNET, 5432, "TCP"),
+        (INTERNET, 53, "UDP"),
         (METADATA, 80, "TCP"),
+        (METADATA, 5432, "TCP"),
         (CLUSTER_IP, 443, "TCP"),
+        (DNS, 5432, "TCP"),
         (_pod(prod, "otel-collector"), 4317, "TCP"),
         *((_pod(prod, s), GRPC_PORTS[s], "TCP") for s in STOCKADE_SERVICES if s != "executor"),
     ]
     for target, port, proto in targets:
         assert not policies.connects(executor, target, port, proto), (target, port)
-    # The policy says so itself, not only through the default deny.
+    for target, port, proto in [(DNS, 53, "UDP"), (DNS, 53, "TCP"), (PRIVATE_DB, 5432, "TCP")]:
+        assert policies.connects(executor, target, port, proto), (target, port)
+    # The executor's own policy still says "no egress"; what it gets comes from the
+    # store's policies, which select only pods labelled as on the store.
     own = next(p for p in policies.items if p["metadata"]["name"] == "executor")
     assert "Egress" in own["spec"]["policyTypes"] and not own["spec"].get("egress")
+    unlabelled = Endpoint(labels={**executor.labels, "stockade.dev/store": "sqlite"})
+    for target, port, proto in [(DNS, 53, "UDP"), (PRIVATE_DB, 5432, "TCP")]:
+        assert not policies.connects(unlabelled, target, port, proto), (target, port)
 
 
 @pytest.mark.parametrize("service", ["decision", "audit"])
@@ -261,20 +273,24 @@ def test_papers_cannot_reach_cluster_services(prod: list[Manifest], policies: Po
 
 
 def test_evaluator_sees_a_missing_default_deny(prod: list[Manifest]) -> None:
-    """Without the deny-all and the executor's own policy, the stranger gets through: the
-    evaluator is not vacuous."""
+    """Without the deny-all and the policies that select the executor, the stranger gets
+    through and the executor gets out: the evaluator is not vacuous."""
     stripped = Policies(
         [
             o
             for o in prod
             if not (
                 o["kind"] == "NetworkPolicy"
-                and o["metadata"]["name"] in ("default-deny-all", "executor")
+                and o["metadata"]["name"]
+                in ("default-deny-all", "executor", "store-egress", "executor-store-dns")
             )
         ]
     )
     assert stripped.connects(STRANGER, _pod(prod, "executor"), GRPC_PORTS["executor"])
     assert stripped.connects(_pod(prod, "executor"), INTERNET, 443)
+    # ... and without the store's DNS policy, the executor on the store resolves nothing.
+    no_dns = Policies([o for o in prod if o["metadata"]["name"] != "executor-store-dns"])
+    assert not no_dns.connects(_pod(prod, "executor"), DNS, 53, "UDP")
 
 
 def test_dev_has_no_network_policies(rendered: dict[str, list[Manifest]]) -> None:
@@ -333,7 +349,9 @@ def test_only_the_stateful_services_reach_postgres(with_postgres: list[Manifest]
     policies = Policies(objs)
     server = _pod(objs, "postgres")
     on_pg = _on_postgresql(objs)
-    assert "audit" in on_pg
+    assert {"decision", "audit", "executor"} <= on_pg
+    # The executor-state migration Job reaches it too (it prepares the executor's schema).
+    assert policies.connects(_pod(objs, "executor-state-migrate"), server, POSTGRES_PORT)
     for service in STOCKADE_SERVICES:
         allowed = policies.connects(_pod(objs, service), server, POSTGRES_PORT)
         assert allowed is (service in on_pg), service
@@ -351,12 +369,13 @@ def test_only_the_stateful_services_reach_postgres(with_postgres: list[Manifest]
         assert not policies.connects(caller, server, POSTGRES_PORT), caller
     # The server's own gate admits exactly the three services that may keep state there,
     # whatever their egress says.
-    for name in ("decision", "audit", "executor", "agent", "papers", "console", "postgres"):
+    allowed = ("decision", "audit", "executor", "executor-state-migrate")
+    for name in (*allowed, "agent", "papers", "console", "postgres", "otel-collector"):
         peer = Endpoint(
             labels={"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "stockade"}
         )
         admitted = policies._allowed(server, peer, POSTGRES_PORT, "TCP", "in")
-        assert admitted is (name in ("decision", "audit", "executor")), name
+        assert admitted is (name in allowed), name
     # ... and a pod that is not part of Stockade does not pass by its name alone.
     lookalike = Endpoint(labels={"app.kubernetes.io/name": "audit"})
     assert not policies._allowed(server, lookalike, POSTGRES_PORT, "TCP", "in")

@@ -257,7 +257,9 @@ def test_executor_mounts_only_the_public_key(rendered: dict[str, list[Manifest]]
         executor = workload(rendered[overlay], "executor")
         refs = _secret_refs(executor)
         assert GRANT_PUBLIC_SECRET in refs
-        assert refs - {GRANT_PUBLIC_SECRET} <= {"stockade-tls-executor"}, refs
+        # Besides: its certificate, and (prod) the DSN of a role that may only call the
+        # executor-state functions. Never the administrator's DSN that creates them.
+        assert refs - {GRANT_PUBLIC_SECRET} <= {"stockade-tls-executor", "stockade-store-executor"}
         volume = next(
             v
             for v in pod_spec(executor)["volumes"]
@@ -269,6 +271,20 @@ def test_executor_mounts_only_the_public_key(rendered: dict[str, list[Manifest]]
         container = executor["spec"]["template"]["spec"]["containers"][0]
         key_file = env_of(container)["STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE"]["value"]
         assert key_file.endswith(".pub")
+
+
+def test_store_admin_credentials_go_only_to_the_migration_job(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    found = False
+    for overlay, obj in _all_workloads(rendered):
+        if "stockade-store-executor-admin" in _secret_refs(obj):
+            where = _label(overlay, obj)
+            assert (obj["kind"], obj["metadata"]["name"]) == ("Job", "executor-state-migrate"), (
+                where
+            )
+            found = True
+    assert found
 
 
 def test_secret_volumes_are_read_only_and_not_world_readable(

@@ -27,6 +27,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -51,6 +52,7 @@ PASSWORDS = {
     "decision": "d3c'; ALTER ROLE stockade_decision SUPERUSER; --",
     "audit": "a:'audit_password' \\gexec $(id) `id` \"q\"",
     "executor": "x'||(SELECT 1)||'; CREATE ROLE evil SUPERUSER LOGIN; --",
+    "executor_admin": "adm'; GRANT ALL ON DATABASE stockade_decision TO stockade_executor; --",
 }
 SUPERUSER_PASSWORD = "super-secret-not-for-network"
 
@@ -200,6 +202,7 @@ def _run_init_script(obj: Manifest, env: dict[str, str], conf: Path) -> None:
     secret_values = {
         "postgres-password": SUPERUSER_PASSWORD,
         **{f"{s}-password": PASSWORDS[s] for s in SERVICES},
+        "executor-admin-password": PASSWORDS["executor_admin"],
     }
     run_env = {**env, "PATH": f"{Path(_bin('psql')).parent}:{env['PATH']}"}
     for name, entry in pod_env.items():
@@ -217,7 +220,7 @@ async def _connect(dsn: str) -> asyncpg.Connection:
 
 
 async def test_each_role_reaches_its_own_database(server: Server) -> None:
-    for service in SERVICES:
+    for service in ("decision", "audit"):
         role = f"stockade_{service}"
         conn = await _connect(server.dsn(role, PASSWORDS[service], role))
         try:
@@ -226,6 +229,65 @@ async def test_each_role_reaches_its_own_database(server: Server) -> None:
             await conn.execute("CREATE TABLE probe (x int); DROP TABLE probe")
         finally:
             await conn.close()
+    # The executor's role connects to its database and may create nothing there.
+    conn = await _connect(
+        server.dsn("stockade_executor", PASSWORDS["executor"], "stockade_executor")
+    )
+    try:
+        for statement in (
+            "CREATE TABLE probe (x int)",
+            "CREATE SCHEMA probe",
+            "CREATE TEMPORARY TABLE probe (x int)",
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def test_the_migration_job_gives_the_executor_its_functions_and_nothing_more(
+    server: Server, rendered: dict[str, list[Manifest]]
+) -> None:
+    """What the scale-out component's Job runs, with the admin role roles.sql creates:
+    the executors' schema appears, the executor's role can spend a grant once (the one
+    arbiter across replicas) and cannot read, change or delete a record."""
+    job = workload(rendered[POSTGRES_COMBINATION], "executor-state-migrate")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    admin = server.dsn("stockade_executor_admin", PASSWORDS["executor_admin"], "stockade_executor")
+    stockade = Path(sys.executable).parent / "stockade"
+    assert command[0] == "stockade"
+    done = subprocess.run(
+        [str(stockade), *command[1:]],
+        env={**os.environ, "STOCKADE_EXECUTOR_STATE_ADMIN_DSN": admin},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert PASSWORDS["executor_admin"] not in done.stdout + done.stderr
+    from stockade.executor.pg_state import PostgresExecutorState
+
+    dsn = server.dsn("stockade_executor", PASSWORDS["executor"], "stockade_executor")
+    replicas = [await PostgresExecutorState.open(dsn) for _ in range(2)]
+    try:
+        expires = time.time() + 60
+        assert await replicas[0].spend_grant("grant-once", expires) is True
+        assert await replicas[1].spend_grant("grant-once", expires) is False
+    finally:
+        for replica in replicas:
+            await replica.close()
+    conn = await _connect(dsn)
+    try:
+        for statement in (
+            "SELECT * FROM stockade_executor.spent_grant",
+            "DELETE FROM stockade_executor.spent_grant",
+            "UPDATE stockade_executor.spent_grant SET expires_at = 0",
+            "CREATE TABLE stockade_executor.probe (x int)",
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+    finally:
+        await conn.close()
 
 
 async def test_a_role_reaches_no_other_database(server: Server) -> None:
@@ -286,8 +348,9 @@ def test_only_tls_connections_get_in(rendered: dict[str, list[Manifest]]) -> Non
     assert admitting, "no service can log in"
     for line in admitting:
         assert line[0] == "hostssl" and line[-1] == "scram-sha-256", line
-        # One role, its own database, nothing shared.
-        assert line[1] == line[2] and line[1].startswith("stockade_"), line
+        # One role, its own database (the executor's also its administrator), nothing shared.
+        assert line[1].startswith("stockade_"), line
+        assert line[2] in (line[1], f"{line[1]}_admin"), line
     assert {tuple(line[:3]) for line in network[-2:]} == {
         ("host", "all", "all"),
         ("hostnossl", "all", "all"),
@@ -324,7 +387,9 @@ async def test_hostile_passwords_stay_passwords(server: Server) -> None:
         )
     finally:
         await conn.close()
-    assert [r["rolname"] for r in roles] == [f"stockade_{s}" for s in sorted(SERVICES)]
+    assert [r["rolname"] for r in roles] == sorted(
+        [*(f"stockade_{s}" for s in SERVICES), "stockade_executor_admin"]
+    )
     for row in roles:
         flags = (row["rolsuper"], row["rolcreatedb"], row["rolcreaterole"], row["rolreplication"])
         assert flags == (False, False, False, False), row["rolname"]

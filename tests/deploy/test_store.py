@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from .conftest import (
+    DEPLOY,
     POSTGRES_COMBINATION,
     RENDERED_SETS,
     Manifest,
@@ -31,6 +32,7 @@ STATEFUL = ("decision", "audit")
 STORE_DSN = {"decision": "STOCKADE_DECISION_STORE_DSN", "audit": "STOCKADE_AUDIT_STORE_DSN"}
 """The setting that puts a service on PostgreSQL."""
 STORE_LABEL = "stockade.dev/store"
+COMPONENTS = DEPLOY / "k8s" / "components"
 
 
 def _main(obj: Manifest) -> Manifest:
@@ -246,3 +248,43 @@ def _main_ref(obj: Manifest) -> Manifest:
     """The main container itself (not a copy), for the mutations above."""
     container: Manifest = obj["spec"]["template"]["spec"]["containers"][0]
     return container
+
+
+# --- the executors' shared state (STORE-3) -----------------------------------------------------
+
+
+def test_prod_executors_share_their_spent_grants_with_the_least_rights(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    """The executors record spent grants in PostgreSQL with a role that may only call the
+    state functions; the one Job that creates them holds the administrator's DSN and
+    grants exactly the role the component's roles.sql creates."""
+    objs = rendered[POSTGRES_COMBINATION]
+    executor = workload(objs, "executor")
+    env = env_of(_main(executor))
+    assert env["STOCKADE_EXECUTOR_STATE_DSN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "stockade-store-executor",
+        "key": "dsn",
+    }
+    assert pod_labels(executor)[STORE_LABEL] == "postgresql"
+    job = workload(objs, "executor-state-migrate")
+    assert job["kind"] == "Job"
+    container = _main(job)
+    command = container["command"]
+    assert command[:3] == ["stockade", "executor-state", "migrate"]
+    role = command[command.index("--role") + 1]
+    assert env_of(container)["STOCKADE_EXECUTOR_STATE_ADMIN_DSN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "stockade-store-executor-admin", "key": "dsn"}
+    }
+    # A finished Job is removed, so the next apply (a new image) runs it again.
+    assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 3600
+    # The role it grants is the one the postgres component creates, and it owns nothing.
+    roles = (COMPONENTS / "postgres" / "roles.sql").read_text()
+    assert f"CREATE ROLE {role} LOGIN" in roles
+    assert f"OWNER {role};" not in roles
+
+
+def test_dev_executors_keep_their_state_on_their_node(rendered: dict[str, list[Manifest]]) -> None:
+    objs = rendered["dev"]
+    assert "STOCKADE_EXECUTOR_STATE_DSN" not in env_of(_main(workload(objs, "executor")))
+    assert not [w for w in workloads(objs) if w["kind"] == "Job"]

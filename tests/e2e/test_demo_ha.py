@@ -67,6 +67,9 @@ def test_two_replicas_of_each_service_ran(on_store: tuple[str, Path, str]) -> No
     assert {"audit-1", "audit-2", "executor-1", "executor-2", "agent-1", "agent-2"} <= logs
     deciders = {"decision-1", "decision-2"} if "decision" in shared else {"decision"}
     assert deciders <= logs
+    # The demo says what it shares, and warns where this build cannot share.
+    assert f"({', '.join(sorted(shared))})" in out
+    assert ("note: each executor replica" in out) is ("executor" not in shared)
     # The two sessions went through different lanes.
     assert re.search(
         r"session demo-session-\w+ on agent-1 \(decision(-1)?, executor-1, audit-1\)", out

@@ -7,4 +7,5 @@ psql --no-psqlrc --set ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname post
   --set decision_password="$STOCKADE_DECISION_DB_PASSWORD" \
   --set audit_password="$STOCKADE_AUDIT_DB_PASSWORD" \
   --set executor_password="$STOCKADE_EXECUTOR_DB_PASSWORD" \
+  --set executor_admin_password="$STOCKADE_EXECUTOR_ADMIN_DB_PASSWORD" \
   --file /etc/stockade/postgres/roles.sql
