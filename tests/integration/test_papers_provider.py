@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from stockade.agent.registry import Location
 from stockade.agent.remote_tools import ToolProviderClient, discover
 from stockade.agent.tools import default_registry
-from stockade.papers.service import PapersApp
+from stockade.papers.app import PapersApp
 from stockade.papers.settings import PapersSettings
 from stockade.server.app import create_server, stop_server
 from stockade.server.errors import error_info

@@ -32,7 +32,7 @@ def build_app(name: str, **overrides: Any) -> ServiceApp:
 
         return AuditApp(load_settings(AuditSettings))
     if name == "papers":
-        from stockade.papers.service import PapersApp
+        from stockade.papers.app import PapersApp
         from stockade.papers.settings import PapersSettings
 
         return PapersApp(load_settings(PapersSettings))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.papers.service import PapersApp
+from stockade.papers.app import PapersApp
 from stockade.papers.settings import PapersSettings
 from stockade.server import load_settings, serve
 

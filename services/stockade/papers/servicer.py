@@ -1,21 +1,13 @@
-"""ToolProvider servicer for the paper catalogue (kept thin).
-
-Tool-level failures (bad arguments, an unknown paper) are results with ``is_error`` so the
-model can read and correct them; asking for a tool this provider does not serve is a
-protocol error (NOT_FOUND through the shared interceptor).
-"""
+"""ToolProvider servicer for the paper catalogue: protobuf ↔ the core only."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import grpc
 
-from stockade.contract.toolspec import declaration_to_proto, struct_to_dict
-from stockade.errors import InvalidArgument, NotFound, UnknownTool
-from stockade.papers.catalogue import TOOL_NAMES, PaperCatalogue
-from stockade.server.access import Access
+from stockade.papers.convert import call_from_pb, result_to_pb, tools_to_pb
+from stockade.papers.core import PapersCore
 from stockade.v1 import tool_provider_pb2 as tp_pb2
 from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
 
@@ -23,32 +15,18 @@ SERVICE_NAME = tp_pb2.DESCRIPTOR.services_by_name["ToolProvider"].full_name
 
 
 class PapersServicer(tp_grpc.ToolProviderServicer):
-    """Serves ``search_papers``, ``get_paper_metadata`` and ``get_paper_content``."""
+    """ListTools and CallTool, each one core method."""
 
-    ACCESS: ClassVar[Mapping[str, Access]] = {
-        "ListTools": Access.ANY_CALLER,
-        "CallTool": Access.ANY_CALLER,
-    }
-    """Who may call each RPC (X-3)."""
-
-    def __init__(self, catalogue: PaperCatalogue | None = None) -> None:
-        self.catalogue = catalogue or PaperCatalogue()
+    def __init__(self, core: PapersCore | None = None) -> None:
+        self.core = core or PapersCore()
 
     async def ListTools(
         self, request: tp_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tp_pb2.ListToolsResponse:
-        return tp_pb2.ListToolsResponse(
-            tools=[declaration_to_proto(d) for d in self.catalogue.tool_declarations()]
-        )
+        return tools_to_pb(self.core.list_tools())
 
     async def CallTool(
         self, request: tp_pb2.CallToolRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tp_pb2.CallToolResponse:
-        name = request.call.tool_name
-        if name not in TOOL_NAMES:
-            raise UnknownTool(f"this provider does not serve {name!r}", tool=name)
-        try:
-            content = self.catalogue.call(name, struct_to_dict(request.call.arguments))
-        except (InvalidArgument, NotFound) as exc:
-            return tp_pb2.CallToolResponse(content=f"Error: {exc.message}", is_error=True)
-        return tp_pb2.CallToolResponse(content=content)
+        tool_name, arguments = call_from_pb(request)
+        return result_to_pb(self.core.call_tool(tool_name, arguments))

@@ -16,7 +16,7 @@ from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.servicer import AgentServicer
 from stockade.agent.settings import AgentSettings
 from stockade.llm.base import ModelToolCall, ModelTurn
-from stockade.papers.service import PapersApp
+from stockade.papers.app import PapersApp
 from stockade.papers.settings import PapersSettings
 from stockade.server import Registration
 from stockade.server.app import create_server, stop_server

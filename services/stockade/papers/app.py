@@ -1,4 +1,5 @@
-"""The paper catalogue as a runnable service."""
+"""The paper catalogue as a runnable service: the composition root (builds the core and
+the servicer)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from stockade.papers.catalogue import PaperCatalogue
+from stockade.papers.core import PapersCore
 from stockade.papers.servicer import SERVICE_NAME, PapersServicer
 from stockade.papers.settings import PapersSettings
 from stockade.server import Registration
@@ -26,7 +28,7 @@ class PapersApp:
         yield [
             Registration(
                 tp_grpc.add_ToolProviderServicer_to_server,
-                PapersServicer(PaperCatalogue()),
+                PapersServicer(PapersCore(PaperCatalogue())),
                 SERVICE_NAME,
             )
         ]
