@@ -58,12 +58,17 @@ def _events(start: int, count: int) -> list[a_pb2.AuditEvent]:
             agent_name="lead",
             call_id=f"call-{n}",
             verdict=common_pb2.VERDICT_ALLOW,
-            matched_rule="read_file(**)",
-            rule_source=common_pb2.RULE_SOURCE_MANAGED,
+            # The decision typed, as the agent sends it (the service turns it into text).
+            winning_rule=common_pb2.Rule(
+                effect=common_pb2.RULE_EFFECT_ALLOW,
+                pattern="read_file(**)",
+                source=common_pb2.RULE_SOURCE_MANAGED,
+            ),
+            decision_reason="allowed by read_file(**)",
             trace_id=f"{n:032x}",
             policy_version="3f2a9c",
-            arguments_json='{"file_path":"notes/hello.txt"}',
         )
+        event.arguments.update({"file_path": "notes/hello.txt"})
         event.time.FromNanoseconds(1_700_000_000_000_000_000 + n * 1000)
         out.append(event)
     return out

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from stockade.agent.app import AgentApp
 from stockade.agent.settings import AgentSettings
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel

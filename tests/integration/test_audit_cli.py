@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.cli import audit as audit_cli
 from stockade.server.app import create_server, stop_server

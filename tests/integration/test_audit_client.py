@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.audit import AuditClient, AuditRecorder
 from stockade.client.spool import Spool

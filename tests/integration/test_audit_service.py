@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.server.app import create_server, stop_server
 from stockade.server.errors import error_info
@@ -85,7 +85,12 @@ async def test_record_is_idempotent(served: Served) -> None:
     assert (first.duplicate, again.duplicate) == (False, True)
     page = await served.stub.Query(a_pb2.QueryRequest())
     assert [r.event.event_id for r in page.records] == ["s1-1"]
-    assert page.records[0].event == event(1)
+    expected = event(1)
+    # Read back typed too (the event was sent with the deprecated strings only).
+    expected.winning_rule.CopyFrom(
+        common_pb2.Rule(pattern=expected.matched_rule, source=expected.rule_source)
+    )
+    assert page.records[0].event == expected
 
 
 async def test_record_batch_stores_every_batch_in_order(served: Served) -> None:

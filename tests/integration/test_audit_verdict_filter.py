@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.server.app import create_server, stop_server
 from stockade.v1 import audit_service_pb2 as a_pb2

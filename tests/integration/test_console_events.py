@@ -21,7 +21,7 @@ import grpc
 import httpx
 from google.protobuf import struct_pb2
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.console.settings import ConsoleSettings
 from stockade.console.web import ConsoleWeb

@@ -14,7 +14,7 @@ import httpx
 from google.protobuf import struct_pb2
 
 from stockade import devcerts
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.client.base import TlsConfig, aio_channel
 from stockade.console.settings import ConsoleSettings

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import struct_pb2
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
@@ -116,7 +116,7 @@ async def test_every_decide_and_the_resolver_reach_the_audit_log(tmp_path: Path)
     assert json.loads(first.output_preview)["by"] == "none"
     assert "galaxies" not in first.output_preview and not first.arguments_json  # no raw args
     ask = by_call[("c2", c_pb2.VERDICT_ASK)]
-    assert ask.matched_rule == "search_papers(secret*)"
+    assert ask.winning_rule.pattern == "search_papers(secret*)"
     assert json.loads(ask.output_preview)["approval"] == asked.approval_id
     answer = by_call[("c2", c_pb2.VERDICT_ALLOW)]
     settle = json.loads(answer.output_preview)

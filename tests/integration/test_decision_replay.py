@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.cli import policy as policy_cli
 from stockade.server import create_server, load_settings

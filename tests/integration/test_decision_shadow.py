@@ -75,10 +75,11 @@ async def test_differences_are_noted_but_never_enforced(
     assert len(notes) == 1
     assert "would deny (live allow)" in notes[0] and "read_file(**/.env)" in notes[0]
     assert not [c for c in same.conflicts if c.note.startswith("shadow policy")]
-    # The agent writes a decision's conflicts into the call's audit row (conflict_log).
-    from stockade.agent.pipeline import _conflicts_json
+    # The agent copies a decision's conflicts into the call's audit row, typed, and the
+    # audit service stores them in the row's conflict log.
+    from stockade.audit.convert import conflicts_json
 
-    assert "would deny (live allow)" in _conflicts_json(secret)
+    assert "would deny (live allow)" in conflicts_json(secret.conflicts)
     lines = [r.getMessage() for r in caplog.records if "shadow difference" in r.getMessage()]
     assert len(lines) == 1 and "live allow" in lines[0] and "candidate deny" in lines[0]
     assert any("shadow mode: candidate policy" in r.getMessage() for r in caplog.records)

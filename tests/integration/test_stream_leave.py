@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.decision.app import DecisionApp
 from stockade.decision.settings import DecisionSettings
@@ -88,7 +88,7 @@ async def test_leaving_audit_tail_logs_nothing(
     settings = AuditSettings(listen="127.0.0.1:0", state_dir=tmp_path / "audit", grace_seconds=1)
     async with AuditApp(settings).open() as regs:
         servicer = next(r.servicer for r in regs if r.service_name.endswith("AuditService"))
-        store = servicer.store
+        store = servicer.core.store
         open_tails: list[int] = []
         real_tail = store.tail
 

@@ -25,6 +25,7 @@ from google.protobuf.json_format import MessageToDict
 from stockade.cli._connect import add_tls_args, rpc_error_text, tls_from_args
 from stockade.client.audit import SyncAuditClient
 from stockade.v1 import audit_service_pb2 as a_pb2
+from stockade.v1.agent_service_pb2 import TerminationReason
 
 DEFAULT_ADDR = "127.0.0.1:50053"
 _STATUSES = ("OK", "FAIL", "DENIED", "CANCELLED", "SESSION_STOP", "UNKNOWN")
@@ -128,11 +129,13 @@ def _row(record: a_pb2.AuditRecord) -> list[str]:
     event = record.event
     stamp = datetime.fromtimestamp(event.time.seconds + event.time.nanos / 1e9, UTC)
     verdict = a_pb2.AuditStatus.Name(event.status).removeprefix("AUDIT_STATUS_")
-    rule = event.matched_rule
-    if event.rule_source:
-        source = _source_name(event.rule_source)
+    rule = event.winning_rule.pattern
+    if event.winning_rule.source:
+        source = _source_name(event.winning_rule.source)
         rule = f"{rule} [{source}]" if rule else f"[{source}]"
-    if event.termination_reason:
+    if event.termination:
+        rule = TerminationReason.Name(event.termination).removeprefix("TERMINATION_REASON_")
+    elif event.termination_reason:  # a reason this build has no name for
         rule = event.termination_reason
     return [
         str(record.sequence),

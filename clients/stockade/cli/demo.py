@@ -233,7 +233,7 @@ async def print_audit(
         e = row.event
         status = au_pb2.AuditStatus.Name(e.status).removeprefix("AUDIT_STATUS_")
         verdict = c_pb2.Verdict.Name(e.verdict).removeprefix("VERDICT_") if e.verdict else ""
-        rule = e.matched_rule or e.termination_reason
+        rule = e.winning_rule.pattern or e.termination_reason
         if e.status == au_pb2.AUDIT_STATUS_DECIDED and '"resolver"' in e.output_preview:
             rule += f"  {e.output_preview}"  # the approval and who answered it
         print(

@@ -270,7 +270,7 @@ def run_replay(args: argparse.Namespace) -> int:
             "session_id": c.call.session_id,
             "call_id": c.call.call_id,
             "tool": c.call.tool_name,
-            "arguments": c.call.arguments_json,
+            "arguments": dict(c.call.arguments),
             "old_verdict": c.call.verdict.value,
             "old_rule": c.call.matched_rule,
             "new_verdict": c.new_verdict.value,
@@ -305,6 +305,8 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def _recorded_calls(addr: str, session_id: str, tls: TlsConfig | None = None) -> list[Any]:
     """Every decided tool call in the audit trail, oldest first."""
+    from google.protobuf import json_format
+
     from stockade.client.base import sync_channel
     from stockade.decision.convert import SOURCE_TO_PB
     from stockade.decision.replay import RecordedCall
@@ -341,11 +343,11 @@ def _recorded_calls(addr: str, session_id: str, tls: TlsConfig | None = None) ->
                         e.session_id,
                         e.call_id,
                         e.tool_name,
-                        e.arguments_json,
+                        json_format.MessageToDict(e.arguments),
                         verdict,
-                        e.matched_rule,
+                        e.winning_rule.pattern,
                         e.agent_name,
-                        sources.get(e.rule_source),
+                        sources.get(e.winning_rule.source),
                     )  # fmt: skip
                 )
             token = resp.next_page_token

@@ -27,7 +27,7 @@ def build_app(name: str, **overrides: Any) -> ServiceApp:
 
         return ExecutorApp(load_settings(ExecutorSettings, **overrides))
     if name == "audit":
-        from stockade.audit.service import AuditApp
+        from stockade.audit.app import AuditApp
         from stockade.audit.settings import AuditSettings
 
         return AuditApp(load_settings(AuditSettings))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import random
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 from opentelemetry import metrics
 
 from stockade.client.audit_metrics import client_instruments
@@ -60,8 +62,10 @@ from stockade.client.base import (
 from stockade.client.spool import Spool, SpoolBusy, SpoolFull
 from stockade.contract.audit_bounds import (
     MAX_EVENT_BYTES,
+    MAX_JSON_CHARS,
     MAX_MESSAGE_BYTES,
     bound_json_text,
+    cut_marker,
     refused_marker,
 )
 from stockade.v1 import audit_service_pb2 as a_pb2
@@ -86,23 +90,54 @@ def recorder_channel(address: str, *, tls: TlsConfig | None = None) -> grpc.aio.
     return aio_channel(address, tls=tls)
 
 
+def _cut_struct(struct: struct_pb2.Struct, reason: str) -> struct_pb2.Struct:
+    text = json.dumps(json_format.MessageToDict(struct), sort_keys=True, separators=(",", ":"))
+    marker = struct_pb2.Struct()
+    marker.update(json.loads(cut_marker(text, reason)))
+    return marker
+
+
 def bound_event(event: a_pb2.AuditEvent) -> a_pb2.AuditEvent:
-    """``event``, or a copy whose over-long or over-deep JSON fields are cut markers."""
+    """``event``, or a copy whose over-long or over-deep JSON fields are cut markers.
+
+    The typed arguments are cut to a marker object past ``MAX_JSON_CHARS`` bytes; typed
+    conflicts that large leave the event, their cut marker taking their place in
+    ``conflict_log`` (the one field that can say they were cut).
+    """
     arguments = bound_json_text(event.arguments_json) if event.arguments_json else ""
     conflicts = bound_json_text(event.conflict_log) if event.conflict_log else ""
-    if arguments == event.arguments_json and conflicts == event.conflict_log:
+    big_struct = event.HasField("arguments") and event.arguments.ByteSize() > MAX_JSON_CHARS
+    big_conflicts = bool(event.conflicts) and (
+        sum(c.ByteSize() for c in event.conflicts) > MAX_JSON_CHARS
+    )
+    if (
+        arguments == event.arguments_json
+        and conflicts == event.conflict_log
+        and not big_struct
+        and not big_conflicts
+    ):
         return event
     copy = a_pb2.AuditEvent()
     copy.CopyFrom(event)
     copy.arguments_json = arguments
     copy.conflict_log = conflicts
+    if big_struct:
+        copy.arguments.CopyFrom(_cut_struct(event.arguments, f"longer than {MAX_JSON_CHARS} bytes"))
+    if big_conflicts:
+        listed = [json_format.MessageToDict(c, preserving_proto_field_name=True)
+                  for c in event.conflicts]  # fmt: skip
+        copy.ClearField("conflicts")
+        copy.conflict_log = cut_marker(
+            json.dumps(listed, sort_keys=True, separators=(",", ":")),
+            f"longer than {MAX_JSON_CHARS} bytes",
+        )
     return copy
 
 
 def refused_stand_in(event: a_pb2.AuditEvent, payload: bytes, reason: str) -> a_pb2.AuditEvent:
     """The small row stored in place of an event the service refused: what can be kept
     of its identity (cut to the service's limits), a preview saying it was refused and
-    why, and the SHA-256 and size of the refused event in ``arguments_json``."""
+    why, and the SHA-256 and size of the refused event in ``arguments``."""
     digest = hashlib.sha256(payload).hexdigest()
     tool = event.tool_name[:128] or "unknown"
     status = event.status if event.status in _STATUSES else a_pb2.AUDIT_STATUS_FAIL
@@ -121,8 +156,8 @@ def refused_stand_in(event: a_pb2.AuditEvent, payload: bytes, reason: str) -> a_
         agent_name=event.agent_name[:128],
         call_id=event.call_id[:256],
         trace_id=event.trace_id if _TRACE_ID.fullmatch(event.trace_id) else "",
-        arguments_json=refused_marker(payload, reason),
     )
+    stand_in.arguments.update(json.loads(refused_marker(payload, reason)))
     if event.HasField("time") and event.time.seconds >= 0:
         stand_in.time.CopyFrom(event.time)
     return stand_in

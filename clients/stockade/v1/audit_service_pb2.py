@@ -22,11 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from stockade.v1 import agent_service_pb2 as stockade_dot_v1_dot_agent__service__pb2
 from stockade.v1 import common_pb2 as stockade_dot_v1_dot_common__pb2
+from stockade.v1 import decision_service_pb2 as stockade_dot_v1_dot_decision__service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/audit_service.proto\x12\x0bstockade.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockade/v1/common.proto\"\xe8\x03\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nelapsed_ms\x18\x06 \x01(\x03\x12\x16\n\x0eoutput_preview\x18\x07 \x01(\t\x12\x12\n\nagent_name\x18\x08 \x01(\t\x12(\n\x04time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12%\n\x07verdict\x18\x0b \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x14\n\x0cmatched_rule\x18\x0c \x01(\t\x12,\n\x0brule_source\x18\r \x01(\x0e\x32\x17.stockade.v1.RuleSource\x12\x14\n\x0c\x63onflict_log\x18\x0e \x01(\t\x12\x10\n\x08trace_id\x18\x0f \x01(\t\x12\x1a\n\x12termination_reason\x18\x10 \x01(\t\x12\x16\n\x0epolicy_version\x18\x11 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x12 \x01(\t\x12\x0f\n\x07span_id\x18\x13 \x01(\t\"l\n\x0b\x41uditRecord\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x10\n\x08row_hash\x18\x04 \x01(\t\"7\n\rRecordRequest\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\"#\n\x0eRecordResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"=\n\x12RecordBatchRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.stockade.v1.AuditEvent\";\n\x13RecordBatchResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x9f\x02\n\x0cQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12(\n\x06status\x18\x03 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\x12%\n\x07verdict\x18\t \x01(\x0e\x32\x14.stockade.v1.Verdict\"S\n\rQueryResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.stockade.v1.AuditRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x0bTailRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"8\n\x0cTailResponse\x12(\n\x06record\x18\x01 \x01(\x0b\x32\x18.stockade.v1.AuditRecord\".\n\x18GetSessionMetricsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x81\x01\n\x0bToolMetrics\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\x17\n\x0fmean_elapsed_ms\x18\x05 \x01(\x01\x12\x16\n\x0emax_elapsed_ms\x18\x06 \x01(\x03\"\xa4\x01\n\x19GetSessionMetricsResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.stockade.v1.ToolMetrics\x12\x1a\n\x12termination_reason\x18\x06 \x01(\t\"\x12\n\x10VerifyLogRequest\"\xcf\x01\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0crows_checked\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_broken_sequence\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rhead_sequence\x18\x05 \x01(\x03\x12\x11\n\thead_hash\x18\x06 \x01(\t\x12\x17\n\x0f\x61nchor_sequence\x18\x07 \x01(\x03\x12\x14\n\x0crefused_rows\x18\x08 \x01(\x03\x12\x10\n\x08\x63ut_rows\x18\t \x01(\x03*\xdf\x01\n\x0b\x41uditStatus\x12\x1c\n\x18\x41UDIT_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41UDIT_STATUS_OK\x10\x01\x12\x15\n\x11\x41UDIT_STATUS_FAIL\x10\x02\x12\x17\n\x13\x41UDIT_STATUS_DENIED\x10\x03\x12\x1a\n\x16\x41UDIT_STATUS_CANCELLED\x10\x04\x12\x1d\n\x19\x41UDIT_STATUS_SESSION_STOP\x10\x05\x12\x18\n\x14\x41UDIT_STATUS_UNKNOWN\x10\x06\x12\x18\n\x14\x41UDIT_STATUS_DECIDED\x10\x07\x32\xd4\x03\n\x0c\x41uditService\x12\x41\n\x06Record\x12\x1a.stockade.v1.RecordRequest\x1a\x1b.stockade.v1.RecordResponse\x12R\n\x0bRecordBatch\x12\x1f.stockade.v1.RecordBatchRequest\x1a .stockade.v1.RecordBatchResponse(\x01\x12>\n\x05Query\x12\x19.stockade.v1.QueryRequest\x1a\x1a.stockade.v1.QueryResponse\x12=\n\x04Tail\x12\x18.stockade.v1.TailRequest\x1a\x19.stockade.v1.TailResponse0\x01\x12\x62\n\x11GetSessionMetrics\x12%.stockade.v1.GetSessionMetricsRequest\x1a&.stockade.v1.GetSessionMetricsResponse\x12J\n\tVerifyLog\x12\x1d.stockade.v1.VerifyLogRequest\x1a\x1e.stockade.v1.VerifyLogResponseB\x93\x01\n\x0f\x64\x65v.stockade.v1B\x11\x41uditServiceProtoP\x01Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\xa2\x02\x03SXX\xaa\x02\x0bStockade.V1\xca\x02\x0bStockade\\V1\xea\x02\x0cStockade::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fstockade/v1/audit_service.proto\x12\x0bstockade.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fstockade/v1/agent_service.proto\x1a\x18stockade/v1/common.proto\x1a\"stockade/v1/decision_service.proto\"\xc9\x05\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nelapsed_ms\x18\x06 \x01(\x03\x12\x16\n\x0eoutput_preview\x18\x07 \x01(\t\x12\x12\n\nagent_name\x18\x08 \x01(\t\x12(\n\x04time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12%\n\x07verdict\x18\x0b \x01(\x0e\x32\x14.stockade.v1.Verdict\x12\x18\n\x0cmatched_rule\x18\x0c \x01(\tB\x02\x18\x01\x12\x30\n\x0brule_source\x18\r \x01(\x0e\x32\x17.stockade.v1.RuleSourceB\x02\x18\x01\x12\x18\n\x0c\x63onflict_log\x18\x0e \x01(\tB\x02\x18\x01\x12\x10\n\x08trace_id\x18\x0f \x01(\t\x12\x1e\n\x12termination_reason\x18\x10 \x01(\tB\x02\x18\x01\x12\x16\n\x0epolicy_version\x18\x11 \x01(\t\x12\x1a\n\x0e\x61rguments_json\x18\x12 \x01(\tB\x02\x18\x01\x12\x0f\n\x07span_id\x18\x13 \x01(\t\x12\'\n\x0cwinning_rule\x18\x14 \x01(\x0b\x32\x11.stockade.v1.Rule\x12(\n\tconflicts\x18\x15 \x03(\x0b\x32\x15.stockade.v1.Conflict\x12\x17\n\x0f\x64\x65\x63ision_reason\x18\x16 \x01(\t\x12\x33\n\x0btermination\x18\x17 \x01(\x0e\x32\x1e.stockade.v1.TerminationReason\x12*\n\targuments\x18\x18 \x01(\x0b\x32\x17.google.protobuf.Struct\"l\n\x0b\x41uditRecord\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x10\n\x08row_hash\x18\x04 \x01(\t\"7\n\rRecordRequest\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.stockade.v1.AuditEvent\"#\n\x0eRecordResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"=\n\x12RecordBatchRequest\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.stockade.v1.AuditEvent\";\n\x13RecordBatchResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"\x9f\x02\n\x0cQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12(\n\x06status\x18\x03 \x01(\x0e\x32\x18.stockade.v1.AuditStatus\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\x12%\n\x07verdict\x18\t \x01(\x0e\x32\x14.stockade.v1.Verdict\"S\n\rQueryResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.stockade.v1.AuditRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x0bTailRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"8\n\x0cTailResponse\x12(\n\x06record\x18\x01 \x01(\x0b\x32\x18.stockade.v1.AuditRecord\".\n\x18GetSessionMetricsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x81\x01\n\x0bToolMetrics\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\x17\n\x0fmean_elapsed_ms\x18\x05 \x01(\x01\x12\x16\n\x0emax_elapsed_ms\x18\x06 \x01(\x03\"\xa4\x01\n\x19GetSessionMetricsResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x02 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65nials\x18\x04 \x01(\x03\x12\'\n\x05tools\x18\x05 \x03(\x0b\x32\x18.stockade.v1.ToolMetrics\x12\x1a\n\x12termination_reason\x18\x06 \x01(\t\"\x12\n\x10VerifyLogRequest\"\xff\x01\n\x11VerifyLogResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0crows_checked\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_broken_sequence\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rhead_sequence\x18\x05 \x01(\x03\x12\x11\n\thead_hash\x18\x06 \x01(\t\x12\x17\n\x0f\x61nchor_sequence\x18\x07 \x01(\x03\x12\x14\n\x0crefused_rows\x18\x08 \x01(\x03\x12\x10\n\x08\x63ut_rows\x18\t \x01(\x03\x12.\n\x06\x63hains\x18\n \x03(\x0b\x32\x1e.stockade.v1.ChainVerification\"\x87\x02\n\x11\x43hainVerification\x12\x10\n\x08\x63hain_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x14\n\x0crows_checked\x18\x03 \x01(\x03\x12\x1d\n\x15\x66irst_broken_sequence\x18\x04 \x01(\x03\x12\x1d\n\x15\x66irst_broken_position\x18\x05 \x01(\x03\x12-\n\x06reason\x18\x06 \x01(\x0e\x32\x1d.stockade.v1.ChainBreakReason\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\x12\x15\n\rhead_position\x18\x08 \x01(\x03\x12\x11\n\thead_hash\x18\t \x01(\t\x12\x17\n\x0f\x61nchor_position\x18\n \x01(\x03*\xdf\x01\n\x0b\x41uditStatus\x12\x1c\n\x18\x41UDIT_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41UDIT_STATUS_OK\x10\x01\x12\x15\n\x11\x41UDIT_STATUS_FAIL\x10\x02\x12\x17\n\x13\x41UDIT_STATUS_DENIED\x10\x03\x12\x1a\n\x16\x41UDIT_STATUS_CANCELLED\x10\x04\x12\x1d\n\x19\x41UDIT_STATUS_SESSION_STOP\x10\x05\x12\x18\n\x14\x41UDIT_STATUS_UNKNOWN\x10\x06\x12\x18\n\x14\x41UDIT_STATUS_DECIDED\x10\x07*\xe0\x02\n\x10\x43hainBreakReason\x12\"\n\x1e\x43HAIN_BREAK_REASON_UNSPECIFIED\x10\x00\x12#\n\x1f\x43HAIN_BREAK_REASON_ROWS_MISSING\x10\x01\x12#\n\x1f\x43HAIN_BREAK_REASON_OUT_OF_ORDER\x10\x02\x12$\n CHAIN_BREAK_REASON_LINK_MISMATCH\x10\x03\x12!\n\x1d\x43HAIN_BREAK_REASON_ROW_EDITED\x10\x04\x12#\n\x1f\x43HAIN_BREAK_REASON_TAIL_REMOVED\x10\x05\x12$\n CHAIN_BREAK_REASON_ROWS_APPENDED\x10\x06\x12$\n CHAIN_BREAK_REASON_HEAD_MISMATCH\x10\x07\x12$\n CHAIN_BREAK_REASON_UNKNOWN_CHAIN\x10\x08\x32\xd4\x03\n\x0c\x41uditService\x12\x41\n\x06Record\x12\x1a.stockade.v1.RecordRequest\x1a\x1b.stockade.v1.RecordResponse\x12R\n\x0bRecordBatch\x12\x1f.stockade.v1.RecordBatchRequest\x1a .stockade.v1.RecordBatchResponse(\x01\x12>\n\x05Query\x12\x19.stockade.v1.QueryRequest\x1a\x1a.stockade.v1.QueryResponse\x12=\n\x04Tail\x12\x18.stockade.v1.TailRequest\x1a\x19.stockade.v1.TailResponse0\x01\x12\x62\n\x11GetSessionMetrics\x12%.stockade.v1.GetSessionMetricsRequest\x1a&.stockade.v1.GetSessionMetricsResponse\x12J\n\tVerifyLog\x12\x1d.stockade.v1.VerifyLogRequest\x1a\x1e.stockade.v1.VerifyLogResponseB\x93\x01\n\x0f\x64\x65v.stockade.v1B\x11\x41uditServiceProtoP\x01Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\xa2\x02\x03SXX\xaa\x02\x0bStockade.V1\xca\x02\x0bStockade\\V1\xea\x02\x0cStockade::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,38 +37,52 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockade.v1.audit_service_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.stockade.v1B\021AuditServiceProtoP\001Z:github.com/stockade/stockade/gen/go/stockade/v1;stockadev1\242\002\003SXX\252\002\013Stockade.V1\312\002\013Stockade\\V1\352\002\014Stockade::V1'
-  _globals['_AUDITSTATUS']._serialized_start=1996
-  _globals['_AUDITSTATUS']._serialized_end=2219
-  _globals['_AUDITEVENT']._serialized_start=108
-  _globals['_AUDITEVENT']._serialized_end=596
-  _globals['_AUDITRECORD']._serialized_start=598
-  _globals['_AUDITRECORD']._serialized_end=706
-  _globals['_RECORDREQUEST']._serialized_start=708
-  _globals['_RECORDREQUEST']._serialized_end=763
-  _globals['_RECORDRESPONSE']._serialized_start=765
-  _globals['_RECORDRESPONSE']._serialized_end=800
-  _globals['_RECORDBATCHREQUEST']._serialized_start=802
-  _globals['_RECORDBATCHREQUEST']._serialized_end=863
-  _globals['_RECORDBATCHRESPONSE']._serialized_start=865
-  _globals['_RECORDBATCHRESPONSE']._serialized_end=924
-  _globals['_QUERYREQUEST']._serialized_start=927
-  _globals['_QUERYREQUEST']._serialized_end=1214
-  _globals['_QUERYRESPONSE']._serialized_start=1216
-  _globals['_QUERYRESPONSE']._serialized_end=1299
-  _globals['_TAILREQUEST']._serialized_start=1301
-  _globals['_TAILREQUEST']._serialized_end=1358
-  _globals['_TAILRESPONSE']._serialized_start=1360
-  _globals['_TAILRESPONSE']._serialized_end=1416
-  _globals['_GETSESSIONMETRICSREQUEST']._serialized_start=1418
-  _globals['_GETSESSIONMETRICSREQUEST']._serialized_end=1464
-  _globals['_TOOLMETRICS']._serialized_start=1467
-  _globals['_TOOLMETRICS']._serialized_end=1596
-  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_start=1599
-  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_end=1763
-  _globals['_VERIFYLOGREQUEST']._serialized_start=1765
-  _globals['_VERIFYLOGREQUEST']._serialized_end=1783
-  _globals['_VERIFYLOGRESPONSE']._serialized_start=1786
-  _globals['_VERIFYLOGRESPONSE']._serialized_end=1993
-  _globals['_AUDITSERVICE']._serialized_start=2222
-  _globals['_AUDITSERVICE']._serialized_end=2690
+  _globals['_AUDITEVENT'].fields_by_name['matched_rule']._loaded_options = None
+  _globals['_AUDITEVENT'].fields_by_name['matched_rule']._serialized_options = b'\030\001'
+  _globals['_AUDITEVENT'].fields_by_name['rule_source']._loaded_options = None
+  _globals['_AUDITEVENT'].fields_by_name['rule_source']._serialized_options = b'\030\001'
+  _globals['_AUDITEVENT'].fields_by_name['conflict_log']._loaded_options = None
+  _globals['_AUDITEVENT'].fields_by_name['conflict_log']._serialized_options = b'\030\001'
+  _globals['_AUDITEVENT'].fields_by_name['termination_reason']._loaded_options = None
+  _globals['_AUDITEVENT'].fields_by_name['termination_reason']._serialized_options = b'\030\001'
+  _globals['_AUDITEVENT'].fields_by_name['arguments_json']._loaded_options = None
+  _globals['_AUDITEVENT'].fields_by_name['arguments_json']._serialized_options = b'\030\001'
+  _globals['_AUDITSTATUS']._serialized_start=2634
+  _globals['_AUDITSTATUS']._serialized_end=2857
+  _globals['_CHAINBREAKREASON']._serialized_start=2860
+  _globals['_CHAINBREAKREASON']._serialized_end=3212
+  _globals['_AUDITEVENT']._serialized_start=207
+  _globals['_AUDITEVENT']._serialized_end=920
+  _globals['_AUDITRECORD']._serialized_start=922
+  _globals['_AUDITRECORD']._serialized_end=1030
+  _globals['_RECORDREQUEST']._serialized_start=1032
+  _globals['_RECORDREQUEST']._serialized_end=1087
+  _globals['_RECORDRESPONSE']._serialized_start=1089
+  _globals['_RECORDRESPONSE']._serialized_end=1124
+  _globals['_RECORDBATCHREQUEST']._serialized_start=1126
+  _globals['_RECORDBATCHREQUEST']._serialized_end=1187
+  _globals['_RECORDBATCHRESPONSE']._serialized_start=1189
+  _globals['_RECORDBATCHRESPONSE']._serialized_end=1248
+  _globals['_QUERYREQUEST']._serialized_start=1251
+  _globals['_QUERYREQUEST']._serialized_end=1538
+  _globals['_QUERYRESPONSE']._serialized_start=1540
+  _globals['_QUERYRESPONSE']._serialized_end=1623
+  _globals['_TAILREQUEST']._serialized_start=1625
+  _globals['_TAILREQUEST']._serialized_end=1682
+  _globals['_TAILRESPONSE']._serialized_start=1684
+  _globals['_TAILRESPONSE']._serialized_end=1740
+  _globals['_GETSESSIONMETRICSREQUEST']._serialized_start=1742
+  _globals['_GETSESSIONMETRICSREQUEST']._serialized_end=1788
+  _globals['_TOOLMETRICS']._serialized_start=1791
+  _globals['_TOOLMETRICS']._serialized_end=1920
+  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_start=1923
+  _globals['_GETSESSIONMETRICSRESPONSE']._serialized_end=2087
+  _globals['_VERIFYLOGREQUEST']._serialized_start=2089
+  _globals['_VERIFYLOGREQUEST']._serialized_end=2107
+  _globals['_VERIFYLOGRESPONSE']._serialized_start=2110
+  _globals['_VERIFYLOGRESPONSE']._serialized_end=2365
+  _globals['_CHAINVERIFICATION']._serialized_start=2368
+  _globals['_CHAINVERIFICATION']._serialized_end=2631
+  _globals['_AUDITSERVICE']._serialized_start=3215
+  _globals['_AUDITSERVICE']._serialized_end=3683
 # @@protoc_insertion_point(module_scope)

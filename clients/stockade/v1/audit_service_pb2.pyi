@@ -6,10 +6,13 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from stockade.v1 import agent_service_pb2 as _agent_service_pb2
 from stockade.v1 import common_pb2 as _common_pb2
+from stockade.v1 import decision_service_pb2 as _decision_service_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +21,11 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -77,6 +85,58 @@ in output_preview how the call was settled — {"by": "approval", "approval": ID
 """
 Global___AuditStatus: _TypeAlias = AuditStatus  # noqa: Y015
 
+class _ChainBreakReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ChainBreakReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChainBreakReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CHAIN_BREAK_REASON_UNSPECIFIED: _ChainBreakReason.ValueType  # 0
+    """Not set: the chain verifies."""
+    CHAIN_BREAK_REASON_ROWS_MISSING: _ChainBreakReason.ValueType  # 1
+    """Rows are missing before the named row (a gap in the chain's positions)."""
+    CHAIN_BREAK_REASON_OUT_OF_ORDER: _ChainBreakReason.ValueType  # 2
+    """The named row's position is lower than the previous row's."""
+    CHAIN_BREAK_REASON_LINK_MISMATCH: _ChainBreakReason.ValueType  # 3
+    """The named row's prev_hash is not the previous row's hash (rows were reordered, removed
+    or replaced).
+    """
+    CHAIN_BREAK_REASON_ROW_EDITED: _ChainBreakReason.ValueType  # 4
+    """The named row's hash does not match its content (the row was edited)."""
+    CHAIN_BREAK_REASON_TAIL_REMOVED: _ChainBreakReason.ValueType  # 5
+    """The chain ends before its recorded head (rows were removed from the end)."""
+    CHAIN_BREAK_REASON_ROWS_APPENDED: _ChainBreakReason.ValueType  # 6
+    """Rows follow the recorded head (they were added outside the store)."""
+    CHAIN_BREAK_REASON_HEAD_MISMATCH: _ChainBreakReason.ValueType  # 7
+    """The last row's hash differs from the recorded head (the chain was rewritten)."""
+    CHAIN_BREAK_REASON_UNKNOWN_CHAIN: _ChainBreakReason.ValueType  # 8
+    """Rows name a chain that has no recorded head (they were added outside the store)."""
+
+class ChainBreakReason(_ChainBreakReason, metaclass=_ChainBreakReasonEnumTypeWrapper):
+    """Why a hash chain fails verification."""
+
+CHAIN_BREAK_REASON_UNSPECIFIED: ChainBreakReason.ValueType  # 0
+"""Not set: the chain verifies."""
+CHAIN_BREAK_REASON_ROWS_MISSING: ChainBreakReason.ValueType  # 1
+"""Rows are missing before the named row (a gap in the chain's positions)."""
+CHAIN_BREAK_REASON_OUT_OF_ORDER: ChainBreakReason.ValueType  # 2
+"""The named row's position is lower than the previous row's."""
+CHAIN_BREAK_REASON_LINK_MISMATCH: ChainBreakReason.ValueType  # 3
+"""The named row's prev_hash is not the previous row's hash (rows were reordered, removed
+or replaced).
+"""
+CHAIN_BREAK_REASON_ROW_EDITED: ChainBreakReason.ValueType  # 4
+"""The named row's hash does not match its content (the row was edited)."""
+CHAIN_BREAK_REASON_TAIL_REMOVED: ChainBreakReason.ValueType  # 5
+"""The chain ends before its recorded head (rows were removed from the end)."""
+CHAIN_BREAK_REASON_ROWS_APPENDED: ChainBreakReason.ValueType  # 6
+"""Rows follow the recorded head (they were added outside the store)."""
+CHAIN_BREAK_REASON_HEAD_MISMATCH: ChainBreakReason.ValueType  # 7
+"""The last row's hash differs from the recorded head (the chain was rewritten)."""
+CHAIN_BREAK_REASON_UNKNOWN_CHAIN: ChainBreakReason.ValueType  # 8
+"""Rows name a chain that has no recorded head (they were added outside the store)."""
+Global___ChainBreakReason: _TypeAlias = ChainBreakReason  # noqa: Y015
+
 @_typing.final
 class AuditEvent(_message.Message):
     """One audit event as a producer sends it (AUD-1)."""
@@ -102,6 +162,11 @@ class AuditEvent(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _builtins.int
     ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
     SPAN_ID_FIELD_NUMBER: _builtins.int
+    WINNING_RULE_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
+    DECISION_REASON_FIELD_NUMBER: _builtins.int
+    TERMINATION_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Unique id chosen by the producer; the store ignores a repeated id."""
     session_id: _builtins.str
@@ -122,28 +187,110 @@ class AuditEvent(_message.Message):
     """The tool call id."""
     verdict: _common_pb2.Verdict.ValueType
     """The decision's verdict."""
-    matched_rule: _builtins.str
-    """The pattern of the rule that decided."""
-    rule_source: _common_pb2.RuleSource.ValueType
-    """Where that rule came from."""
-    conflict_log: _builtins.str
-    """The decision's conflict log, as JSON."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def matched_rule(self) -> _builtins.str:
+        """Deprecated: use winning_rule. The pattern of the rule that decided. Ignored on input
+        when winning_rule is set; always filled on output, for readers that predate it.
+        """
+
+    @matched_rule.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def matched_rule(self, value: _builtins.str) -> None:
+        """Deprecated: use winning_rule. The pattern of the rule that decided. Ignored on input
+        when winning_rule is set; always filled on output, for readers that predate it.
+        """
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def rule_source(self) -> _common_pb2.RuleSource.ValueType:
+        """Deprecated: use winning_rule. Where that rule came from (same rules as matched_rule)."""
+
+    @rule_source.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def rule_source(self, value: _common_pb2.RuleSource.ValueType) -> None:
+        """Deprecated: use winning_rule. Where that rule came from (same rules as matched_rule)."""
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def conflict_log(self) -> _builtins.str:
+        """Deprecated: use conflicts. The conflict log as JSON. Ignored on input when conflicts
+        is set; on output it is the conflicts as JSON, or a {"$stockade_cut": ...} marker when
+        they were too large to keep (conflicts is then empty).
+        """
+
+    @conflict_log.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def conflict_log(self, value: _builtins.str) -> None:
+        """Deprecated: use conflicts. The conflict log as JSON. Ignored on input when conflicts
+        is set; on output it is the conflicts as JSON, or a {"$stockade_cut": ...} marker when
+        they were too large to keep (conflicts is then empty).
+        """
+
     trace_id: _builtins.str
     """The OpenTelemetry trace id (32 hex characters)."""
-    termination_reason: _builtins.str
-    """For SESSION_STOP rows: why the session ended."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def termination_reason(self) -> _builtins.str:
+        """Deprecated: use termination. For SESSION_STOP rows, why the session ended (the
+        TerminationReason name without its prefix, e.g. "MAX_STEPS"). Ignored on input when
+        termination is set; always filled on output.
+        """
+
+    @termination_reason.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def termination_reason(self, value: _builtins.str) -> None:
+        """Deprecated: use termination. For SESSION_STOP rows, why the session ended (the
+        TerminationReason name without its prefix, e.g. "MAX_STEPS"). Ignored on input when
+        termination is set; always filled on output.
+        """
+
     policy_version: _builtins.str
     """The policy version the decision was made under."""
-    arguments_json: _builtins.str
-    """The call's arguments as canonical JSON (after redaction), for policy replay."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def arguments_json(self) -> _builtins.str:
+        """Deprecated: use arguments. The call's arguments as canonical JSON (after redaction).
+        Ignored on input when arguments is set; always filled on output.
+        """
+
+    @arguments_json.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def arguments_json(self, value: _builtins.str) -> None:
+        """Deprecated: use arguments. The call's arguments as canonical JSON (after redaction).
+        Ignored on input when arguments is set; always filled on output.
+        """
+
     span_id: _builtins.str
     """The OpenTelemetry span id of the tool call (16 lowercase hex characters). Not stored:
     the audit service parents its ingest span on (trace_id, span_id), so the audit hop
     joins the call's trace even when events travel in batches.
     """
+    decision_reason: _builtins.str
+    """The decision's human reason for its verdict (DecideResponse.reason)."""
+    termination: _agent_service_pb2.TerminationReason.ValueType
+    """For SESSION_STOP rows: why the session ended."""
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp:
         """When the event happened."""
+
+    @_builtins.property
+    def winning_rule(self) -> _common_pb2.Rule:
+        """The rule that decided, exactly as the decision service returned it in
+        DecideResponse.winning_rule (effect, pattern, source, reason, id). Approval records
+        name the approval ("approval:ID", source UNSPECIFIED).
+        """
+
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[_decision_service_pb2.Conflict]:
+        """Every rule or signal the winning rule overrode, as DecideResponse.conflicts."""
+
+    @_builtins.property
+    def arguments(self) -> _struct_pb2.Struct:
+        """The call's arguments after redaction, for policy replay. A value too long or too deeply
+        nested to keep is replaced by a {"$stockade_cut": {...}} marker object holding its
+        SHA-256 and size; the stand-in row of a refused event holds {"$stockade_refused": ...}.
+        """
 
     def __init__(
         self,
@@ -167,10 +314,15 @@ class AuditEvent(_message.Message):
         policy_version: _builtins.str = ...,
         arguments_json: _builtins.str = ...,
         span_id: _builtins.str = ...,
+        winning_rule: _common_pb2.Rule | None = ...,
+        conflicts: _abc.Iterable[_decision_service_pb2.Conflict] | None = ...,
+        decision_reason: _builtins.str = ...,
+        termination: _agent_service_pb2.TerminationReason.ValueType = ...,
+        arguments: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "time", b"time", "winning_rule", b"winning_rule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "arguments_json", b"arguments_json", "call_id", b"call_id", "conflict_log", b"conflict_log", "elapsed_ms", b"elapsed_ms", "event_id", b"event_id", "matched_rule", b"matched_rule", "output_preview", b"output_preview", "policy_version", b"policy_version", "rule_source", b"rule_source", "session_id", b"session_id", "span_id", b"span_id", "status", b"status", "step", b"step", "termination_reason", b"termination_reason", "time", b"time", "tool_name", b"tool_name", "trace_id", b"trace_id", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_name", b"agent_name", "arguments", b"arguments", "arguments_json", b"arguments_json", "call_id", b"call_id", "conflict_log", b"conflict_log", "conflicts", b"conflicts", "decision_reason", b"decision_reason", "elapsed_ms", b"elapsed_ms", "event_id", b"event_id", "matched_rule", b"matched_rule", "output_preview", b"output_preview", "policy_version", b"policy_version", "rule_source", b"rule_source", "session_id", b"session_id", "span_id", b"span_id", "status", b"status", "step", b"step", "termination", b"termination", "termination_reason", b"termination_reason", "time", b"time", "tool_name", b"tool_name", "trace_id", b"trace_id", "verdict", b"verdict", "winning_rule", b"winning_rule"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -586,6 +738,7 @@ class VerifyLogResponse(_message.Message):
     ANCHOR_SEQUENCE_FIELD_NUMBER: _builtins.int
     REFUSED_ROWS_FIELD_NUMBER: _builtins.int
     CUT_ROWS_FIELD_NUMBER: _builtins.int
+    CHAINS_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     """True when every link holds."""
     rows_checked: _builtins.int
@@ -613,6 +766,13 @@ class VerifyLogResponse(_message.Message):
     """Rows whose arguments or conflict log were cut to a "$stockade_cut" marker (too long or
     too deeply nested).
     """
+    @_builtins.property
+    def chains(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChainVerification]:
+        """One result per hash chain: a SQLite store has one chain ("sqlite"), a PostgreSQL store
+        one per replica that ever wrote (chain id = replica id), plus a chain_id-named entry
+        for rows of a chain that has no recorded head. ok is true only when every chain is.
+        """
+
     def __init__(
         self,
         *,
@@ -625,11 +785,72 @@ class VerifyLogResponse(_message.Message):
         anchor_sequence: _builtins.int = ...,
         refused_rows: _builtins.int = ...,
         cut_rows: _builtins.int = ...,
+        chains: _abc.Iterable[Global___ChainVerification] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_sequence", b"anchor_sequence", "cut_rows", b"cut_rows", "detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_sequence", b"head_sequence", "ok", b"ok", "refused_rows", b"refused_rows", "rows_checked", b"rows_checked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_sequence", b"anchor_sequence", "chains", b"chains", "cut_rows", b"cut_rows", "detail", b"detail", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_sequence", b"head_sequence", "ok", b"ok", "refused_rows", b"refused_rows", "rows_checked", b"rows_checked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyLogResponse: _TypeAlias = VerifyLogResponse  # noqa: Y015
+
+@_typing.final
+class ChainVerification(_message.Message):
+    """The verification of one hash chain."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAIN_ID_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    ROWS_CHECKED_FIELD_NUMBER: _builtins.int
+    FIRST_BROKEN_SEQUENCE_FIELD_NUMBER: _builtins.int
+    FIRST_BROKEN_POSITION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    HEAD_POSITION_FIELD_NUMBER: _builtins.int
+    HEAD_HASH_FIELD_NUMBER: _builtins.int
+    ANCHOR_POSITION_FIELD_NUMBER: _builtins.int
+    chain_id: _builtins.str
+    """The chain: the replica that writes it, or "sqlite" for a SQLite store's one chain."""
+    ok: _builtins.bool
+    """True when every link of this chain holds and it ends at its recorded head."""
+    rows_checked: _builtins.int
+    """Rows of this chain checked."""
+    first_broken_sequence: _builtins.int
+    """Log sequence (AuditRecord.sequence) of the first broken row; 0 when ok or when the
+    break is not a stored row (rows removed from the end).
+    """
+    first_broken_position: _builtins.int
+    """Position of the first broken row within the chain (on SQLite, the sequence); 0 when ok."""
+    reason: Global___ChainBreakReason.ValueType
+    """Why the chain is broken; UNSPECIFIED when ok."""
+    detail: _builtins.str
+    """The same in words, naming the rows."""
+    head_position: _builtins.int
+    """Position of the chain's recorded head (its last row)."""
+    head_hash: _builtins.str
+    """Hash of the recorded head (hex)."""
+    anchor_position: _builtins.int
+    """Positions up to this one were deleted by retention."""
+    def __init__(
+        self,
+        *,
+        chain_id: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        rows_checked: _builtins.int = ...,
+        first_broken_sequence: _builtins.int = ...,
+        first_broken_position: _builtins.int = ...,
+        reason: Global___ChainBreakReason.ValueType = ...,
+        detail: _builtins.str = ...,
+        head_position: _builtins.int = ...,
+        head_hash: _builtins.str = ...,
+        anchor_position: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor_position", b"anchor_position", "chain_id", b"chain_id", "detail", b"detail", "first_broken_position", b"first_broken_position", "first_broken_sequence", b"first_broken_sequence", "head_hash", b"head_hash", "head_position", b"head_position", "ok", b"ok", "reason", b"reason", "rows_checked", b"rows_checked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChainVerification: _TypeAlias = ChainVerification  # noqa: Y015

@@ -9,6 +9,7 @@ last (it records the final output).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 from opentelemetry import metrics
 
 from stockade.agent.hooks import (
@@ -36,13 +37,14 @@ from stockade.agent.hooks import (
     ToolResultContext,
 )
 from stockade.contract.audit_bounds import (
-    MAX_JSON_DEPTH,
-    bound_json_text,
+    MAX_STRUCT_DEPTH,
     bounded_json,
     cut_marker,
+    is_cut,
     value_depth_exceeds,
 )
 from stockade.contract.redaction import redact, redact_value
+from stockade.v1 import agent_service_pb2 as agent_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
 
@@ -300,20 +302,30 @@ def _verdict(name: str) -> common_pb2.Verdict.ValueType:
         return common_pb2.VERDICT_UNSPECIFIED
 
 
-def _rule_source(name: str) -> common_pb2.RuleSource.ValueType:
+def _termination(reason: str) -> agent_pb2.TerminationReason.ValueType:
     try:
-        return common_pb2.RuleSource.Value(f"RULE_SOURCE_{name.upper()}")
+        return agent_pb2.TerminationReason.Value(f"TERMINATION_REASON_{reason.upper()}")
     except ValueError:
-        return common_pb2.RULE_SOURCE_UNSPECIFIED
+        return agent_pb2.TERMINATION_REASON_UNSPECIFIED
 
 
-def audit_arguments(arguments: Any) -> str:
-    """The arguments as the audit row keeps them: redacted canonical JSON, cut to a
-    marker (with the SHA-256 and size of the full text) when too long or too deep."""
-    if value_depth_exceeds(arguments):
+def audit_arguments(arguments: Any) -> struct_pb2.Struct:
+    """The arguments as the audit event carries them: redacted, or a cut marker object
+    (with the SHA-256 and size of the full text) when too long or too deep to keep."""
+    if value_depth_exceeds(arguments, MAX_STRUCT_DEPTH):
         # redact_value and json.dumps recurse: a value this deep is measured, not walked.
-        return cut_marker(None, f"nested deeper than {MAX_JSON_DEPTH} levels")
-    return bounded_json(redact_value(arguments))
+        value: Any = json.loads(cut_marker(None, f"nested deeper than {MAX_STRUCT_DEPTH} levels"))
+    else:
+        value = redact_value(arguments)
+        text = bounded_json(value)
+        if is_cut(text):
+            value = json.loads(text)
+    struct = struct_pb2.Struct()
+    try:
+        struct.update(value)
+    except (TypeError, ValueError):  # a value JSON can hold only as text (bounded_json's str)
+        struct.update(json.loads(bounded_json(value)))
+    return struct
 
 
 class AuditLogHook(Hook):
@@ -361,7 +373,6 @@ class AuditLogHook(Hook):
     async def post_tool_use(self, result: ToolResultContext) -> PostAction:
         """Record the call (arguments and preview redacted) and wait until it is durable."""
         call, decision = result.call, result.decision
-        arguments = audit_arguments(dict(call.arguments))
         self._send(
             audit_pb2.AuditEvent(
                 event_id=str(uuid.uuid4()),
@@ -375,13 +386,13 @@ class AuditLogHook(Hook):
                 time=_now(),
                 call_id=call.call_id,
                 verdict=_verdict(decision.verdict),
-                matched_rule=decision.matched_rule,
-                rule_source=_rule_source(decision.rule_source),
-                conflict_log=bound_json_text(decision.conflict_log),
+                winning_rule=decision.winning_rule,
+                conflicts=decision.conflicts,
+                decision_reason=decision.reason,
                 trace_id=result.trace_id,
                 span_id=result.span_id,
                 policy_version=decision.policy_version,
-                arguments_json=arguments,
+                arguments=audit_arguments(dict(call.arguments)),
             )
         )
         await self._durable()
@@ -403,7 +414,9 @@ class AuditLogHook(Hook):
                 agent_name=event.agent_name,
                 time=_now(),
                 output_preview=redact(detail).text[:PREVIEW_CHARS],
-                termination_reason=reason,
+                termination=_termination(reason),
+                # A reason this build has no enum value for (an embedder's) keeps its words.
+                termination_reason="" if _termination(reason) else reason,
                 trace_id=str(event.details.get("trace_id", "")),
             )
         )

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from stockade.v1 import common_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
+
 log = logging.getLogger(__name__)
 
 
@@ -112,14 +115,21 @@ class DecisionInfo:
 
     verdict: str = ""
     """``ALLOW``, ``ASK`` or ``DENY`` (empty when no decision was made)."""
-    matched_rule: str = ""
-    """The winning rule's pattern."""
-    rule_source: str = ""
-    """Where it came from (``MANAGED``, ``SESSION``, ``TOOL``, ``HOOK`` ...)."""
-    conflict_log: str = ""
-    """The overridden rules, as JSON."""
+    winning_rule: common_pb2.Rule | None = None
+    """The rule that decided, as the decision service returned it (None when no decision
+    was made)."""
+    conflicts: tuple[d_pb2.Conflict, ...] = ()
+    """Every rule or signal the winning rule overrode, as the decision service returned
+    them."""
+    reason: str = ""
+    """The decision's human reason for its verdict."""
     policy_version: str = ""
     """Hash of the compiled policy."""
+
+    @property
+    def matched_rule(self) -> str:
+        """The winning rule's pattern ("" when none)."""
+        return self.winning_rule.pattern if self.winning_rule is not None else ""
 
 
 @dataclass(frozen=True)

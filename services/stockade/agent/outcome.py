@@ -13,6 +13,7 @@ from enum import Enum
 
 from stockade.agent.hooks import CallStatus
 from stockade.v1 import common_pb2 as c_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -74,8 +75,11 @@ class Outcome:
     """The rule that decided (as the decision service sent it)."""
     policy_version: str = ""
     """The decision's policy version."""
-    conflicts: str = "[]"
-    """The decision's conflict log as JSON."""
+    conflicts: tuple[d_pb2.Conflict, ...] = ()
+    """Every rule the winning rule overrode, as the decision service returned them."""
+    decision_reason: str = ""
+    """The decision service's reason for its verdict (``reason`` may say more, e.g. how an
+    approval was answered)."""
     elapsed_ms: int = 0
     """Wall time from the start of the call's checks."""
     halt: bool = False

@@ -12,7 +12,6 @@ approval that times out — each is a denial whose reason says why, and nothing 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -126,20 +125,6 @@ def current_span_id() -> str:
     """The active OpenTelemetry span id (16 hex), or empty."""
     context = trace.get_current_span().get_span_context()
     return f"{context.span_id:016x}" if context.is_valid else ""
-
-
-def _conflicts_json(decision: d_pb2.DecideResponse) -> str:
-    return json.dumps(
-        [
-            {
-                "pattern": c.rule.pattern,
-                "effect": c_pb2.RuleEffect.Name(c.rule.effect),
-                "source": c_pb2.RuleSource.Name(c.rule.source),
-                "note": c.note,
-            }
-            for c in decision.conflicts
-        ]
-    )
 
 
 def _name(enum: Any, value: int, prefix: str) -> str:
@@ -564,9 +549,9 @@ class ExecutionPipeline:
         outcome.elapsed_ms = item.elapsed_ms()
         decision = DecisionInfo(
             verdict="" if outcome.verdict is Verdict.UNSPECIFIED else outcome.verdict.value,
-            matched_rule=outcome.rule.pattern,
-            rule_source=_name(c_pb2.RuleSource, outcome.rule.source, "RULE_SOURCE_"),
-            conflict_log=outcome.conflicts,
+            winning_rule=outcome.rule if outcome.rule.ByteSize() else None,
+            conflicts=outcome.conflicts,
+            reason=outcome.decision_reason,
             policy_version=outcome.policy_version,
         )
         post = await scope.hooks.run_post_tool_use(
@@ -610,7 +595,8 @@ class ExecutionPipeline:
             outcome.verdict = decided
         outcome.rule = decision.winning_rule
         outcome.policy_version = decision.policy_version
-        outcome.conflicts = _conflicts_json(decision)
+        outcome.conflicts = tuple(decision.conflicts)
+        outcome.decision_reason = decision.reason
 
     @staticmethod
     def _call(scope: AgentScope, call: ModelToolCall, arguments: Mapping[str, Any]) -> CallInfo:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.server import load_settings, serve
 

@@ -1,7 +1,8 @@
 """The hash chain that makes the audit log tamper-evident (AUD-5).
 
 ``row_hash = sha256(prev_hash || "\\n" || canonical(row))`` where ``canonical`` is the
-compact JSON array ``[sequence, stored_ns, <event fields in EVENT_FIELDS order>]``. The
+compact JSON array ``[sequence, stored_ns, <event fields in EVENT_FIELDS order>]``
+(without the fields added after the first release when all of them are empty). The
 first row links to the chain's anchor: ``GENESIS`` for a fresh log, or the hash of the
 last row that retention deleted. Editing, deleting, inserting or reordering rows breaks
 a link, and ``ChainChecker`` names the first broken one.
@@ -13,7 +14,14 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from stockade.audit.model import AuditEventRow, VerifyResult
+from stockade.audit.model import (
+    ADDED_FIELDS,
+    EVENT_FIELDS,
+    AuditEventRow,
+    ChainBreak,
+    ChainVerification,
+    VerifyResult,
+)
 
 #: The anchor of a log that never had rows deleted.
 GENESIS = "0" * 64
@@ -37,7 +45,17 @@ _iterencode = (
 )
 
 
+_N_ADDED = len(ADDED_FIELDS)
+_NO_ADDED = ("",) * _N_ADDED
+_N_ROW = 2 + len(EVENT_FIELDS)
+
+
 def _encode(values: Sequence[object]) -> str:
+    # Fields added after the first release are hashed only when one is set: a row stored
+    # before they existed (or without them) hashes exactly as it did then. Dropping them
+    # from a row that had them changes its hash, so that is caught like any other edit.
+    if len(values) == _N_ROW and tuple(values[-_N_ADDED:]) == _NO_ADDED:
+        values = values[:-_N_ADDED]
     if _iterencode is None:
         return _encode_json(values)
     return "".join(_iterencode(values, 0))
@@ -69,6 +87,7 @@ class ChainChecker:
         self._prev_hash = anchor_hash
         self.rows_checked = 0
         self.broken: VerifyResult | None = None
+        self.reason: ChainBreak | None = None
 
     def feed(self, values: Sequence[object], prev_hash: str, row_hash: str) -> bool:
         """Check one row (``[sequence, stored_ns, *event fields]``); False once broken."""
@@ -79,21 +98,25 @@ class ChainChecker:
         problem = ""
         if sequence != self._expected_sequence:
             if sequence > self._expected_sequence:
+                self.reason = ChainBreak.ROWS_MISSING
                 problem = (
                     f"rows {self._expected_sequence}..{sequence - 1} are missing"
                     if sequence - 1 > self._expected_sequence
                     else f"row {self._expected_sequence} is missing"
                 )
             else:
+                self.reason = ChainBreak.OUT_OF_ORDER
                 problem = (
                     f"sequence {sequence} is out of order (expected {self._expected_sequence})"
                 )
         elif prev_hash != self._prev_hash:
+            self.reason = ChainBreak.LINK_MISMATCH
             problem = (
                 "prev_hash does not match the previous row's hash"
                 " (rows were reordered, removed or replaced)"
             )
         elif hash_values(prev_hash, values) != row_hash:
+            self.reason = ChainBreak.ROW_EDITED
             problem = "row_hash does not match the row's content (the row was edited)"
         if problem:
             self.broken = VerifyResult(False, self.rows_checked, sequence, problem)
@@ -110,13 +133,40 @@ class ChainChecker:
         if last == head_sequence and self._prev_hash == head_hash:
             return VerifyResult(True, self.rows_checked)
         if last < head_sequence:
+            self.reason = ChainBreak.TAIL_REMOVED
             detail = (
                 f"the log ends at row {last} but the recorded head is row {head_sequence}"
                 " (rows were removed from the end)"
             )
             return VerifyResult(False, self.rows_checked, last + 1, detail)
         if last > head_sequence:
+            self.reason = ChainBreak.ROWS_APPENDED
             detail = f"rows after the recorded head {head_sequence} were added outside the store"
             return VerifyResult(False, self.rows_checked, head_sequence + 1, detail)
+        self.reason = ChainBreak.HEAD_MISMATCH
         detail = "the last row's hash differs from the recorded head (the chain was rewritten)"
         return VerifyResult(False, self.rows_checked, last, detail)
+
+    def chain_result(
+        self,
+        chain_id: str,
+        result: VerifyResult,
+        *,
+        head: tuple[int, str],
+        anchor_position: int,
+        broken_sequence: int,
+    ) -> ChainVerification:
+        """``result`` (from ``finish``) as one chain's verification; ``broken_sequence``
+        is the log sequence of the stored row at fault (0 when none is)."""
+        return ChainVerification(
+            chain_id=chain_id,
+            ok=result.ok,
+            rows_checked=self.rows_checked,
+            first_broken_sequence=0 if result.ok else broken_sequence,
+            first_broken_position=result.first_broken_sequence,
+            reason=self.reason,
+            detail=result.detail,
+            head_position=head[0],
+            head_hash=head[1],
+            anchor_position=anchor_position,
+        )

@@ -1,25 +1,53 @@
 """Mapping between the audit protobuf messages and the core's value objects.
 
-Enum values travel as their names without prefix (``AUDIT_STATUS_OK`` -> ``"OK"``);
-an enum number this build does not know is refused rather than stored as a number.
+The wire carries the decision typed (``winning_rule``, ``conflicts``, ``termination``,
+``arguments``: messages and enums, as the decision service and the agent made them); the
+store keeps rows of strings and integers. This module is that boundary, both ways, and
+the only place the typed decision becomes text:
+
+- the winning rule: ``matched_rule`` (pattern) and ``rule_source`` (source name) as
+  before, plus ``winning_rule``, the whole rule as canonical JSON (``rule_json``);
+- the conflicts: ``conflict_log``, a JSON list of flat objects ``{"pattern", "effect",
+  "source", "note"}`` (plus ``reason``, ``rule_id``, ``bypass_immune`` when set), the
+  spelling producers used before the field was typed, so old rows read back typed too;
+- the termination: ``termination_reason``, the ``TerminationReason`` name without prefix;
+- the arguments: ``arguments_json``, canonical JSON (sorted keys, no spaces).
+
+Enum values are stored as their names without prefix (``AUDIT_STATUS_OK`` -> ``"OK"``);
+an enum number this build does not know is refused rather than stored as a number. A
+producer that predates the typed fields sends the deprecated strings instead; they are
+stored as they come, and every row is returned with both forms filled.
 """
 
 from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from google.protobuf import struct_pb2
 
 from stockade.audit.model import (
     AuditEventRow,
     QueryFilters,
     SessionMetrics,
     StoredRow,
+    VerifyResult,
 )
+from stockade.audit.paging import encode_token
 from stockade.audit.validate import MAX_CHARS
 from stockade.errors import InvalidArgument
+from stockade.v1 import agent_service_pb2 as ag_pb2
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2
+from stockade.v1 import decision_service_pb2 as d_pb2
 
 _STATUS_PREFIX = "AUDIT_STATUS_"
 _VERDICT_PREFIX = "VERDICT_"
 _SOURCE_PREFIX = "RULE_SOURCE_"
+_EFFECT_PREFIX = "RULE_EFFECT_"
+_TERMINATION_PREFIX = "TERMINATION_REASON_"
 
 
 def _enum_name(enum: object, number: int, prefix: str, field: str) -> str:
@@ -49,6 +77,12 @@ def _names(enum: object, prefix: str) -> dict[int, str]:
 _STATUS_NAMES = _names(a_pb2.AuditStatus, _STATUS_PREFIX)
 _VERDICT_NAMES = _names(common_pb2.Verdict, _VERDICT_PREFIX)
 _SOURCE_NAMES = _names(common_pb2.RuleSource, _SOURCE_PREFIX)
+_EFFECT_NAMES = _names(common_pb2.RuleEffect, _EFFECT_PREFIX)
+_TERMINATION_NAMES = _names(ag_pb2.TerminationReason, _TERMINATION_PREFIX)
+# Stored name -> number, for reading rows back (lenient: any case, with or without prefix).
+_SOURCE_NUMBERS = {name: number for number, name in _SOURCE_NAMES.items()}
+_EFFECT_NUMBERS = {name: number for number, name in _EFFECT_NAMES.items()}
+_TERMINATION_NUMBERS = {name: number for number, name in _TERMINATION_NAMES.items()}
 
 
 def _lookup(names: dict[int, str], number: int, field: str) -> str:
@@ -60,9 +94,204 @@ def _lookup(names: dict[int, str], number: int, field: str) -> str:
     return name
 
 
+def _number(numbers: dict[str, int], text: object, prefix: str) -> int:
+    """The enum number a stored name spells (``"RULE_EFFECT_DENY"``, ``"DENY"`` and the
+    decision service's old ``"deny"`` alike); 0 when it names none."""
+    if not isinstance(text, str):
+        return 0
+    return numbers.get(text.upper().removeprefix(prefix), 0)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- the winning rule and the conflicts ---------------------------------------------------
+
+
+def _rule_fields(rule: common_pb2.Rule, field: str) -> dict[str, Any]:
+    """A rule as the flat object the store keeps (enum names in full, as protobuf JSON
+    spells them); pattern, effect and source always, the rest when set."""
+    fields: dict[str, Any] = {
+        "pattern": rule.pattern,
+        "effect": _EFFECT_PREFIX + _lookup(_EFFECT_NAMES, rule.effect, f"{field}.effect")
+        if rule.effect
+        else "",
+        "source": _SOURCE_PREFIX + _lookup(_SOURCE_NAMES, rule.source, f"{field}.source")
+        if rule.source
+        else "",
+    }
+    if rule.reason:
+        fields["reason"] = rule.reason
+    if rule.rule_id:
+        fields["rule_id"] = rule.rule_id
+    if rule.bypass_immune:
+        fields["bypass_immune"] = True
+    return fields
+
+
+def _rule_from_fields(fields: Mapping[str, Any]) -> common_pb2.Rule:
+    """The rule a stored flat object describes (unknown keys and bad values ignored: the
+    row is what it is; the hash chain, not this reader, vouches for it)."""
+    reason, rule_id = fields.get("reason", ""), fields.get("rule_id", "")
+    return common_pb2.Rule(
+        pattern=str(fields.get("pattern", "")),
+        effect=_number(_EFFECT_NUMBERS, fields.get("effect"), _EFFECT_PREFIX),  # type: ignore[arg-type]
+        source=_number(_SOURCE_NUMBERS, fields.get("source"), _SOURCE_PREFIX),  # type: ignore[arg-type]
+        reason=reason if isinstance(reason, str) else "",
+        rule_id=rule_id if isinstance(rule_id, str) else "",
+        bypass_immune=fields.get("bypass_immune") is True,
+    )
+
+
+_RULE_TEXT: dict[bytes, str] = {}
+"""Stored form by the rule's wire bytes: the same few winning rules recur on most events,
+and serializing a rule costs a tenth of turning it into JSON (bounded; cleared when full)."""
+_RULE_TEXT_MAX = 4096
+
+
+def rule_json(rule: common_pb2.Rule) -> str:
+    """The stored form of a winning rule (canonical JSON of ``_rule_fields``)."""
+    key = rule.SerializeToString()
+    text = _RULE_TEXT.get(key)
+    if text is None:
+        text = _compact(_rule_fields(rule, "winning_rule"))  # raises for unknown enums
+        if len(_RULE_TEXT) >= _RULE_TEXT_MAX:
+            _RULE_TEXT.clear()
+        _RULE_TEXT[key] = text
+    return text
+
+
+def conflicts_json(conflicts: Iterable[d_pb2.Conflict]) -> str:
+    """The stored form of a conflict list; "" when there is none."""
+    items = []
+    for i, conflict in enumerate(conflicts):
+        fields = _rule_fields(conflict.rule, f"conflicts[{i}].rule")
+        fields["note"] = conflict.note
+        items.append(fields)
+    return _compact(items) if items else ""
+
+
+def _loads(text: str) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def winning_rule_from_row(row: AuditEventRow) -> common_pb2.Rule | None:
+    """The winning rule of a stored row: the whole rule when it was sent typed, else the
+    pattern and source an older producer sent; None when the row names no rule."""
+    fields = _loads(row.winning_rule)
+    if isinstance(fields, dict) and "pattern" in fields:
+        return _rule_from_fields(fields)
+    if row.matched_rule or row.rule_source:
+        return common_pb2.Rule(
+            pattern=row.matched_rule,
+            source=_SOURCE_NUMBERS.get(row.rule_source, 0),  # type: ignore[arg-type]
+        )
+    return None
+
+
+def conflicts_from_text(text: str) -> list[d_pb2.Conflict]:
+    """The conflicts a stored ``conflict_log`` holds (empty for a cut marker or text that
+    is not a list of conflicts)."""
+    items = _loads(text)
+    if not isinstance(items, list):
+        return []
+    return [
+        d_pb2.Conflict(rule=_rule_from_fields(item), note=str(item.get("note", "")))
+        for item in items
+        if isinstance(item, dict)
+    ]
+
+
+# -- the arguments --------------------------------------------------------------------------
+
+
+def _plain(value: struct_pb2.Value) -> Any:
+    """A protobuf ``Value`` as plain JSON data; whole numbers become ints (JSON has one
+    number type, and ``5`` must not be stored as ``5.0``). Recursion is bounded by the
+    protobuf decoder's nesting limit."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        number = value.number_value
+        if math.isfinite(number) and number.is_integer() and abs(number) <= 2**53:
+            return int(number)
+        return number
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return struct_to_plain(value.struct_value)
+    if kind == "list_value":
+        return [_plain(item) for item in value.list_value.values]
+    return None
+
+
+def struct_to_plain(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A ``Struct`` as a plain dict (see ``_plain``)."""
+    return {key: _plain(item) for key, item in struct.fields.items()}
+
+
+def arguments_text(struct: struct_pb2.Struct) -> str:
+    """The stored form of the arguments: canonical JSON (non-finite numbers, which JSON
+    cannot hold, become null)."""
+    # The agent's spelling before the field was typed (``bounds.bounded_json``), so old and
+    # new rows of the same call hold the same text.
+    plain = struct_to_plain(struct)
+    try:
+        return json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(plain), sort_keys=True, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def arguments_from_text(text: str) -> struct_pb2.Struct | None:
+    """The arguments a stored ``arguments_json`` holds (a cut or refused marker is an
+    object too); None when it holds no object or nests too deep for a ``Struct``."""
+    value = _loads(text)
+    if not isinstance(value, dict):
+        return None
+    struct = struct_pb2.Struct()
+    try:
+        struct.update(value)
+        struct.ByteSize()  # a value nested past protobuf's limit fails here, not later
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return struct
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
 def row_from_proto(event: a_pb2.AuditEvent) -> AuditEventRow:
-    """The core row for a protobuf event (validation happens in the store)."""
+    """The core row for a protobuf event (validation happens in the store).
+
+    The typed fields win over the deprecated strings they replace when both are sent.
+    """
     time = event.time
+    if event.HasField("winning_rule"):
+        rule = event.winning_rule
+        matched_rule = rule.pattern
+        rule_source = _lookup(_SOURCE_NAMES, rule.source, "winning_rule.source")
+        winning_rule = rule_json(rule)
+    else:
+        matched_rule = event.matched_rule
+        rule_source = _lookup(_SOURCE_NAMES, event.rule_source, "rule_source")
+        winning_rule = ""
     # Positional, in field order: this runs once per ingested event.
     return AuditEventRow(
         event.event_id,
@@ -76,18 +305,23 @@ def row_from_proto(event: a_pb2.AuditEvent) -> AuditEventRow:
         time.seconds * 1_000_000_000 + time.nanos,
         event.call_id,
         _lookup(_VERDICT_NAMES, event.verdict, "verdict"),
-        event.matched_rule,
-        _lookup(_SOURCE_NAMES, event.rule_source, "rule_source"),
-        event.conflict_log,
+        matched_rule,
+        rule_source,
+        conflicts_json(event.conflicts) if event.conflicts else event.conflict_log,
         event.trace_id,
-        event.termination_reason,
+        _lookup(_TERMINATION_NAMES, event.termination, "termination")
+        if event.termination
+        else event.termination_reason,
         event.policy_version,
-        event.arguments_json,
+        arguments_text(event.arguments) if event.HasField("arguments") else event.arguments_json,
+        winning_rule,
+        event.decision_reason,
     )
 
 
 def event_to_proto(row: AuditEventRow) -> a_pb2.AuditEvent:
-    """The protobuf event for a core row."""
+    """The protobuf event for a core row: the typed fields, and the deprecated strings
+    they replace for readers that predate them."""
     event = a_pb2.AuditEvent(
         event_id=row.event_id,
         session_id=row.session_id,
@@ -106,9 +340,20 @@ def event_to_proto(row: AuditEventRow) -> a_pb2.AuditEvent:
         termination_reason=row.termination_reason,
         policy_version=row.policy_version,
         arguments_json=row.arguments_json,
+        decision_reason=row.decision_reason,
+        termination=_TERMINATION_NUMBERS.get(row.termination_reason, 0),  # type: ignore[arg-type]
     )
     if row.time_ns:
         event.time.seconds, event.time.nanos = divmod(row.time_ns, 1_000_000_000)
+    rule = winning_rule_from_row(row)
+    if rule is not None:
+        event.winning_rule.CopyFrom(rule)
+    if row.conflict_log:
+        event.conflicts.extend(conflicts_from_text(row.conflict_log))
+    if row.arguments_json:
+        arguments = arguments_from_text(row.arguments_json)
+        if arguments is not None:
+            event.arguments.CopyFrom(arguments)
     return event
 
 
@@ -120,6 +365,30 @@ def record_to_proto(row: StoredRow) -> a_pb2.AuditRecord:
         prev_hash=row.prev_hash,
         row_hash=row.row_hash,
     )
+
+
+#: Largest Query response a server sends, in bytes (gRPC clients refuse messages over
+#: 4 MiB by default): a page of big rows ends early, with a token for the rest.
+MAX_RESPONSE_BYTES = 3 * 1024 * 1024
+
+
+def query_response(
+    rows: list[StoredRow], next_page_token: str, filters: QueryFilters
+) -> a_pb2.QueryResponse:
+    """The Query response for one page, cut short (never below one row) where it would
+    pass ``MAX_RESPONSE_BYTES``; the token then continues after the last row sent."""
+    response = a_pb2.QueryResponse()
+    size = 0
+    for row in rows:
+        record = record_to_proto(row)
+        # Each record costs its bytes plus a tag and a length prefix of at most 6 bytes.
+        size += record.ByteSize() + 6
+        if size > MAX_RESPONSE_BYTES and response.records:
+            response.next_page_token = encode_token(response.records[-1].sequence, filters)
+            return response
+        response.records.append(record)
+    response.next_page_token = next_page_token
+    return response
 
 
 #: Longest page token accepted (ours are under 100 characters).
@@ -177,4 +446,41 @@ def metrics_to_proto(metrics: SessionMetrics) -> a_pb2.GetSessionMetricsResponse
             for t in metrics.tools
         ],
         termination_reason=metrics.termination_reason,
+    )
+
+
+_BREAK_NUMBERS = {
+    name.removeprefix("CHAIN_BREAK_REASON_"): number
+    for name, number in a_pb2.ChainBreakReason.items()
+    if number
+}
+
+
+def verify_to_proto(result: VerifyResult) -> a_pb2.VerifyLogResponse:
+    """The VerifyLog response: the whole store's result and one entry per chain."""
+    return a_pb2.VerifyLogResponse(
+        ok=result.ok,
+        rows_checked=result.rows_checked,
+        first_broken_sequence=result.first_broken_sequence,
+        detail=result.detail,
+        head_sequence=result.head_sequence,
+        head_hash=result.head_hash,
+        anchor_sequence=result.anchor_sequence,
+        refused_rows=result.refused_rows,
+        cut_rows=result.cut_rows,
+        chains=[
+            a_pb2.ChainVerification(
+                chain_id=c.chain_id,
+                ok=c.ok,
+                rows_checked=c.rows_checked,
+                first_broken_sequence=c.first_broken_sequence,
+                first_broken_position=c.first_broken_position,
+                reason=_BREAK_NUMBERS[c.reason.value] if c.reason else 0,  # type: ignore[arg-type]
+                detail=c.detail,
+                head_position=c.head_position,
+                head_hash=c.head_hash,
+                anchor_position=c.anchor_position,
+            )
+            for c in result.chains
+        ],
     )

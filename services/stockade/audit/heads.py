@@ -14,11 +14,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 
 #: A log message holding a signed head starts with this, then the head as compact JSON.
 HEAD_PREFIX = "audit chain head "
@@ -118,3 +119,49 @@ async def check_heads(
                 f"{where}: the stored hash differs from the signed head (the chain was rewritten)"
             )
     return problems
+
+
+#: The OpenTelemetry event name of an exported head, and its attribute keys.
+HEAD_EVENT = "stockade.audit.chain_head"
+_ATTRIBUTES = {
+    "chain_id": "stockade.audit.chain_id",
+    "head_sequence": "stockade.audit.head_sequence",
+    "head_hash": "stockade.audit.head_hash",
+    "time_ns": "stockade.audit.head_time_ns",
+    "signature": "stockade.audit.head_signature",
+}
+
+
+def otel_head_sink(provider: LoggerProvider | None = None) -> Callable[[SignedHead], None]:
+    """A head sink that emits each signed head as an OpenTelemetry log record (event
+    ``HEAD_EVENT``; body: the same text as the log line; every field as an attribute), so
+    a collector can keep heads where the database's owner cannot reach them. Without an
+    SDK logger provider (``OTEL_LOGS_EXPORTER`` none) the records go nowhere."""
+    logger = (provider or get_logger_provider()).get_logger("stockade.audit.heads")
+
+    def emit(head: SignedHead) -> None:
+        logger.emit(
+            timestamp=head.time_ns,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=head.log_message(),
+            attributes={key: getattr(head, field) for field, key in _ATTRIBUTES.items()},
+            event_name=HEAD_EVENT,
+        )
+
+    return emit
+
+
+def head_from_attributes(attributes: Mapping[str, object]) -> SignedHead:
+    """The signed head an exported log record's attributes carry (raises ``ValueError``
+    when one is missing or of the wrong type)."""
+    try:
+        return SignedHead(
+            chain_id=str(attributes[_ATTRIBUTES["chain_id"]]),
+            head_sequence=int(attributes[_ATTRIBUTES["head_sequence"]]),  # type: ignore[call-overload]
+            head_hash=str(attributes[_ATTRIBUTES["head_hash"]]),
+            time_ns=int(attributes[_ATTRIBUTES["time_ns"]]),  # type: ignore[call-overload]
+            signature=str(attributes[_ATTRIBUTES["signature"]]),
+        )
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"not an exported chain head: {err}") from err

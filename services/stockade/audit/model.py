@@ -32,6 +32,8 @@ VERDICTS = frozenset({"", "ALLOW", "ASK", "DENY"})
 RULE_SOURCES = frozenset(
     {"", "MANAGED", "ENV", "PROJECT", "SESSION", "TOOL", "HOOK", "DEFAULT", "MODE"}
 )
+#: The chain id of a SQLite store's one hash chain.
+SQLITE_CHAIN = "sqlite"
 #: The tool name of SESSION_STOP summary rows.
 SESSION_TOOL = "session"
 #: Characters of tool output kept in ``output_preview`` (AUD-1); longer output is cut.
@@ -82,10 +84,22 @@ class AuditEventRow(NamedTuple):
     policy_version: str = ""
     #: The call's arguments as canonical JSON (after redaction), "" when not recorded.
     arguments_json: str = ""
+    # Fields added after the first release. The hash chain covers them only when one is
+    # set (``chain.canonical``), so rows stored before they existed still verify.
+    #: The winning rule as canonical protobuf JSON (``convert.rule_json``), "" when the
+    #: producer sent only ``matched_rule``/``rule_source`` (which repeat its pattern and
+    #: source for queries and older readers).
+    winning_rule: str = ""
+    #: The decision's human reason for its verdict.
+    decision_reason: str = ""
 
 
 #: Column names of the event part of a row, in table and hash order.
 EVENT_FIELDS: tuple[str, ...] = AuditEventRow._fields
+#: The event columns of the first release; the rest were added later (``ADDED_FIELDS``)
+#: and are left out of a row's hash while they are all empty.
+V1_EVENT_FIELDS: tuple[str, ...] = EVENT_FIELDS[: EVENT_FIELDS.index("arguments_json") + 1]
+ADDED_FIELDS: tuple[str, ...] = EVENT_FIELDS[len(V1_EVENT_FIELDS) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +130,53 @@ class AppendResult:
     head_sequence: int = 0
 
 
+class ChainBreak(StrEnum):
+    """Why a hash chain fails verification (``ChainBreakReason`` on the wire)."""
+
+    #: Rows are missing before the named row (a gap in the chain's positions).
+    ROWS_MISSING = "ROWS_MISSING"
+    #: The named row's position is lower than the previous row's.
+    OUT_OF_ORDER = "OUT_OF_ORDER"
+    #: The named row's prev_hash is not the previous row's hash.
+    LINK_MISMATCH = "LINK_MISMATCH"
+    #: The named row's hash does not match its content (edited).
+    ROW_EDITED = "ROW_EDITED"
+    #: The chain ends before its recorded head (rows removed from the end).
+    TAIL_REMOVED = "TAIL_REMOVED"
+    #: Rows follow the recorded head (added outside the store).
+    ROWS_APPENDED = "ROWS_APPENDED"
+    #: The last row's hash differs from the recorded head (the chain was rewritten).
+    HEAD_MISMATCH = "HEAD_MISMATCH"
+    #: Rows name a chain that has no recorded head (added outside the store).
+    UNKNOWN_CHAIN = "UNKNOWN_CHAIN"
+
+
+@dataclass(frozen=True, slots=True)
+class ChainVerification:
+    """The verification of one hash chain."""
+
+    #: The chain: the replica that writes it, or ``"sqlite"`` for a SQLite store.
+    chain_id: str
+    #: True when every link holds and the chain ends at its recorded head.
+    ok: bool
+    #: Rows of this chain checked.
+    rows_checked: int
+    #: Log sequence of the first broken row; 0 when ok or when no stored row is at fault.
+    first_broken_sequence: int = 0
+    #: Position of the first broken row within the chain; 0 when ok.
+    first_broken_position: int = 0
+    #: Why the chain is broken; None when ok.
+    reason: ChainBreak | None = None
+    #: The same in words.
+    detail: str = ""
+    #: Position of the chain's recorded head.
+    head_position: int = 0
+    #: Hash of the recorded head.
+    head_hash: str = ""
+    #: Positions up to this one were deleted by retention.
+    anchor_position: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
     """The outcome of checking the hash chain."""
@@ -138,6 +199,8 @@ class VerifyResult:
     refused_rows: int = 0
     #: Rows with a field cut to a ``$stockade_cut`` marker.
     cut_rows: int = 0
+    #: One result per chain (a SQLite store has one, a PostgreSQL store one per replica).
+    chains: tuple[ChainVerification, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ replicas starting together apply each migration once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -35,19 +36,16 @@ from stockade.audit.chain import GENESIS, ChainChecker, hash_values
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
+    V1_EVENT_FIELDS,
     AppendResult,
     AuditEventRow,
-    AuditStatus,
-    QueryFilters,
-    SessionMetrics,
-    StoredRow,
-    ToolMetrics,
+    ChainBreak,
+    ChainVerification,
     VerifyResult,
 )
 from stockade.audit.notify import HeadWatch
-from stockade.audit.paging import clamp_page_size, decode_token, encode_token
+from stockade.audit.store_common import StoreReads, marker_kind, record_ingest
 from stockade.audit.validate import dedupe, normalise_batch
-from stockade.contract.audit_bounds import CUT_KEY, REFUSED_KEY
 from stockade.db.postgres import CONNECTION_ERRORS, connect, open_pool
 from stockade.db.postgres import migrate as db_migrate
 from stockade.errors import DependencyUnavailable, InvalidArgument
@@ -67,10 +65,11 @@ CHANNEL = "stockade_audit_head"
 #: A replica id is a label in logs and verify output: short and printable.
 MAX_CHAIN_ID = 128
 
+# Migration 1's columns: the event fields of the first release (never edited, see below).
 _EVENT_COLUMNS = ",\n  ".join(
     f"{name} {'BIGINT' if name in _INTEGER_FIELDS else 'TEXT'} NOT NULL"
     + (" UNIQUE" if name == "event_id" else "")
-    for name in EVENT_FIELDS
+    for name in V1_EVENT_FIELDS
 )
 
 #: Versioned migrations, applied in order, each in its own transaction. Append only: a
@@ -110,6 +109,16 @@ CREATE TABLE audit_log_head (
 INSERT INTO audit_log_head VALUES (1, 0);
 """,
     ),
+    (
+        # The typed decision (issue #13): the full winning rule and the decision's reason.
+        # Existing rows get "", which the hash chain leaves out, so they still verify.
+        2,
+        """
+ALTER TABLE agent_audit_log
+  ADD COLUMN winning_rule TEXT NOT NULL DEFAULT '',
+  ADD COLUMN decision_reason TEXT NOT NULL DEFAULT '';
+""",
+    ),
 )
 
 #: Columns in the order rows are copied in and read out (the SQLite order, then the chain).
@@ -125,21 +134,14 @@ COPY_COLUMNS: tuple[str, ...] = (
 _SELECT_ROW = f"SELECT {', '.join(COPY_COLUMNS)} FROM agent_audit_log"
 _ARGUMENTS = 2 + EVENT_FIELDS.index("arguments_json")
 _CONFLICTS = 2 + EVENT_FIELDS.index("conflict_log")
-_REFUSED = '{"' + REFUSED_KEY + '":'
-_CUT = '{"' + CUT_KEY + '":'
 
 _CONNECTION_ERRORS = CONNECTION_ERRORS
-
-
-def _row(values: Sequence[Any] | asyncpg.Record) -> StoredRow:
-    """A ``StoredRow`` from a row in ``COPY_COLUMNS`` order."""
-    return StoredRow(
-        event=AuditEventRow(*values[2 : 2 + _N_EVENT]),
-        sequence=int(values[0]),
-        stored_ns=int(values[1]),
-        prev_hash=str(values[-2]),
-        row_hash=str(values[-1]),
-    )
+# What a reconnection attempt may meet before it holds the chain again: retried.
+_RECONNECT_ERRORS: tuple[type[Exception], ...] = (
+    DependencyUnavailable,
+    *CONNECTION_ERRORS,
+    asyncpg.PostgresError,
+)
 
 
 def check_chain_id(chain_id: str) -> str:
@@ -173,11 +175,14 @@ async def _take_chain(conn: asyncpg.Connection, chain_id: str, wait_s: float) ->
         await asyncio.sleep(0.2)
 
 
-class PostgresAuditStore:
+class PostgresAuditStore(StoreReads):
     """The audit log on PostgreSQL; one instance per replica, writing chain ``chain_id``.
 
     Open with ``await PostgresAuditStore.open(dsn, chain_id=...)``; close with ``close``.
+    Queries, the tail and metrics are ``StoreReads``'s (the SQL both backends share).
     """
+
+    _select_row = _SELECT_ROW
 
     def __init__(
         self,
@@ -190,8 +195,16 @@ class PostgresAuditStore:
         clock: Callable[[], int],
         max_pending_batches: int,
         meter: metrics.Meter | None,
+        dsn: str = "",
+        chain_lock_wait_s: float = 30.0,
+        on_connection_change: Callable[[bool], None] | None = None,
     ) -> None:
         """Use ``open``: this wires an opened writer connection and reader pool."""
+        self._dsn = dsn
+        self._chain_lock_wait_s = chain_lock_wait_s
+        self._on_connection_change = on_connection_change
+        self._connected = True
+        self._reconnecting: asyncio.Task[None] | None = None
         self._writer = writer
         self._pool = pool
         self._chain_id = chain_id
@@ -216,12 +229,18 @@ class PostgresAuditStore:
         pool_size: int = 4,
         chain_lock_wait_s: float = 30.0,
         meter: metrics.Meter | None = None,
+        on_connection_change: Callable[[bool], None] | None = None,
     ) -> PostgresAuditStore:
         """Connect, migrate, take ownership of chain ``chain_id`` and listen for commits.
 
         A replica restarted right after it was killed may find its old session still
         holding the chain until the server notices the dead connection: ``open`` waits up
         to ``chain_lock_wait_s`` for the chain to be free before refusing.
+
+        If the writer connection is lost later, the store reconnects by itself (taking
+        the chain again and reloading its head from the database); meanwhile appends fail
+        UNAVAILABLE and ``on_connection_change(False)`` is called, then ``(True)`` once
+        it writes again (the app turns that into the gRPC health status).
 
         Raises ``DependencyUnavailable`` when the server cannot be reached and
         ``InvalidArgument`` when another live process already writes this chain.
@@ -265,6 +284,9 @@ class PostgresAuditStore:
             clock=clock,
             max_pending_batches=max_pending_batches,
             meter=meter,
+            dsn=dsn,
+            chain_lock_wait_s=chain_lock_wait_s,
+            on_connection_change=on_connection_change,
         )
         try:
             await writer.add_listener(CHANNEL, store._on_notify)
@@ -281,10 +303,82 @@ class PostgresAuditStore:
             log.warning("audit store: ignored a malformed head notification")
 
     def _writer_lost(self, conn: object) -> None:
-        """The writer connection died: appends now fail UNAVAILABLE (the chain's lock
-        went with it, so this replica must restart to write again)."""
-        if not self._closed:
-            log.error("audit store: lost the database connection; appends are refused")
+        """The writer connection died: refuse appends (UNAVAILABLE: producers keep their
+        events and send them again) and reconnect in the background."""
+        if self._closed or conn is not self._writer:
+            return
+        log.error("audit store: lost the database connection; reconnecting")
+        self._set_connected(False)
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = asyncio.get_running_loop().create_task(
+                self._reconnect(), name="audit-pg-reconnect"
+            )
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected == self._connected:
+            return
+        self._connected = connected
+        if self._on_connection_change is not None:
+            try:
+                self._on_connection_change(connected)
+            except Exception:  # a failing observer must not stop the reconnection
+                log.exception("audit store: the connection-change callback failed")
+
+    @property
+    def connected(self) -> bool:
+        """True while the writer connection is up (appends can be stored)."""
+        return self._connected
+
+    async def _reconnect(self, first_delay_s: float = 0.1, max_delay_s: float = 5.0) -> None:
+        """Connect again until it works or the store closes: take the chain's lock (the old
+        session's went with it), reload the chain head *from the database* (a batch whose
+        commit answer was lost may have been stored; its retry is then a duplicate), and
+        listen for commits again."""
+        delay = first_delay_s
+        while not self._closed:
+            try:
+                writer = await connect(self._dsn, what="audit")
+            except DependencyUnavailable as err:
+                log.warning("audit store: reconnect failed (%s); retrying in %.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay_s)
+                continue
+            try:
+                if not await _take_chain(writer, self._chain_id, self._chain_lock_wait_s):
+                    raise DependencyUnavailable(
+                        f"chain {self._chain_id!r} is held by another live session"
+                    )
+                head = await writer.fetchrow(
+                    "SELECT head_sequence, head_hash, head_stored_ns FROM audit_chain"
+                    " WHERE chain_id = $1",
+                    self._chain_id,
+                )
+                log_head = int(await writer.fetchval("SELECT sequence FROM audit_log_head"))
+                await writer.add_listener(CHANNEL, self._on_notify)
+            except _RECONNECT_ERRORS as err:
+                await writer.close()
+                log.warning("audit store: reconnect failed (%s); retrying in %.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay_s)
+                continue
+            except BaseException:
+                await writer.close()
+                raise
+            assert head is not None  # the chain's row exists since open
+            async with self._write_lock:
+                if self._closed:
+                    await writer.close()
+                    return
+                self._writer = writer
+                self._chain_seq, self._chain_hash = int(head[0]), str(head[1])
+                self._chain_stored_ns = int(head[2])
+                self._head_sequence = max(self._head_sequence, log_head)
+                writer.add_termination_listener(self._writer_lost)
+            self._watch.publish(log_head)
+            self._set_connected(True)
+            log.info("audit store: reconnected; chain %r continues at %d", self._chain_id,
+                     self._chain_seq)  # fmt: skip
+            return
 
     async def close(self) -> None:
         """End the tails, let the write in progress finish, close the connections."""
@@ -292,19 +386,15 @@ class PostgresAuditStore:
             return
         self._closed = True
         self._watch.close()
+        if self._reconnecting is not None and not self._reconnecting.done():
+            self._reconnecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnecting
         async with self._write_lock:
             pass
         if not self._writer.is_closed():
             await self._writer.close()
         await self._pool.close()
-
-    async def __aenter__(self) -> PostgresAuditStore:
-        """Use the store as an async context manager."""
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close the store."""
-        await self.close()
 
     @property
     def chain_id(self) -> str:
@@ -335,21 +425,24 @@ class PostgresAuditStore:
         async with self._slots:
             accepted = await asyncio.shield(self._write(unique))
         duplicates = len(rows) - accepted
-        counter = self._instruments.events_ingested
-        counter.add(accepted, {"outcome": "accepted"})
-        if duplicates:
-            counter.add(duplicates, {"outcome": "duplicate"})
-        self._instruments.ingest_latency.record((time.monotonic() - arrived) * 1000.0)
+        record_ingest(self._instruments, accepted, duplicates, arrived)
         return AppendResult(accepted, duplicates, self.head_sequence)
 
     async def _write(self, rows: list[AuditEventRow]) -> int:
         async with self._write_lock:
             if self._closed:
                 raise DependencyUnavailable("the audit store is closing")
+            if not self._connected:
+                raise DependencyUnavailable(
+                    "the audit store lost its database connection and is reconnecting;"
+                    " nothing of the batch was stored"
+                )
             try:
                 return await self._insert(rows)
             except _CONNECTION_ERRORS as err:
                 log.error("audit store: write failed: %s", err)
+                if self._writer.is_closed():
+                    self._writer_lost(self._writer)
                 raise DependencyUnavailable(f"the audit store could not write: {err}") from err
             except asyncpg.DiskFullError as err:
                 raise DependencyUnavailable(
@@ -435,118 +528,15 @@ class PostgresAuditStore:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def query(
-        self, filters: QueryFilters, page_size: int = 0, page_token: str = ""
-    ) -> tuple[list[StoredRow], str]:
-        """Rows matching ``filters``, newest (highest sequence) first, and the next token."""
-        size = clamp_page_size(page_size)
-        before = decode_token(page_token, filters)
-        clauses: list[str] = []
-        params: list[Any] = []
+    def _mark(self, index: int) -> str:
+        return f"${index}"
 
-        def bind(clause: str, value: Any) -> None:
-            params.append(value)
-            clauses.append(clause.format(f"${len(params)}"))
-
-        for column in ("session_id", "tool_name", "status", "agent_name", "verdict"):
-            value = getattr(filters, column)
-            if value:
-                bind(f"{column} = {{}}", value)
-        if filters.start_ns is not None:
-            bind("time_ns >= {}", filters.start_ns)
-        if filters.end_ns is not None:
-            bind("time_ns < {}", filters.end_ns)
-        if before is not None:
-            bind("sequence < {}", before)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        params.append(size + 1)
-        sql = f"{_SELECT_ROW}{where} ORDER BY sequence DESC LIMIT ${len(params)}"
-        found = await self._fetch(sql, *params)
-        rows = [_row(values) for values in found[:size]]
-        token = encode_token(rows[-1].sequence, filters) if len(found) > size else ""
-        return rows, token
-
-    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
+    async def _fetch(self, sql: str, *params: Any) -> list[Any]:
         try:
             async with self._pool.acquire() as conn:
                 return list(await conn.fetch(sql, *params))
         except _CONNECTION_ERRORS as err:
             raise DependencyUnavailable(f"the audit database cannot be read: {err}") from err
-
-    async def rows_after(
-        self, sequence: int, session_id: str = "", limit: int = 500
-    ) -> list[StoredRow]:
-        """Up to ``limit`` rows after ``sequence`` in log order, optionally of one session."""
-        if session_id:
-            found = await self._fetch(
-                f"{_SELECT_ROW} WHERE sequence > $1 AND session_id = $2 ORDER BY sequence LIMIT $3",
-                sequence,
-                session_id,
-                limit,
-            )
-        else:
-            found = await self._fetch(
-                f"{_SELECT_ROW} WHERE sequence > $1 ORDER BY sequence LIMIT $2", sequence, limit
-            )
-        return [_row(values) for values in found]
-
-    async def tail(
-        self, session_id: str = "", *, after: int | None = None, batch: int = 500
-    ) -> AsyncIterator[StoredRow]:
-        """Yield rows as any replica commits them (from the current head, or after
-        ``after``); ends when the store closes. Memory is bounded by ``batch``."""
-        seen = self.head_sequence if after is None else after
-        while True:
-            head = await self._watch.wait_past(seen)
-            if head <= seen:
-                return  # closed
-            rows = await self.rows_after(seen, session_id, batch)
-            for row in rows:
-                yield row
-            if len(rows) == batch:
-                seen = rows[-1].sequence
-            else:
-                seen = max(head, rows[-1].sequence) if rows else head
-
-    async def session_metrics(self, session_id: str) -> SessionMetrics:
-        """Calls, errors, denials, per-tool counts and latency, and termination reason."""
-        if not session_id:
-            raise InvalidArgument("session_id is required", field="session_id")
-        found = await self._fetch(
-            "SELECT tool_name, count(*), count(*) FILTER (WHERE status = 'FAIL'),"
-            " count(*) FILTER (WHERE status = 'DENIED'),"
-            " avg(elapsed_ms) FILTER (WHERE status != 'DENIED'), max(elapsed_ms)"
-            " FROM agent_audit_log WHERE session_id = $1 AND status <> ALL($2::text[])"
-            " GROUP BY tool_name ORDER BY tool_name",
-            session_id,
-            # Summary rows and the decision service's decision records are not calls.
-            [AuditStatus.SESSION_STOP.value, AuditStatus.DECIDED.value],
-        )
-        tools = tuple(
-            ToolMetrics(
-                tool_name=name,
-                calls=int(calls),
-                errors=int(errors or 0),
-                denials=int(denials or 0),
-                mean_elapsed_ms=float(mean or 0.0),
-                max_elapsed_ms=int(largest or 0),
-            )
-            for name, calls, errors, denials, mean, largest in found
-        )
-        stop = await self._fetch(
-            "SELECT termination_reason FROM agent_audit_log WHERE session_id = $1"
-            " AND status = $2 ORDER BY sequence DESC LIMIT 1",
-            session_id,
-            AuditStatus.SESSION_STOP.value,
-        )
-        return SessionMetrics(
-            session_id=session_id,
-            calls=sum(t.calls for t in tools),
-            errors=sum(t.errors for t in tools),
-            denials=sum(t.denials for t in tools),
-            tools=tools,
-            termination_reason=str(stop[0][0]) if stop else "",
-        )
 
     async def chain_head(self) -> tuple[str, int, str]:
         """(chain id, head position, head hash) of this replica's chain, as committed."""
@@ -596,49 +586,45 @@ async def verify_chains(
             " FROM audit_chain ORDER BY chain_id"
         )
         known = [str(c[0]) for c in chains]
-        stray = await conn.fetchrow(
-            "SELECT sequence, chain_id FROM agent_audit_log"
-            " WHERE chain_id <> ALL($1::text[]) ORDER BY sequence LIMIT 1",
+        strays = await conn.fetch(
+            "SELECT chain_id, min(sequence), count(*) FROM agent_audit_log"
+            " WHERE chain_id <> ALL($1::text[]) GROUP BY chain_id ORDER BY min(sequence)",
             known,
         )
-        checked = refused = cut = 0
-        summaries: list[str] = []
-        broken: VerifyResult | None = None
+        refused = cut = 0
+        results: list[ChainVerification] = []
         own = VerifyResult(True, 0)
         for chain_id, anchor_seq, anchor_hash, head_seq, head_hash in chains:
             checker = ChainChecker(int(anchor_seq), str(anchor_hash))
-            last_global = 0
+            last_global = appended_global = 0
             cursor = conn.cursor(
                 f"{_SELECT_ROW} WHERE chain_id = $1 ORDER BY chain_seq", chain_id, prefetch=chunk
             )
             async for values in cursor:
                 last_global = int(values[0])
+                if int(values[-3]) == int(head_seq) + 1:
+                    appended_global = last_global
                 hashed = (values[-3], values[1], *values[2 : 2 + _N_EVENT])
                 if not checker.feed(hashed, values[-2], values[-1]):
                     break
-                arguments = values[_ARGUMENTS]
-                if arguments.startswith(_REFUSED):
-                    refused += 1
-                elif arguments.startswith(_CUT) or values[_CONFLICTS].startswith(_CUT):
-                    cut += 1
+                kind = marker_kind(values[_ARGUMENTS], values[_CONFLICTS])
+                refused += kind == "refused"
+                cut += kind == "cut"
             result = checker.finish(int(head_seq), str(head_hash))
-            checked += checker.rows_checked
-            if result.ok:
-                summaries.append(f"chain {chain_id!r}: {checker.rows_checked} rows ok")
-            else:
-                where = (
-                    f"row {last_global} (chain position {result.first_broken_sequence})"
-                    if checker.broken is not None
-                    else f"chain position {result.first_broken_sequence}"
+            at_fault = {
+                None: 0,
+                ChainBreak.TAIL_REMOVED: 0,
+                ChainBreak.ROWS_APPENDED: appended_global,
+            }.get(checker.reason, last_global)
+            results.append(
+                checker.chain_result(
+                    str(chain_id),
+                    result,
+                    head=(int(head_seq), str(head_hash)),
+                    anchor_position=int(anchor_seq),
+                    broken_sequence=at_fault,
                 )
-                summaries.append(f"chain {chain_id!r} broken at {where}: {result.detail}")
-                if broken is None:
-                    broken = VerifyResult(
-                        False,
-                        0,
-                        last_global if checker.broken is not None else 0,
-                        summaries[-1],
-                    )
+            )
             if chain_id == own_chain:
                 own = VerifyResult(
                     True,
@@ -647,22 +633,55 @@ async def verify_chains(
                     head_hash=str(head_hash),
                     anchor_sequence=int(anchor_seq),
                 )
-        if stray is not None:
-            summaries.append(
-                f"row {stray[0]} belongs to chain {stray[1]!r}, which has no recorded head"
-                " (rows were added outside the store)"
+        for chain_id, first, count in strays:
+            results.append(
+                ChainVerification(
+                    chain_id=str(chain_id),
+                    ok=False,
+                    rows_checked=int(count),
+                    first_broken_sequence=int(first),
+                    reason=ChainBreak.UNKNOWN_CHAIN,
+                    detail=f"row {first} belongs to chain {chain_id!r}, which has no recorded"
+                    " head (rows were added outside the store)",
+                )
             )
-            if broken is None:
-                broken = VerifyResult(False, 0, int(stray[0]), summaries[-1])
-    detail = "; ".join(summaries) if broken is None else broken.detail
-    if broken is not None and len(summaries) > 1:
-        detail = f"{broken.detail} (all chains: {'; '.join(summaries)})"
+    return _overall(own, results, refused, cut)
+
+
+def _summary(chain: ChainVerification) -> str:
+    if chain.ok:
+        return f"chain {chain.chain_id!r}: {chain.rows_checked} rows ok"
+    if chain.reason is ChainBreak.UNKNOWN_CHAIN:
+        return chain.detail
+    where = (
+        f"row {chain.first_broken_sequence} (chain position {chain.first_broken_position})"
+        if chain.first_broken_sequence
+        else f"chain position {chain.first_broken_position}"
+    )
+    return f"chain {chain.chain_id!r} broken at {where}: {chain.detail}"
+
+
+def _overall(
+    own: VerifyResult, chains: list[ChainVerification], refused: int, cut: int
+) -> VerifyResult:
+    """The whole store's result: ok only when every chain is; the first broken chain
+    (in log order) named in ``first_broken_sequence`` and ``detail``, every chain in
+    ``chains``."""
+    summaries = [_summary(c) for c in chains]
+    broken = sorted((c for c in chains if not c.ok), key=lambda c: c.first_broken_sequence or 2**63)
+    detail = "; ".join(summaries)
+    if broken:
+        first = _summary(broken[0])
+        detail = f"{first} (all chains: {detail})" if len(chains) > 1 else first
     return dataclasses.replace(
         own,
-        ok=broken is None,
-        rows_checked=checked,
-        first_broken_sequence=broken.first_broken_sequence if broken else 0,
+        ok=not broken,
+        rows_checked=sum(
+            c.rows_checked for c in chains if c.reason is not ChainBreak.UNKNOWN_CHAIN
+        ),
+        first_broken_sequence=broken[0].first_broken_sequence if broken else 0,
         detail=detail,
         refused_rows=refused,
         cut_rows=cut,
+        chains=tuple(chains),
     )

@@ -8,7 +8,9 @@ holds the chain's anchor (where the retained log starts) and head (its last row)
 
 from __future__ import annotations
 
-from stockade.audit.model import EVENT_FIELDS
+import sqlite3
+
+from stockade.audit.model import ADDED_FIELDS, EVENT_FIELDS
 
 _INTEGER_FIELDS = frozenset({"step", "elapsed_ms", "time_ns"})
 
@@ -48,3 +50,20 @@ INSERT_ROW = (
     f"INSERT INTO agent_audit_log ({', '.join(ROW_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in ROW_COLUMNS)})"
 )
+
+
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """Add the columns of ``ADDED_FIELDS`` to a log created before they existed (in place:
+    existing rows get "" there, which the hash chain leaves out, so they still verify)."""
+    present = {str(row[1]) for row in db.execute("PRAGMA table_info(agent_audit_log)")}
+    for name in ADDED_FIELDS:
+        if name not in present:
+            db.execute(f"ALTER TABLE agent_audit_log ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+
+
+def select_row_sql(db: sqlite3.Connection) -> str:
+    """``SELECT_ROW`` for a file that may predate ``ADDED_FIELDS`` and cannot be changed
+    (the offline check opens files read-only): missing columns read as ""."""
+    present = {str(row[1]) for row in db.execute("PRAGMA table_info(agent_audit_log)")}
+    columns = [c if c in present or c not in ADDED_FIELDS else f"'' AS {c}" for c in ROW_COLUMNS]
+    return f"SELECT {', '.join(columns)} FROM agent_audit_log"

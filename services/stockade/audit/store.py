@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,18 +30,14 @@ from stockade.audit.checkpoint import Checkpointer
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
+    SQLITE_CHAIN,
     AppendResult,
     AuditEventRow,
-    AuditStatus,
-    QueryFilters,
-    SessionMetrics,
-    StoredRow,
-    ToolMetrics,
     VerifyResult,
 )
 from stockade.audit.notify import HeadWatch
-from stockade.audit.paging import clamp_page_size, decode_token, encode_token
 from stockade.audit.schema import SELECT_ROW
+from stockade.audit.store_common import StoreReads, record_ingest
 from stockade.audit.validate import dedupe, normalise_batch
 from stockade.audit.verify import verify_file
 from stockade.audit.writer import ChainWriter
@@ -56,17 +52,6 @@ _MAX_GROUP_ROWS = 10_000
 _NS_PER_DAY = 86_400 * 10**9
 
 
-def row_from_values(values: Sequence[Any]) -> StoredRow:
-    """Build a ``StoredRow`` from a table row in ``ROW_COLUMNS`` order."""
-    return StoredRow(
-        event=AuditEventRow(*values[2 : 2 + _N_EVENT]),
-        sequence=values[0],
-        stored_ns=values[1],
-        prev_hash=values[2 + _N_EVENT],
-        row_hash=values[3 + _N_EVENT],
-    )
-
-
 async def _connect(path: str | os.PathLike[str], *, synchronous: str) -> aiosqlite.Connection:
     """A query-only connection (autocommit, so every read sees the latest commit)."""
     db = await aiosqlite.connect(os.fspath(path), isolation_level=None)
@@ -76,8 +61,13 @@ async def _connect(path: str | os.PathLike[str], *, synchronous: str) -> aiosqli
     return db
 
 
-class AuditStore:
-    """The audit log. Open with ``await AuditStore.open(path)``; close with ``close``."""
+class AuditStore(StoreReads):
+    """The audit log. Open with ``await AuditStore.open(path)``; close with ``close``.
+
+    Queries, the tail and metrics are ``StoreReads``'s (the SQL both backends share).
+    """
+
+    _select_row = SELECT_ROW
 
     def __init__(
         self,
@@ -180,14 +170,6 @@ class AuditStore:
         self._executor.shutdown(wait=True)
         await self._reader.close()
 
-    async def __aenter__(self) -> AuditStore:
-        """Use the store as an async context manager."""
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close the store."""
-        await self.close()
-
     @property
     def path(self) -> str:
         """The SQLite file."""
@@ -216,11 +198,7 @@ class AuditStore:
         unique, duplicates = dedupe(rows)
         accepted, skipped = await asyncio.shield(self._write(unique))
         duplicates += skipped
-        counter = self._instruments.events_ingested
-        counter.add(accepted, {"outcome": "accepted"})
-        if duplicates:
-            counter.add(duplicates, {"outcome": "duplicate"})
-        self._instruments.ingest_latency.record((time.monotonic() - arrived) * 1000.0)
+        record_ingest(self._instruments, accepted, duplicates, arrived)
         return AppendResult(accepted, duplicates, self._head_sequence)
 
     async def _write(self, rows: list[AuditEventRow]) -> tuple[int, int]:
@@ -293,115 +271,12 @@ class AuditStore:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def query(
-        self, filters: QueryFilters, page_size: int = 0, page_token: str = ""
-    ) -> tuple[list[StoredRow], str]:
-        """Rows matching ``filters``, newest (highest sequence) first, and the next token.
+    def _mark(self, index: int) -> str:
+        return "?"
 
-        Raises ``InvalidPageToken`` for a token that is malformed or from another query.
-        """
-        size = clamp_page_size(page_size)
-        before = decode_token(page_token, filters)
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column in ("session_id", "tool_name", "status", "agent_name", "verdict"):
-            value = getattr(filters, column)
-            if value:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if filters.start_ns is not None:
-            clauses.append("time_ns >= ?")
-            params.append(filters.start_ns)
-        if filters.end_ns is not None:
-            clauses.append("time_ns < ?")
-            params.append(filters.end_ns)
-        if before is not None:
-            clauses.append("sequence < ?")
-            params.append(before)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"{SELECT_ROW}{where} ORDER BY sequence DESC LIMIT ?"
-        params.append(size + 1)
+    async def _fetch(self, sql: str, *params: Any) -> list[Any]:
         async with self._reader.execute(sql, params) as cursor:
-            found = list(await cursor.fetchall())
-        rows = [row_from_values(values) for values in found[:size]]
-        token = encode_token(rows[-1].sequence, filters) if len(found) > size else ""
-        return rows, token
-
-    async def rows_after(
-        self, sequence: int, session_id: str = "", limit: int = 500
-    ) -> list[StoredRow]:
-        """Up to ``limit`` rows after ``sequence`` in log order, optionally of one session."""
-        if session_id:
-            sql = f"{SELECT_ROW} WHERE sequence > ? AND session_id = ? ORDER BY sequence LIMIT ?"
-            params: tuple[Any, ...] = (sequence, session_id, limit)
-        else:
-            sql = f"{SELECT_ROW} WHERE sequence > ? ORDER BY sequence LIMIT ?"
-            params = (sequence, limit)
-        async with self._reader.execute(sql, params) as cursor:
-            return [row_from_values(values) for values in await cursor.fetchall()]
-
-    async def tail(
-        self, session_id: str = "", *, after: int | None = None, batch: int = 500
-    ) -> AsyncIterator[StoredRow]:
-        """Yield rows as they are committed (from the current head, or after ``after``).
-
-        Ends when the store closes. Memory is bounded by ``batch`` however fast rows come.
-        """
-        seen = self._watch.head if after is None else after
-        while True:
-            head = await self._watch.wait_past(seen)
-            if head <= seen:
-                return  # closed
-            rows = await self.rows_after(seen, session_id, batch)
-            for row in rows:
-                yield row
-            if len(rows) == batch:
-                seen = rows[-1].sequence
-            else:
-                seen = max(head, rows[-1].sequence) if rows else head
-
-    async def session_metrics(self, session_id: str) -> SessionMetrics:
-        """Calls, errors, denials, per-tool counts and latency, and termination reason.
-
-        A session with no rows yet gives zeros (the store cannot tell it from a new one).
-        """
-        if not session_id:
-            raise InvalidArgument("session_id is required", field="session_id")
-        sql = (
-            "SELECT tool_name, COUNT(*), SUM(status = 'FAIL'), SUM(status = 'DENIED'),"
-            " AVG(CASE WHEN status != 'DENIED' THEN elapsed_ms END), MAX(elapsed_ms)"
-            " FROM agent_audit_log WHERE session_id = ? AND status NOT IN (?, ?)"
-            " GROUP BY tool_name ORDER BY tool_name"
-        )
-        # Summary rows and the decision service's decision records are not calls.
-        skip = (AuditStatus.SESSION_STOP.value, AuditStatus.DECIDED.value)
-        async with self._reader.execute(sql, (session_id, *skip)) as cur:
-            found = await cur.fetchall()
-        tools = tuple(
-            ToolMetrics(
-                tool_name=name,
-                calls=int(calls),
-                errors=int(errors or 0),
-                denials=int(denials or 0),
-                mean_elapsed_ms=float(mean or 0.0),
-                max_elapsed_ms=int(largest or 0),
-            )
-            for name, calls, errors, denials, mean, largest in found
-        )
-        async with self._reader.execute(
-            "SELECT termination_reason FROM agent_audit_log WHERE session_id = ? AND status = ?"
-            " ORDER BY sequence DESC LIMIT 1",
-            (session_id, AuditStatus.SESSION_STOP.value),
-        ) as cursor:
-            stop = await cursor.fetchone()
-        return SessionMetrics(
-            session_id=session_id,
-            calls=sum(t.calls for t in tools),
-            errors=sum(t.errors for t in tools),
-            denials=sum(t.denials for t in tools),
-            tools=tools,
-            termination_reason=str(stop[0]) if stop else "",
-        )
+            return list(await cursor.fetchall())
 
     async def chain_head(self) -> tuple[str, int, str]:
         """(chain id, head position, head hash): what ``heads`` signs. SQLite has one
@@ -411,12 +286,12 @@ class AuditStore:
         ) as cursor:
             found = await cursor.fetchone()
         assert found is not None  # created with the schema
-        return "sqlite", int(found[0]), str(found[1])
+        return SQLITE_CHAIN, int(found[0]), str(found[1])
 
     async def row_hash_at(self, chain_id: str, position: int) -> str | None:
         """The stored hash at ``position`` of the chain; ``""`` when retention deleted
         it, None when the row is not stored."""
-        if chain_id != "sqlite":
+        if chain_id != SQLITE_CHAIN:
             return None
         async with self._reader.execute(
             "SELECT row_hash FROM agent_audit_log WHERE sequence = ?", (position,)

@@ -1,7 +1,8 @@
 """Input rules for audit events: refuse what would be stored wrong, cut what may be cut.
 
-``output_preview`` is shortened to ``PREVIEW_CHARS`` characters (AUD-1), and a JSON field
-(``arguments_json``, ``conflict_log``) longer than ``MAX_JSON_CHARS`` or nested deeper
+``output_preview`` is shortened to ``PREVIEW_CHARS`` characters (AUD-1) and
+``decision_reason`` to ``MAX_REASON_CHARS``, and a JSON field (``arguments_json``,
+``conflict_log``, ``winning_rule``) longer than ``MAX_JSON_CHARS`` or nested deeper
 than ``MAX_JSON_DEPTH`` is replaced by its cut marker (``stockade.contract.audit_bounds``: the
 row says it was cut, with the SHA-256 and size of the full value), so a big or deeply
 nested call is recorded, never dropped and never an INTERNAL error. Every other field
@@ -44,12 +45,14 @@ MAX_CHARS: dict[str, int] = {
     "termination_reason": 2048,
     "policy_version": 128,
 }
+#: Characters of the decision's reason kept; a longer reason is cut (it is prose).
+MAX_REASON_CHARS = 4096
 #: Events per ``append`` call; bigger batches are refused so one request cannot pin memory.
 MAX_BATCH_EVENTS = 10_000
 #: Fields that must not be empty.
 _REQUIRED = ("event_id", "session_id", "tool_name")
 #: Fields that, when set, must hold JSON.
-_JSON_FIELDS = ("conflict_log", "arguments_json")
+_JSON_FIELDS = ("conflict_log", "arguments_json", "winning_rule")
 _STATUSES = frozenset(s.value for s in AuditStatus)
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 # Bounds of the fast path in normalise_event; kept equal to MAX_CHARS by a unit test.
@@ -86,6 +89,7 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
         and len(event.termination_reason) <= 2048
         and len(event.policy_version) <= 128
         and len(event.arguments_json) <= MAX_JSON_CHARS
+        and len(event.winning_rule) <= MAX_JSON_CHARS
         and event.status in _STATUSES
         and (event.status == "SESSION_STOP") == (event.tool_name == SESSION_TOOL)
         and event.verdict in VERDICTS
@@ -96,14 +100,22 @@ def normalise_event(event: AuditEventRow, now_ns: int, index: int = 0) -> AuditE
         and (not event.trace_id or _TRACE_ID.fullmatch(event.trace_id))
         and (not event.conflict_log or _is_json(event.conflict_log))
         and (not event.arguments_json or _is_json(event.arguments_json))
+        # winning_rule is canonical JSON that convert built from a typed Rule: only its
+        # length is checked here (a text that fails that is parsed on the slow path).
     ):
         pass
     else:
         event = _check_slowly(event, index)
-    if event.time_ns and len(event.output_preview) <= PREVIEW_CHARS:
+    if (
+        event.time_ns
+        and len(event.output_preview) <= PREVIEW_CHARS
+        and len(event.decision_reason) <= MAX_REASON_CHARS
+    ):
         return event
     return event._replace(
-        output_preview=event.output_preview[:PREVIEW_CHARS], time_ns=event.time_ns or now_ns
+        output_preview=event.output_preview[:PREVIEW_CHARS],
+        decision_reason=event.decision_reason[:MAX_REASON_CHARS],
+        time_ns=event.time_ns or now_ns,
     )
 
 
@@ -164,6 +176,7 @@ def _check_slowly(event: AuditEventRow, index: int) -> AuditEventRow:
         event = event._replace(
             arguments_json=cut.get("arguments_json", event.arguments_json),
             conflict_log=cut.get("conflict_log", event.conflict_log),
+            winning_rule=cut.get("winning_rule", event.winning_rule),
         )
     return event
 

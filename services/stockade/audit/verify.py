@@ -16,16 +16,20 @@ import sqlite3
 from pathlib import Path
 
 from stockade.audit.chain import ChainChecker
-from stockade.audit.model import EVENT_FIELDS, VerifyResult
-from stockade.audit.schema import SELECT_ROW
-from stockade.contract.audit_bounds import CUT_KEY, REFUSED_KEY
+from stockade.audit.model import (
+    EVENT_FIELDS,
+    SQLITE_CHAIN,
+    ChainBreak,
+    ChainVerification,
+    VerifyResult,
+)
+from stockade.audit.schema import select_row_sql
+from stockade.audit.store_common import marker_kind
 from stockade.errors import InvalidArgument
 
 _N_HASHED = 2 + len(EVENT_FIELDS)  # sequence, stored_ns, event fields
 _ARGUMENTS = 2 + EVENT_FIELDS.index("arguments_json")
 _CONFLICTS = 2 + EVENT_FIELDS.index("conflict_log")
-_REFUSED = '{"' + REFUSED_KEY + '":'
-_CUT = '{"' + CUT_KEY + '":'
 
 
 def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult:
@@ -43,21 +47,33 @@ def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult
         except sqlite3.OperationalError:
             meta = None
         if meta is None:
-            return VerifyResult(False, 0, 1, "the chain's anchor record is missing")
+            detail = "the chain's anchor record is missing"
+            missing = ChainVerification(
+                SQLITE_CHAIN, False, 0, 0, 1, ChainBreak.UNKNOWN_CHAIN, detail
+            )
+            return VerifyResult(False, 0, 1, detail, chains=(missing,))
         anchor_sequence, anchor_hash, head_sequence, head_hash = meta
         checker = ChainChecker(int(anchor_sequence), str(anchor_hash))
-        cursor = db.execute(f"{SELECT_ROW} ORDER BY sequence")
+        cursor = db.execute(f"{select_row_sql(db)} ORDER BY sequence")
         refused = cut = 0
         while checker.broken is None and (batch := cursor.fetchmany(chunk)):
             for values in batch:
                 if not checker.feed(values[:_N_HASHED], values[-2], values[-1]):
                     break
-                arguments = values[_ARGUMENTS]
-                if arguments.startswith(_REFUSED):
-                    refused += 1
-                elif arguments.startswith(_CUT) or values[_CONFLICTS].startswith(_CUT):
-                    cut += 1
+                kind = marker_kind(values[_ARGUMENTS], values[_CONFLICTS])
+                refused += kind == "refused"
+                cut += kind == "cut"
         result = checker.finish(int(head_sequence), str(head_hash))
+        # On SQLite a row's position in the chain is its log sequence; rows removed from
+        # the end leave no stored row at fault.
+        at_fault = 0 if checker.reason is ChainBreak.TAIL_REMOVED else result.first_broken_sequence
+        chain = checker.chain_result(
+            SQLITE_CHAIN,
+            result,
+            head=(int(head_sequence), str(head_hash)),
+            anchor_position=int(anchor_sequence),
+            broken_sequence=at_fault,
+        )
         return dataclasses.replace(
             result,
             head_sequence=int(head_sequence),
@@ -65,6 +81,7 @@ def verify_file(path: str | os.PathLike[str], chunk: int = 2000) -> VerifyResult
             anchor_sequence=int(anchor_sequence),
             refused_rows=refused,
             cut_rows=cut,
+            chains=(chain,),
         )
     finally:
         db.close()

@@ -16,7 +16,7 @@ from typing import Any
 
 from stockade.audit.chain import GENESIS, hash_values
 from stockade.audit.model import AuditEventRow
-from stockade.audit.schema import INSERT_ROW, SCHEMA
+from stockade.audit.schema import INSERT_ROW, SCHEMA, add_missing_columns
 
 # SQLite's default limit on bound parameters is far above this; it keeps statements small.
 _ID_CHUNK = 500
@@ -36,6 +36,7 @@ class ChainWriter:
             # backstop that bounds the WAL (about 40 MB) should they fall behind.
             db.execute("PRAGMA wal_autocheckpoint = 10000")
             db.executescript(SCHEMA)
+            add_missing_columns(db)
             db.execute(
                 "INSERT OR IGNORE INTO audit_chain VALUES (1, 0, ?, 0, ?, 0)", (GENESIS, GENESIS)
             )

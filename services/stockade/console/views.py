@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
 
 from stockade.contract.redaction import redact_arguments, redact_text
+from stockade.v1 import agent_service_pb2 as ag_pb2
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
@@ -220,35 +222,30 @@ class AuditRowView:
     row_hash: str
 
 
-def _conflicts(raw: str) -> tuple[ConflictView, ...]:
-    if not raw:
-        return ()
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return (ConflictView(redact_text(raw[:500]), "(not JSON)"),)
+def _conflicts(conflicts: Iterable[d_pb2.Conflict], cut: str) -> tuple[ConflictView, ...]:
     out: list[ConflictView] = []
-    for item in data if isinstance(data, list) else []:
-        if isinstance(item, dict):
-            # The agent writes {"pattern", "effect", "source", "note"} per overridden rule.
-            effect = str(item.get("effect", "")).removeprefix("RULE_EFFECT_").lower()
-            source = str(item.get("source", "")).removeprefix("RULE_SOURCE_").lower()
-            rule = " ".join(p for p in (effect, str(item.get("pattern", ""))) if p)
-            if source:
-                rule += f" ({source})"
-            out.append(ConflictView(redact_text(rule), redact_text(str(item.get("note", "")))))
-        else:
-            out.append(ConflictView(redact_text(str(item)), ""))
+    for c in conflicts:
+        effect = _name(c_pb2.RuleEffect, c.rule.effect, "RULE_EFFECT_") if c.rule.effect else ""
+        source = _name(c_pb2.RuleSource, c.rule.source, "RULE_SOURCE_") if c.rule.source else ""
+        rule = " ".join(p for p in (effect, c.rule.pattern) if p)
+        if source:
+            rule += f" ({source})"
+        out.append(ConflictView(redact_text(rule), redact_text(c.note)))
+    if not out and cut.startswith('{"$stockade_cut"'):
+        out.append(ConflictView("(too many to keep: cut)", ""))
     return tuple(out[:50])
 
 
-def _arguments(raw: str) -> str:
-    if not raw:
-        return ""
-    try:
-        return shown_arguments(json.loads(raw))
-    except ValueError:
-        return redact_text(raw[:MAX_SHOWN_CHARS])
+def _arguments(e: a_pb2.AuditEvent) -> str:
+    if e.HasField("arguments"):
+        return shown_arguments(json_format.MessageToDict(e.arguments))
+    return redact_text(e.arguments_json[:MAX_SHOWN_CHARS])
+
+
+def _termination(e: a_pb2.AuditEvent) -> str:
+    if e.termination:
+        return _name(ag_pb2.TerminationReason, e.termination, "TERMINATION_REASON_")
+    return redact_text(e.termination_reason)
 
 
 def audit_row_view(r: a_pb2.AuditRecord) -> AuditRowView:
@@ -263,14 +260,16 @@ def audit_row_view(r: a_pb2.AuditRecord) -> AuditRowView:
         call_id=e.call_id,
         status=_name(a_pb2.AuditStatus, e.status, "AUDIT_STATUS_"),
         verdict=_name(c_pb2.Verdict, e.verdict, "VERDICT_") if e.verdict else "",
-        rule=redact_text(e.matched_rule),
-        rule_source=_name(c_pb2.RuleSource, e.rule_source, "RULE_SOURCE_") if e.rule_source else "",
-        conflicts=_conflicts(e.conflict_log),
+        rule=redact_text(e.winning_rule.pattern),
+        rule_source=_name(c_pb2.RuleSource, e.winning_rule.source, "RULE_SOURCE_")
+        if e.winning_rule.source
+        else "",
+        conflicts=_conflicts(e.conflicts, e.conflict_log),
         policy_version=e.policy_version,
         approver=_approver(e),
-        arguments=_arguments(e.arguments_json),
+        arguments=_arguments(e),
         output_preview=redact_text(e.output_preview),
-        termination_reason=redact_text(e.termination_reason),
+        termination_reason=_termination(e),
         trace_id=e.trace_id,
         row_hash=r.row_hash,
     )

@@ -26,6 +26,10 @@ from typing import Any
 MAX_JSON_CHARS = 65_536
 #: Deepest nesting of objects/arrays kept in a JSON field; deeper values are cut.
 MAX_JSON_DEPTH = 64
+#: Deepest nesting of objects/arrays a producer sends in a typed (``Struct``) field:
+#: a JSON object level is three protobuf message levels there, and decoders stop at 100
+#: (the event and its batch take two more); deeper values are cut.
+MAX_STRUCT_DEPTH = 24
 #: Characters of the original kept in a cut marker's ``head``.
 CUT_HEAD_CHARS = 4096
 #: The key that marks a cut value.

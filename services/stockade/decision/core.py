@@ -167,14 +167,9 @@ class DecisionCore:
         if self.records is not None:
             self._record(
                 decision_record(
-                    session_id=call.session_id,
-                    call_id=call.call_id,
-                    tool_name=call.tool_name,
-                    agent_name=call.agent_name,
-                    arguments=call.arguments,
-                    decision=d,
+                    call=call,
+                    outcome=outcome,
                     settle=settlement(d) if outcome.grant is not None else None,
-                    approval_id=outcome.approval_id,
                 )
             )
         self.metrics.record(

@@ -20,16 +20,17 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import timestamp_pb2
 
 from stockade.contract.grant import argument_digest
-from stockade.decision.engine import Decision
-from stockade.decision.rules import Effect, Source
 from stockade.decision.sessions import ApprovalRecord, ApprovalState
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
+
+if TYPE_CHECKING:  # the core imports this module
+    from stockade.decision.core import CallInput, Outcome
 
 __all__ = ["RECORDS_LOGGER", "DecisionSink", "approval_record", "decision_record", "log_sink"]
 
@@ -38,22 +39,6 @@ log = logging.getLogger(RECORDS_LOGGER)
 
 DecisionSink = Callable[[a_pb2.AuditEvent], None]
 """Where decision records go (the spooling audit recorder's ``enqueue``, or the log)."""
-
-_VERDICT = {
-    Effect.ALLOW: c_pb2.VERDICT_ALLOW,
-    Effect.ASK: c_pb2.VERDICT_ASK,
-    Effect.DENY: c_pb2.VERDICT_DENY,
-}
-_SOURCE = {
-    Source.MANAGED: c_pb2.RULE_SOURCE_MANAGED,
-    Source.ENV: c_pb2.RULE_SOURCE_ENV,
-    Source.PROJECT: c_pb2.RULE_SOURCE_PROJECT,
-    Source.SESSION: c_pb2.RULE_SOURCE_SESSION,
-    Source.TOOL: c_pb2.RULE_SOURCE_TOOL,
-    Source.HOOK: c_pb2.RULE_SOURCE_HOOK,
-    Source.DEFAULT: c_pb2.RULE_SOURCE_DEFAULT,
-    Source.MODE: c_pb2.RULE_SOURCE_MODE,
-}
 
 
 def _now() -> timestamp_pb2.Timestamp:
@@ -67,39 +52,32 @@ def _compact(value: Mapping[str, Any]) -> str:
 
 
 def decision_record(
-    *,
-    session_id: str,
-    call_id: str,
-    tool_name: str,
-    agent_name: str,
-    arguments: Mapping[str, Any],
-    decision: Decision,
-    settle: Mapping[str, str] | None,
-    approval_id: str = "",
+    *, call: CallInput, outcome: Outcome, settle: Mapping[str, str] | None
 ) -> a_pb2.AuditEvent:
-    """The record of one Decide."""
+    """The record of one Decide: the decision typed exactly as the caller receives it
+    (verdict, reason, winning rule, conflicts, policy version: the fields of the same
+    ``DecideResponse``, built by the same function)."""
+    # Imported here: convert imports the core, which imports this module.
+    from stockade.decision.convert import decide_response
+
+    response = decide_response(outcome)
     summary: dict[str, Any] = dict(settle) if settle is not None else {}
-    summary["args_sha256"] = argument_digest(arguments)[:16]
-    if approval_id:
-        summary["approval"] = approval_id  # the pending approval an ASK created
-    conflicts = [
-        {"pattern": c.rule.pattern, "effect": c.rule.effect.value,
-         "source": c.rule.source.value, "note": c.note}
-        for c in decision.conflicts
-    ]  # fmt: skip
+    summary["args_sha256"] = argument_digest(call.arguments)[:16]
+    if response.approval_id:
+        summary["approval"] = response.approval_id  # the pending approval an ASK created
     return a_pb2.AuditEvent(
         event_id=f"decision-{uuid.uuid4().hex}",
-        session_id=session_id,
-        tool_name=tool_name,
+        session_id=call.session_id,
+        tool_name=call.tool_name,
         status=a_pb2.AUDIT_STATUS_DECIDED,
-        agent_name=agent_name or "lead",
+        agent_name=call.agent_name or "lead",
         time=_now(),
-        call_id=call_id,
-        verdict=_VERDICT[decision.verdict],
-        matched_rule=decision.winning_rule.pattern,
-        rule_source=_SOURCE[decision.winning_rule.source],
-        conflict_log=json.dumps(conflicts, ensure_ascii=False) if conflicts else "",
-        policy_version=decision.policy_version,
+        call_id=call.call_id,
+        verdict=response.verdict,
+        winning_rule=response.winning_rule,
+        conflicts=response.conflicts,
+        decision_reason=response.reason,
+        policy_version=response.policy_version,
         output_preview=_compact(summary),
     )
 
@@ -125,7 +103,11 @@ def approval_record(rec: ApprovalRecord, policy_version: str, via: str = "") -> 
         time=_now(),
         call_id=rec.call.call_id,
         verdict=c_pb2.VERDICT_ALLOW if allowed else c_pb2.VERDICT_DENY,
-        matched_rule=f"approval:{rec.approval_id}",
+        winning_rule=c_pb2.Rule(
+            effect=c_pb2.RULE_EFFECT_ALLOW if allowed else c_pb2.RULE_EFFECT_DENY,
+            pattern=f"approval:{rec.approval_id}",
+        ),
+        decision_reason=f"answered by {rec.resolver}" if rec.resolver else "",
         policy_version=policy_version,
         output_preview=_compact(summary),
     )
@@ -139,6 +121,6 @@ def log_sink(event: a_pb2.AuditEvent) -> None:
         event.call_id,
         event.tool_name,
         c_pb2.Verdict.Name(event.verdict),
-        event.matched_rule,
+        event.winning_rule.pattern,
         event.output_preview,
     )

@@ -11,7 +11,6 @@ listed as a sure change; the report's note says what replay cannot know.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,8 @@ class RecordedCall:
     session_id: str
     call_id: str
     tool_name: str
-    arguments_json: str
+    arguments: Mapping[str, Any]
+    """The recorded arguments (after redaction; a cut marker when they were too big)."""
     verdict: Effect
     matched_rule: str
     agent_name: str = "lead"
@@ -84,14 +84,7 @@ def replay(
     replayed = skipped = 0
     changes: list[Change] = []
     for rec in records:
-        try:
-            args = json.loads(rec.arguments_json) if rec.arguments_json else {}
-        except json.JSONDecodeError:
-            skipped += 1
-            continue
-        if not isinstance(args, dict):
-            skipped += 1
-            continue
+        args = dict(rec.arguments)
         try:
             call_facts = facts(rec.tool_name, args)
         except Exception:

@@ -43,6 +43,37 @@ class StartupError(RuntimeError):
     """A server cannot start as configured (the message says what to fix)."""
 
 
+class ServingState:
+    """A service's own word on whether it can serve (say, its database connection is up).
+
+    ``create_server`` mirrors it into the standard gRPC health status of the service and of
+    the server as a whole (``""``), so a load balancer or a kubelet readiness probe sends
+    calls elsewhere while it is NOT_SERVING; the graceful drain still overrides it.
+    """
+
+    def __init__(self) -> None:
+        """Start serving."""
+        self._serving = True
+        self._observers: list[Callable[[bool], None]] = []
+
+    @property
+    def serving(self) -> bool:
+        """The current word."""
+        return self._serving
+
+    def set(self, serving: bool) -> None:
+        """Change it (observers hear only changes)."""
+        if serving == self._serving:
+            return
+        self._serving = serving
+        for observe in list(self._observers):
+            observe(serving)
+
+    def observe(self, observer: Callable[[bool], None]) -> None:
+        """Call ``observer(serving)`` on every change."""
+        self._observers.append(observer)
+
+
 @dataclass(frozen=True)
 class Registration:
     """One gRPC service to register: the generated ``add_*_to_server`` and its servicer."""
@@ -55,6 +86,8 @@ class Registration:
     """RPC name → certificate identities allowed to call it; enforced when mTLS is on (X-3)."""
     admin: AdminAuth | None = None
     """Who is an admin, for the RPCs the servicer's ``ACCESS`` declares admin (X-3)."""
+    serving: ServingState | None = None
+    """The service's own readiness, mirrored into its health status (None: always ready)."""
 
 
 def declared_access(reg: Registration) -> dict[str, MethodAccess]:
@@ -239,8 +272,43 @@ async def create_server(
         await running.health_server.start()
     for svc in ["", *names]:
         await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    for reg in registrations:
+        if reg.serving is not None:
+            _mirror_health(health_servicer, reg.service_name, reg.serving)
     log.info("%s serving on %s%s", name, address, " (mTLS)" if creds else "")
     return running
+
+
+_HEALTH_UPDATES: set[asyncio.Task[None]] = set()
+"""Health updates in flight (kept so the event loop does not drop them)."""
+
+
+def _mirror_health(health_servicer: Any, service_name: str, state: ServingState) -> None:
+    """Keep ``service_name`` and the server's overall status equal to ``state``."""
+
+    async def apply(serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for svc in ("", service_name):
+            await health_servicer.set(svc, status)
+        log.log(
+            logging.INFO if serving else logging.WARNING,
+            "%s health: %s",
+            service_name,
+            "SERVING" if serving else "NOT_SERVING",
+        )
+
+    def changed(serving: bool) -> None:
+        task = asyncio.get_running_loop().create_task(apply(serving))
+        _HEALTH_UPDATES.add(task)
+        task.add_done_callback(_HEALTH_UPDATES.discard)
+
+    state.observe(changed)
+    if not state.serving:
+        changed(False)
 
 
 async def stop_server(running: RunningServer) -> None:

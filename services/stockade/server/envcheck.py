@@ -38,8 +38,9 @@ CLIENT_VARIABLES: Mapping[str, str] = {
 SUPPORTED_EXPORTERS: Mapping[str, frozenset[str]] = {
     "OTEL_TRACES_EXPORTER": frozenset({"otlp", "console", "none"}),
     "OTEL_METRICS_EXPORTER": frozenset({"otlp", "console", "none"}),
-    # Logs go to stderr as JSON lines; the OTel logs signal is not exported.
-    "OTEL_LOGS_EXPORTER": frozenset({"none"}),
+    # Logs go to stderr as JSON lines; the OTel logs signal carries only the audit
+    # service's signed chain heads (STORE-4), not the process's log lines.
+    "OTEL_LOGS_EXPORTER": frozenset({"otlp", "console", "none"}),
 }
 SUPPORTED_OTLP_PROTOCOLS = frozenset({"grpc"})
 """Only the OTLP/gRPC exporter is installed (opentelemetry-exporter-otlp-proto-grpc)."""

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry._logs import set_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogRecordExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -39,6 +42,7 @@ class Telemetry:
     tracer_provider: TracerProvider | None = None
     meter_provider: MeterProvider | None = None
     processors: list[SpanProcessor] = field(default_factory=list)
+    logger_provider: LoggerProvider | None = None
 
     def shutdown(self) -> None:
         """Flush and stop exporters (idempotent)."""
@@ -46,6 +50,8 @@ class Telemetry:
             self.tracer_provider.shutdown()
         if self.meter_provider is not None:
             self.meter_provider.shutdown()
+        if self.logger_provider is not None:
+            self.logger_provider.shutdown()
 
 
 def _choices(var: str) -> set[str]:
@@ -100,9 +106,29 @@ def setup_telemetry(
         readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(out=sys.stderr)))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(meter_provider)
-    tel = Telemetry(tracer_provider, meter_provider, processors)
+    tel = Telemetry(tracer_provider, meter_provider, processors, _logger_provider(resource))
     _state["telemetry"] = tel
     return tel
+
+
+def _logger_provider(resource: Resource) -> LoggerProvider | None:
+    """The OTel logs signal, when ``OTEL_LOGS_EXPORTER`` names an exporter. Only records
+    emitted through the OTel logs API travel there (the audit service's signed chain
+    heads); the process's own log lines stay on stderr."""
+    choice = _choices("OTEL_LOGS_EXPORTER")
+    if not choice - {"none"}:
+        return None
+    provider = LoggerProvider(resource=resource)
+    if "otlp" in choice:
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+
+        provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+    if "console" in choice:
+        provider.add_log_record_processor(
+            BatchLogRecordProcessor(ConsoleLogRecordExporter(out=sys.stderr))
+        )
+    set_logger_provider(provider)
+    return provider
 
 
 class JsonFormatter(logging.Formatter):

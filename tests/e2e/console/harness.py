@@ -23,7 +23,7 @@ from google.protobuf import struct_pb2
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
-from stockade.audit.service import AuditApp
+from stockade.audit.app import AuditApp
 from stockade.audit.settings import AuditSettings
 from stockade.console.app import build_app
 from stockade.console.settings import ConsoleSettings

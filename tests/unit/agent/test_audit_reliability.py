@@ -6,7 +6,6 @@ trail cannot be written."""
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,10 +139,16 @@ def test_audit_arguments_cut_big_and_deep_values() -> None:
     from stockade.agent.builtin_hooks import audit_arguments
 
     big = audit_arguments({"content": "a" * 100_000})
-    assert len(big) < 70_000 and json.loads(big)["$stockade_cut"]["bytes"] > 100_000
+    assert big.ByteSize() < 70_000 and big["$stockade_cut"]["bytes"] > 100_000
     deep = audit_arguments(_nested(3_000))
-    assert "nested deeper" in json.loads(deep)["$stockade_cut"]["reason"]
-    assert audit_arguments({"b": 1, "a": "x"}) == '{"a":"x","b":1}'
+    assert "nested deeper" in deep["$stockade_cut"]["reason"]
+    # A value too deep for a Struct on the wire (past MAX_STRUCT_DEPTH) is cut too, so the
+    # event always decodes at the audit service.
+    too_deep = audit_arguments(_nested(40))
+    assert "nested deeper" in too_deep["$stockade_cut"]["reason"]
+    event = audit_pb2.AuditEvent(arguments=too_deep)
+    assert audit_pb2.AuditEvent.FromString(event.SerializeToString()) == event
+    assert dict(audit_arguments({"b": 1, "a": "x"})) == {"a": "x", "b": 1}
 
 
 def test_openai_tool_call_with_too_deep_arguments_fails_alone() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,10 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
+from stockade.v1 import agent_service_pb2 as agent_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
+from stockade.v1 import decision_service_pb2 as decision_pb2
 
 CALL = ToolCallContext(session_id="s1", call_id="c1", tool_name="read_file", arguments={"a": 1})
 AWS = "AKIAIOSFODNN7EXAMPLE"
@@ -192,17 +193,33 @@ async def test_redaction_runs_before_the_audit_log_sees_output_and_arguments() -
         agent_name="lead",
         step=2,
     )
-    decision = DecisionInfo(verdict="ALLOW", matched_rule="run_bash(echo *)", rule_source="ENV")
+    rule = common_pb2.Rule(
+        effect=common_pb2.RULE_EFFECT_ALLOW,
+        pattern="run_bash(echo *)",
+        source=common_pb2.RULE_SOURCE_ENV,
+        rule_id="echo",
+    )
+    conflict = decision_pb2.Conflict(
+        rule=common_pb2.Rule(effect=common_pb2.RULE_EFFECT_ASK, source=common_pb2.RULE_SOURCE_TOOL),
+        note="an explicit ALLOW settles the tool's ASK",
+    )
+    decision = DecisionInfo(
+        verdict="ALLOW", winning_rule=rule, conflicts=(conflict,), reason="allowed by rule"
+    )
     result = await pipeline.run_post_tool_use(
         ToolResultContext(call=call, content=f"key={AWS}", elapsed_ms=7, decision=decision)
     )
     assert AWS not in result.content and "[REDACTED:aws_access_key]" in result.content
     (event,) = sink.events
-    assert AWS not in event.output_preview and AWS not in event.arguments_json
-    assert json.loads(event.arguments_json)["command"].startswith("echo [REDACTED")
+    assert AWS not in event.output_preview and AWS not in str(event.arguments)
+    assert event.arguments["command"].startswith("echo [REDACTED")
     assert event.status == audit_pb2.AUDIT_STATUS_OK
     assert event.verdict == common_pb2.VERDICT_ALLOW
-    assert event.rule_source == common_pb2.RULE_SOURCE_ENV
+    # The decision travels typed, as the decision service returned it; no strings.
+    assert event.winning_rule == rule and list(event.conflicts) == [conflict]
+    assert event.decision_reason == "allowed by rule"
+    assert not (event.matched_rule or event.rule_source or event.conflict_log)
+    assert not event.arguments_json
     assert (event.step, event.call_id, event.elapsed_ms) == (2, "c9", 7)
 
 
@@ -221,7 +238,8 @@ async def test_audit_log_rows_for_denials_and_session_stop() -> None:
     denied, stop = sink.events
     assert denied.status == audit_pb2.AUDIT_STATUS_DENIED and len(denied.output_preview) == 200
     assert stop.tool_name == "session" and stop.status == audit_pb2.AUDIT_STATUS_SESSION_STOP
-    assert stop.termination_reason == "MAX_STEPS"
+    assert stop.termination == agent_pb2.TERMINATION_REASON_MAX_STEPS
+    assert not stop.termination_reason
     assert denied.event_id != stop.event_id
 
 

@@ -62,14 +62,14 @@ async def test_allowed_call_runs_and_is_audited(harness: Harness) -> None:
     assert request.interrupt_behavior == c_pb2.INTERRUPT_BEHAVIOR_CANCEL
     assert terminated(events).reason == a_pb2.TERMINATION_REASON_COMPLETED
     row, stop = harness.sink.events
-    assert (row.tool_name, row.status, row.matched_rule) == (
+    assert (row.tool_name, row.status, row.winning_rule.pattern) == (
         "read_file",
         audit_pb2.AUDIT_STATUS_OK,
         "read_file(*)",
     )
     assert row.verdict == c_pb2.VERDICT_ALLOW and row.policy_version == "v-test"
     assert stop.status == audit_pb2.AUDIT_STATUS_SESSION_STOP
-    assert stop.termination_reason == "COMPLETED"
+    assert stop.termination == a_pb2.TERMINATION_REASON_COMPLETED
     # The model saw the tool result after its own call.
     messages, _ = provider.requests[1]
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool"]
@@ -221,7 +221,7 @@ async def test_max_steps_then_one_forced_answer(harness: Harness) -> None:
     assert terminated(events).reason == a_pb2.TERMINATION_REASON_MAX_STEPS
     last_messages, allow_tools = provider.requests[-1]
     assert allow_tools is False and "maximum number of steps" in last_messages[-1].content
-    assert harness.sink.events[-1].termination_reason == "MAX_STEPS"
+    assert harness.sink.events[-1].termination == a_pb2.TERMINATION_REASON_MAX_STEPS
 
 
 async def test_third_identical_call_is_refused(harness: Harness) -> None:
@@ -278,7 +278,7 @@ async def test_failing_compaction_opens_the_breaker(harness: Harness) -> None:
     assert "3 times" in terminated(events).detail
     summaries = [r for r in provider.requests if r[0][0].content.startswith("Summarise")]
     assert len(summaries) == limits.compaction_max_failures  # then the breaker stops trying
-    assert harness.sink.events[-1].termination_reason == "COMPACTION_FAILED"
+    assert harness.sink.events[-1].termination == a_pb2.TERMINATION_REASON_COMPACTION_FAILED
 
 
 async def test_nothing_to_compact_is_a_compaction_failure(harness: Harness) -> None:
@@ -487,7 +487,7 @@ async def test_tree_token_budget_ends_the_turn(harness: Harness) -> None:
     events = await run(harness.core(provider, limits=LimitSettings(tree_max_tokens=40)))
     assert terminated(events).reason == a_pb2.TERMINATION_REASON_TOKEN_BUDGET
     assert len(harness.executor.executed) == 3  # 15 tokens a step: the 3rd step spends it all
-    assert harness.sink.events[-1].termination_reason == "TOKEN_BUDGET"
+    assert harness.sink.events[-1].termination == a_pb2.TERMINATION_REASON_TOKEN_BUDGET
 
 
 async def test_context_still_over_the_hard_limit_after_compaction(harness: Harness) -> None:

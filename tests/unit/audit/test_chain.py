@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 from stockade.audit.chain import GENESIS, _encode_json, canonical, hash_values, link_hash
-from stockade.audit.model import EVENT_FIELDS, QueryFilters
+from stockade.audit.model import ADDED_FIELDS, EVENT_FIELDS, V1_EVENT_FIELDS, QueryFilters
 from stockade.audit.store import AuditStore
 
 from .conftest import BASE_NS, EventFactory
@@ -222,10 +222,29 @@ async def test_retention_only_deletes_rows_older_than_the_limit(
 
 
 def test_canonical_form_is_json_of_position_and_every_field(make_event: EventFactory) -> None:
-    event = make_event(1, output_preview='quote " and \u00e9 and \n newline')
+    event = make_event(
+        1, output_preview='quote " and \u00e9 and \n newline', decision_reason="a reason"
+    )
     raw = canonical(5, BASE_NS, event)
     assert json.loads(raw) == [5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)]
     assert raw.decode() == _encode_json([5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)])
     values = [5, BASE_NS, *(getattr(event, f) for f in EVENT_FIELDS)]
     assert link_hash(GENESIS, 5, BASE_NS, event) == hash_values(GENESIS, values)
     assert hash_values(GENESIS, values) != hash_values("1" * 64, values)
+
+
+def test_a_row_without_the_added_fields_hashes_as_in_the_first_release(
+    make_event: EventFactory,
+) -> None:
+    """Rows stored before ``winning_rule``/``decision_reason`` existed still verify: with
+    both empty the canonical form is the first release's (no trailing fields), and setting
+    or clearing either changes the hash (so stripping them from a row is caught)."""
+    event = make_event(1)
+    assert ADDED_FIELDS == ("winning_rule", "decision_reason")
+    first_release = [5, BASE_NS, *(getattr(event, f) for f in V1_EVENT_FIELDS)]
+    assert canonical(5, BASE_NS, event).decode() == _encode_json(first_release)
+    assert link_hash(GENESIS, 5, BASE_NS, event) == hash_values(GENESIS, first_release)
+    typed = event._replace(winning_rule='{"pattern":"x"}')
+    reasoned = event._replace(decision_reason="because")
+    hashes = {link_hash(GENESIS, 5, BASE_NS, e) for e in (event, typed, reasoned)}
+    assert len(hashes) == 3

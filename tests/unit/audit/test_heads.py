@@ -15,11 +15,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from stockade.audit.app import load_head_key
 from stockade.audit.backend import AuditBackend
 from stockade.audit.chain import hash_values
+from stockade.audit.core import AuditCore
 from stockade.audit.heads import HEAD_PREFIX, SignedHead, check_heads, parse_heads
+from stockade.audit.model import EVENT_FIELDS
 from stockade.audit.pg_store import PostgresAuditStore
-from stockade.audit.service import export_head_once, load_head_key
 from stockade.audit.store import AuditStore
 from stockade.errors import InvalidArgument
 
@@ -32,7 +34,7 @@ async def _exported(store: AuditBackend, caplog: pytest.LogCaptureFixture) -> li
     """Export the head through the service's function and read it back from the log."""
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="stockade.audit.heads"):
-        await export_head_once(store, KEY)
+        await AuditCore(store, head_key=KEY).export_head()
     return parse_heads(record.getMessage() for record in caplog.records)
 
 
@@ -116,7 +118,7 @@ async def test_a_rewritten_postgres_chain_is_named_by_its_signed_head(
             )
             prev = "0" * 64
             for position, row in enumerate(rows, start=1):
-                event = [row[k] for k in list(row.keys())[2:-4]]
+                event = [row[k] for k in EVENT_FIELDS]
                 digest = hash_values(prev, [position, row["stored_ns"], *event])
                 await conn.execute(
                     "UPDATE agent_audit_log SET chain_seq = $1, prev_hash = $2, row_hash = $3"
@@ -218,8 +220,8 @@ async def test_the_cli_checks_every_postgres_chain_and_the_signed_heads_offline(
             "SELECT * FROM agent_audit_log WHERE chain_id = 'replica-b' AND chain_seq = 2"
         )
         assert row is not None
-        event = [row[k] for k in list(row.keys())[2:-4]]
-        event[list(row.keys())[2:-4].index("output_preview")] = "forged"
+        event = [row[k] for k in EVENT_FIELDS]
+        event[EVENT_FIELDS.index("output_preview")] = "forged"
         digest = hash_values(row["prev_hash"], [2, row["stored_ns"], *event])
         await conn.execute(
             "UPDATE agent_audit_log SET output_preview = 'forged', row_hash = $1"

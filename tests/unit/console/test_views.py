@@ -85,31 +85,27 @@ def test_approval_view_shows_the_asking_rule_masked_and_none_when_unknown() -> N
 
 
 def test_audit_row_shows_the_whole_decision_masked() -> None:
-    conflicts = json.dumps(
-        [
-            {"pattern": "run_bash", "effect": "RULE_EFFECT_ASK", "source": "RULE_SOURCE_TOOL",
-             "note": "DENY (P0) wins over ASK"},
-        ]
-    )  # fmt: skip
-    row = audit_row_view(
-        a_pb2.AuditRecord(
-            sequence=7,
-            row_hash="ab" * 32,
-            event=a_pb2.AuditEvent(
-                session_id="s",
-                tool_name="run_bash",
-                status=a_pb2.AUDIT_STATUS_DENIED,
-                verdict=c_pb2.VERDICT_DENY,
-                matched_rule="run_bash(rm *)",
-                rule_source=c_pb2.RULE_SOURCE_MANAGED,
-                conflict_log=conflicts,
-                policy_version="pv-123",
-                arguments_json=json.dumps({"command": "echo " + SECRETS[0]}),
-                output_preview="token=" + "q" * 20,
-            ),
-        )
+    event = a_pb2.AuditEvent(
+        session_id="s",
+        tool_name="run_bash",
+        status=a_pb2.AUDIT_STATUS_DENIED,
+        verdict=c_pb2.VERDICT_DENY,
+        winning_rule=c_pb2.Rule(pattern="run_bash(rm *)", source=c_pb2.RULE_SOURCE_MANAGED),
+        conflicts=[
+            d_pb2.Conflict(
+                rule=c_pb2.Rule(
+                    effect=c_pb2.RULE_EFFECT_ASK, pattern="run_bash", source=c_pb2.RULE_SOURCE_TOOL
+                ),
+                note="DENY (P0) wins over ASK",
+            )
+        ],
+        policy_version="pv-123",
+        output_preview="token=" + "q" * 20,
     )
+    event.arguments.update({"command": "echo " + SECRETS[0]})
+    row = audit_row_view(a_pb2.AuditRecord(sequence=7, row_hash="ab" * 32, event=event))
     assert row.status == "denied" and row.verdict == "deny" and row.rule_source == "managed"
+    assert row.rule == "run_bash(rm *)"
     assert row.conflicts[0].rule == "ask run_bash (tool)"
     assert row.conflicts[0].note == "DENY (P0) wins over ASK"
     assert row.policy_version == "pv-123"
@@ -119,7 +115,13 @@ def test_audit_row_shows_the_whole_decision_masked() -> None:
 def test_audit_rows_with_odd_conflict_logs_still_render() -> None:
     for raw in ("not json", json.dumps({"a": 1}), json.dumps(["plain", 3])):
         row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(conflict_log=raw)))
-        assert isinstance(row.conflicts, tuple)
+        assert row.conflicts == ()
+    cut = '{"$stockade_cut":{"reason":"longer than 65536 characters"}}'
+    row = audit_row_view(a_pb2.AuditRecord(event=a_pb2.AuditEvent(conflict_log=cut)))
+    assert [c.rule for c in row.conflicts] == ["(too many to keep: cut)"]
+    # An old server's row without typed arguments still shows them masked, as text.
+    old = a_pb2.AuditEvent(arguments_json=json.dumps({"command": "echo " + SECRETS[0]}))
+    assert SECRETS[0] not in audit_row_view(a_pb2.AuditRecord(event=old)).arguments
 
 
 def test_the_approver_comes_from_the_decision_records_settlement() -> None:

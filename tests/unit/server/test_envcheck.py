@@ -76,7 +76,7 @@ def test_known_and_foreign_variables_pass() -> None:
         ("OTEL_TRACES_EXPORTER", "jaeger", "OTEL_TRACES_EXPORTER=jaeger is not supported"),
         ("OTEL_TRACES_EXPORTER", "otlp,zipkin", "OTEL_TRACES_EXPORTER=zipkin"),
         ("OTEL_METRICS_EXPORTER", "prometheus", "OTEL_METRICS_EXPORTER=prometheus"),
-        ("OTEL_LOGS_EXPORTER", "otlp", "OTEL_LOGS_EXPORTER=otlp"),
+        ("OTEL_LOGS_EXPORTER", "syslog", "OTEL_LOGS_EXPORTER=syslog"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "only the OTLP/gRPC exporter"),
         ("OTEL_SDK_DISABLED", "yes", "must be true or false"),
     ],

@@ -1,4 +1,5 @@
-"""The audit service wiring: settings from the environment and the retention sweep."""
+"""The audit service wiring: settings from the environment and the retention sweep (the
+app runs the core's duty at an interval)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from stockade.audit.app import every
+from stockade.audit.core import AuditCore
 from stockade.audit.model import QueryFilters
-from stockade.audit.service import retention_loop
 from stockade.audit.settings import AuditSettings
 from stockade.audit.store import AuditStore
 from stockade.server.settings import SettingsError, load_settings
@@ -49,7 +51,8 @@ async def test_retention_loop_deletes_old_rows_and_keeps_running(
         await store.append([make_event(i) for i in range(5)])
         now[0] = BASE_NS + 3 * DAY
         await store.append([make_event(i) for i in range(5, 8)])
-        sweeper = asyncio.create_task(retention_loop(store, 2, 0.01))
+        core = AuditCore(store)
+        sweeper = asyncio.create_task(every(0.01, lambda: core.apply_retention(2), "retention"))
         for _ in range(1000):
             rows, _ = await store.query(QueryFilters())
             if len(rows) == 3:
