@@ -138,9 +138,16 @@ async def test_verify_ok_then_broken(served: Served, capsys: pytest.CaptureFixtu
     with sqlite3.connect(served.db) as db:
         db.execute("UPDATE agent_audit_log SET matched_rule = '*' WHERE sequence = 3")
     assert await run("audit", "verify", "--addr", served.address) == 1
-    assert "BROKEN at sequence 3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "BROKEN at sequence 3" in out
+    assert "chain 'sqlite': row_edited at row 3, position 3" in out
     assert await run("audit", "verify", "--addr", served.address, "--json") == 1
-    assert json.loads(capsys.readouterr().out)["firstBrokenSequence"] == "3"
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["firstBrokenSequence"] == "3"
+    assert answer["chains"][0]["reason"] == "CHAIN_BREAK_REASON_ROW_EDITED"
+    # The offline check answers in the same fields.
+    assert await run("audit", "verify", "--db", str(served.db), "--json") == 1
+    assert json.loads(capsys.readouterr().out)["chains"][0]["firstBrokenPosition"] == "3"
 
 
 async def test_metrics(served: Served, capsys: pytest.CaptureFixture[str]) -> None:

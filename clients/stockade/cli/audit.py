@@ -282,6 +282,16 @@ def _verify(args: argparse.Namespace) -> int:
             f"BROKEN at sequence {result.first_broken_sequence}: {result.detail}"
             f" ({result.rows_checked} rows checked)\n"
         )
+        for chain in result.chains:
+            if not chain.ok:
+                reason = a_pb2.ChainBreakReason.Name(chain.reason).removeprefix(
+                    "CHAIN_BREAK_REASON_"
+                )
+                row = f"row {chain.first_broken_sequence}, " if chain.first_broken_sequence else ""
+                sys.stdout.write(
+                    f"  chain {chain.chain_id!r}: {reason.lower()} at {row}"
+                    f"position {chain.first_broken_position}\n"
+                )
     heads_ok = True if args.heads is None else _check_heads(args)
     return 0 if result.ok and heads_ok else 1
 
@@ -323,6 +333,7 @@ def _verify_dsn(dsn: str) -> a_pb2.VerifyLogResponse | None:
     """The check of every chain of a PostgreSQL store, as the service would answer it."""
     import asyncio
 
+    from stockade.audit.convert import verify_to_proto
     from stockade.audit.offline import verify_postgres
     from stockade.errors import StockadeError
 
@@ -331,18 +342,12 @@ def _verify_dsn(dsn: str) -> a_pb2.VerifyLogResponse | None:
     except StockadeError as err:
         sys.stderr.write(f"error: {err.message}\n")
         return None
-    return a_pb2.VerifyLogResponse(
-        ok=found.ok,
-        rows_checked=found.rows_checked,
-        first_broken_sequence=found.first_broken_sequence,
-        detail=found.detail,
-        refused_rows=found.refused_rows,
-        cut_rows=found.cut_rows,
-    )
+    return verify_to_proto(found)
 
 
 def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:
     """The chain check of a database file, as the service would answer it."""
+    from stockade.audit.convert import verify_to_proto
     from stockade.audit.verify import verify_file
     from stockade.errors import StockadeError
 
@@ -351,17 +356,7 @@ def _verify_offline(db: Path) -> a_pb2.VerifyLogResponse | None:
     except (StockadeError, sqlite3.Error) as err:
         sys.stderr.write(f"error: {getattr(err, 'message', err)}\n")
         return None
-    return a_pb2.VerifyLogResponse(
-        ok=found.ok,
-        rows_checked=found.rows_checked,
-        first_broken_sequence=found.first_broken_sequence,
-        detail=found.detail,
-        head_sequence=found.head_sequence,
-        head_hash=found.head_hash,
-        anchor_sequence=found.anchor_sequence,
-        refused_rows=found.refused_rows,
-        cut_rows=found.cut_rows,
-    )
+    return verify_to_proto(found)
 
 
 def _metrics(args: argparse.Namespace) -> int:
