@@ -391,12 +391,15 @@ class ApprovalBroker:
             # an answered approval without its grant.
             await self._store.check_rule_capacity(rec.session_id)
         left_at = self._orphaned.get(approval_id)
+        # Shared store: this replica only knows its own waiters; the caller may have
+        # re-attached to another replica, so say where nobody waits.
+        where = "on this replica " if self._store.shared else ""
         if left_at is not None:
             note = "; ".join(
                 n
                 for n in (
                     note,
-                    f"nobody is waiting for this answer now (the caller left "
+                    f"nobody is waiting for this answer {where}now (the caller left "
                     f"{max(0.0, self._clock() - left_at):.0f} s ago; unless it re-attaches "
                     f"within {self.limits.reattach_s:g} s of leaving, the call will not run)",
                 )
