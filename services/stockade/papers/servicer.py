@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import grpc
 
 from stockade.papers.convert import call_from_pb, result_to_pb, tools_to_pb
 from stockade.papers.core import PapersCore
+from stockade.server.access import Access
 from stockade.v1 import tool_provider_pb2 as tp_pb2
 from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
 
@@ -16,6 +18,12 @@ SERVICE_NAME = tp_pb2.DESCRIPTOR.services_by_name["ToolProvider"].full_name
 
 class PapersServicer(tp_grpc.ToolProviderServicer):
     """ListTools and CallTool, each one core method."""
+
+    ACCESS: ClassVar[Mapping[str, Access]] = {
+        "ListTools": Access.ANY_CALLER,
+        "CallTool": Access.ANY_CALLER,
+    }
+    """Who may call each RPC (X-3)."""
 
     def __init__(self, core: PapersCore | None = None) -> None:
         self.core = core or PapersCore()
