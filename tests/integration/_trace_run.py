@@ -26,7 +26,7 @@ from stockade.client.base import aio_channel
 from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
 from stockade.decision.settings import DecisionSettings
-from stockade.executor.service import ExecutorApp
+from stockade.executor.app import ExecutorApp
 from stockade.executor.settings import ExecutorSettings
 from stockade.server.app import run_apps
 from stockade.server.telemetry import setup_telemetry

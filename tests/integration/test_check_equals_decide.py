@@ -25,7 +25,7 @@ from stockade.cli import policy as policy_cli
 from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
 from stockade.decision.settings import DecisionSettings
-from stockade.executor.service import ExecutorApp
+from stockade.executor.app import ExecutorApp
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

@@ -177,7 +177,7 @@ async def test_executor_runs_calls_only_for_the_agent_identity(pki: Path, tmp_pa
     agent's certificate (and then still needs a grant)."""
     from google.protobuf import struct_pb2
 
-    from stockade.executor.service import ExecutorApp
+    from stockade.executor.app import ExecutorApp
     from stockade.executor.settings import ExecutorSettings
     from stockade.v1 import common_pb2 as c_pb2
     from stockade.v1 import executor_service_pb2 as x_pb2

@@ -30,7 +30,7 @@ from stockade.cli import policy as policy_cli
 from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
 from stockade.decision.settings import DecisionSettings
-from stockade.executor.service import ExecutorApp
+from stockade.executor.app import ExecutorApp
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server
@@ -207,8 +207,8 @@ async def test_the_executor_setting_adds_to_the_policy_and_reloads(tmp_path: Pat
     ws = workspace(tmp_path)
     (ws / "key.pem").write_text(SECRET)
     (ws / "notes.txt").write_text(f"later: {SECRET}\n")
-    from stockade.executor.service import build_sandbox
-    from stockade.executor.servicer import ExecutorServicer, policy_reads
+    from stockade.executor.app import build_core, build_sandbox, policy_reads
+    from stockade.executor.servicer import ExecutorServicer
 
     xset = load_settings(
         ExecutorSettings,
@@ -218,7 +218,9 @@ async def test_the_executor_setting_adds_to_the_policy_and_reloads(tmp_path: Pat
         policy_file=tmp_path / "policy.toml",
         denied_read_globs=["**/*.pem"],
     )
-    servicer = ExecutorServicer(xset, build_sandbox(xset), protected_reads=policy_reads(xset))
+    servicer = ExecutorServicer(
+        build_core(xset, build_sandbox(xset), protected_reads=policy_reads(xset))
+    )
     # both the policy's deny and the setting's are in force
     for path in (".env", "key.pem"):
         assert servicer.core.inspect("read_file", {"file_path": path}).denied
@@ -227,7 +229,7 @@ async def test_the_executor_setting_adds_to_the_policy_and_reloads(tmp_path: Pat
     (tmp_path / "policy.toml").write_text(
         '[permissions]\ndeny = ["read_file(**/.env)"]\nask = ["*(notes.txt)"]\n'
     )
-    servicer.apply_protected_reads(policy_reads(xset))
+    servicer.core.apply_protected_reads(policy_reads(xset))
     asked = servicer.core.inspect("read_file", {"file_path": "notes.txt"})
     assert asked.verdict == "ask" and asked.rules[0].bypass_immune
     # (no launcher here, so the inspector itself: run_bash is not offered)
@@ -237,7 +239,9 @@ async def test_the_executor_setting_adds_to_the_policy_and_reloads(tmp_path: Pat
     bare = load_settings(
         ExecutorSettings, workspace=ws, allow_ungranted=True, policy_file=tmp_path / "policy.toml"
     )
-    again = ExecutorServicer(bare, build_sandbox(bare), protected_reads=policy_reads(bare))
+    again = ExecutorServicer(
+        build_core(bare, build_sandbox(bare), protected_reads=policy_reads(bare))
+    )
     assert again.core.inspect("read_file", {"file_path": ".env"}).denied
     # a bad policy file is refused with its name
     (tmp_path / "policy.toml").write_text("[permissions\n")

@@ -21,7 +21,7 @@ from google.protobuf import struct_pb2
 from stockade.decision.app import DecisionApp
 from stockade.decision.grants import generate_keypair
 from stockade.decision.settings import DecisionSettings
-from stockade.executor.service import ExecutorApp
+from stockade.executor.app import ExecutorApp
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import create_server, load_settings
 from stockade.server.app import stop_server

@@ -127,9 +127,9 @@ def executor_facts(
 
     from stockade.contract.protected import load_protected_reads
     from stockade.decision.facts import facts_from_inspection
+    from stockade.executor.convert import inspection_to_proto
     from stockade.executor.inspect import EXECUTOR_TOOLS, inspect_call
     from stockade.executor.paths import PathSandbox, Root
-    from stockade.executor.servicer import inspection_to_proto
     from stockade.v1 import common_pb2
 
     if tool not in EXECUTOR_TOOLS:

@@ -22,7 +22,7 @@ def build_app(name: str, **overrides: Any) -> ServiceApp:
 
         return DecisionApp(load_settings(DecisionSettings, **overrides))
     if name == "executor":
-        from stockade.executor.service import ExecutorApp
+        from stockade.executor.app import ExecutorApp
         from stockade.executor.settings import ExecutorSettings
 
         return ExecutorApp(load_settings(ExecutorSettings, **overrides))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.executor.service import ExecutorApp
+from stockade.executor.app import ExecutorApp
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import load_settings, serve
 

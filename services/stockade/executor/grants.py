@@ -29,10 +29,12 @@ from stockade.contract.grant import (
     argument_digest,
     findings_digest,
     key_id,
+    load_public_key,
     parse_claims,
     settlement_covers,
 )
 from stockade.errors import (
+    DependencyUnavailable,
     GrantAskUnsettled,
     GrantExpired,
     GrantFindingsMismatch,
@@ -40,9 +42,20 @@ from stockade.errors import (
     GrantMissing,
     GrantReplayed,
 )
+from stockade.executor.confine.policy import Layer
+from stockade.executor.core import CallSpec, GrantCheck
 from stockade.executor.inspect import Inspection
+from stockade.executor.settings import ExecutorSettings
+from stockade.executor.state import ExecutorState, MemoryExecutorState
 
-__all__ = ["GrantVerifier", "inspection_findings"]
+__all__ = [
+    "GrantVerifier",
+    "StoreGrantCheck",
+    "grant_check_from_settings",
+    "grant_layer",
+    "inspection_findings",
+    "refuse_all",
+]
 
 
 def inspection_findings(inspection: Inspection) -> tuple[str, tuple[Finding, ...]]:
@@ -212,3 +225,87 @@ class GrantVerifier:
     def remembered(self) -> int:
         """How many used grants the replay cache holds (those not yet expired)."""
         return len(self._used)
+
+
+async def refuse_all(
+    call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
+) -> None:
+    """The grant check of an executor without a grant public key: every call refused."""
+    raise GrantMissing(
+        "this executor has no grant public key (STOCKADE_EXECUTOR_GRANT_PUBLIC_KEY_FILE), "
+        "so it cannot verify grants and refuses every call"
+    )
+
+
+class StoreGrantCheck:
+    """The grant check of Execute: every check of the grant itself, then spending it in
+    the executor state shared by the replicas (single use across replicas and restarts,
+    STORE-3). A store that cannot answer refuses the call (UNAVAILABLE), never runs it."""
+
+    def __init__(self, verifier: GrantVerifier, state: ExecutorState) -> None:
+        """Check with ``verifier``, spend in ``state``."""
+        self.verifier = verifier
+        self.state = state
+
+    async def __call__(
+        self, call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
+    ) -> None:
+        """Raise unless the grant allows ``call`` now and was never spent."""
+        claims = self.verifier.check(
+            payload,
+            signature,
+            session_id=call.session_id,
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            inspection=inspection,
+        )
+        try:
+            fresh = await self.state.spend_grant(claims.nonce, claims.exp)
+        except DependencyUnavailable as exc:
+            raise DependencyUnavailable(
+                f"grant refused: the record of spent grants cannot be reached ({exc.message})"
+            ) from exc
+        if not fresh:
+            raise GrantReplayed("grant was already used", call_id=call.call_id)
+
+
+def grant_check_from_settings(
+    settings: ExecutorSettings, state: ExecutorState | None = None
+) -> GrantCheck | None:
+    """A grant verifier from the configured grant public key(s), spending grants in
+    ``state`` (this process's memory when None). Without a key every Execute is refused
+    (fail closed), unless ``allow_ungranted`` says this is a development setup, where None
+    (no verification) is returned."""
+    files = settings.grant_key_files()
+    if not files:
+        return None if settings.allow_ungranted else refuse_all
+    # The grant format comes from the neutral contract package (never the decision
+    # service's internals): one implementation of the format on both sides.
+    verifier = GrantVerifier([load_public_key(path) for path in files])
+    return StoreGrantCheck(verifier, state if state is not None else MemoryExecutorState())
+
+
+def grant_layer(check: GrantCheck | None) -> Layer:
+    """How ``check`` verifies grants, as a confinement layer (EXE-9: never pretend)."""
+    if check is None:
+        return Layer(
+            "grant_verification",
+            False,
+            "allow_ungranted with no grant_public_key_file: Execute runs calls "
+            "without a grant (development only)",
+        )
+    if check is refuse_all:
+        return Layer(
+            "grant_verification",
+            True,
+            "no grant_public_key_file configured: every Execute is refused",
+        )
+    if isinstance(check, StoreGrantCheck):
+        return Layer(
+            "grant_verification",
+            True,
+            f"Ed25519 grants required on Execute ({len(check.verifier.key_ids)} "
+            f"accepted key(s)); spent grants recorded in {check.state.description}",
+        )
+    return Layer("grant_verification", True, "Ed25519 grants required on Execute")

@@ -8,11 +8,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+from stockade.executor.app import build_core, executor_servicer
 from stockade.executor.bash import BashAnalyzer
 from stockade.executor.bash.isolated import IsolatedParser
 from stockade.executor.confine import Launcher
 from stockade.executor.paths import PathSandbox, Root
-from stockade.executor.servicer import ExecutorServicer, executor_servicer
+from stockade.executor.servicer import ExecutorServicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools.run_bash import RunBashTool
 
@@ -23,7 +24,7 @@ _HUNG = "import sys, time; sys.stdout.buffer.write(b'R'); sys.stdout.flush(); ti
 async def test_the_executor_opens_and_closes_its_analyzer(tmp_path: Path) -> None:
     settings = ExecutorSettings(listen="127.0.0.1:0", workspace=tmp_path, allow_ungranted=True)
     async with executor_servicer(settings) as servicer:
-        child = servicer.analyzer._isolated
+        child = servicer.core.analyzer._isolated
         assert child is not None
         proc = child._proc
         assert proc is not None and proc.poll() is None  # warmed at start
@@ -42,7 +43,9 @@ async def test_a_non_ascii_inspect_does_not_block_the_event_loop(tmp_path: Path)
         sandbox = PathSandbox([Root(str(tmp_path), True)], str(tmp_path))
         # run_bash is inspected, never run here: its launcher is not started.
         tool = RunBashTool(Launcher(), analyzer=analyzer)
-        servicer = ExecutorServicer(settings, sandbox, tools={"run_bash": tool}, analyzer=analyzer)
+        servicer = ExecutorServicer(
+            build_core(settings, sandbox, tools={"run_bash": tool}, analyzer=analyzer)
+        )
         inspect = asyncio.create_task(
             servicer.core.inspect_async("run_bash", {"command": "echo é"})
         )

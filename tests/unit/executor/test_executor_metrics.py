@@ -10,9 +10,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from stockade.client.base import aio_channel
+from stockade.executor.app import SERVICE_NAME, executor_servicer
 from stockade.executor.metrics import ExecutorMetrics
-from stockade.executor.service import SERVICE_NAME
-from stockade.executor.servicer import executor_servicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.server.app import Registration, create_server, stop_server
 from stockade.v1 import common_pb2 as c_pb2

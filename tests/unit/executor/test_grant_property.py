@@ -29,10 +29,10 @@ from stockade.decision.modes import Mode
 from stockade.decision.policy import compile_policy, parse_policy_text
 from stockade.decision.rules import Effect
 from stockade.errors import GrantError
+from stockade.executor.convert import inspection_to_proto
 from stockade.executor.grants import GrantVerifier, inspection_findings
 from stockade.executor.inspect import inspect_call
 from stockade.executor.paths import PathSandbox, Root
-from stockade.executor.servicer import inspection_to_proto
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from stockade.executor.app import tool_limits
 from stockade.executor.confine import Launcher, Rlimits
 from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.settings import ExecutorSettings
@@ -43,7 +44,8 @@ def make_ctx(ws: Path, **settings: Any) -> ExecContext:
         session_id="s1",
         call_id=f"call-{uuid.uuid4().hex[:8]}",
         working_dir=str(ws),
-        services={"sandbox": sandbox, "settings": config},
+        sandbox=sandbox,
+        limits=tool_limits(config),
         timeout_s=config.max_timeout_s,
     )
 

@@ -15,8 +15,8 @@ from google.protobuf import duration_pb2, json_format, struct_pb2
 
 from stockade.decision.grants import GrantSigner, generate_keypair, load_private_key
 from stockade.errors import PathRefused
+from stockade.executor.app import SERVICE_NAME, build_core, build_sandbox
 from stockade.executor.inspect import Inspection
-from stockade.executor.service import SERVICE_NAME, build_sandbox
 from stockade.executor.servicer import ExecutorServicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.tools import file_tools
@@ -104,7 +104,7 @@ class Server:
 
 
 async def _serve(settings: ExecutorSettings, tools: dict[str, Tool]) -> AsyncIterator[Server]:
-    servicer = ExecutorServicer(settings, build_sandbox(settings), tools=tools)
+    servicer = ExecutorServicer(build_core(settings, build_sandbox(settings), tools=tools))
     servicer.core.timeout_backstop_s = 0.0
     real_inspector = servicer.core.inspector
 

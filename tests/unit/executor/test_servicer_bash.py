@@ -13,8 +13,8 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from stockade.executor.service import SERVICE_NAME
-from stockade.executor.servicer import ExecutorServicer, executor_servicer
+from stockade.executor.app import SERVICE_NAME, executor_servicer
+from stockade.executor.servicer import ExecutorServicer
 from stockade.executor.settings import ExecutorSettings
 from stockade.server import Registration, create_server
 from stockade.server.app import stop_server

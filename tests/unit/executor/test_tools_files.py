@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.readstate import ReadState
 from stockade.executor.tools import file_tools
-from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
+from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolLimits, ToolResult
 
 
 @pytest.fixture
@@ -33,7 +32,7 @@ def make_ctx(ws: Path, *, session: str = "s1", call: str = "c1", **settings: Any
         str(ws),
         denied_read_globs=settings.pop("denied_read_globs", ()),
     )
-    cfg = SimpleNamespace(
+    limits = ToolLimits(
         library_dir=str(lib),
         max_output_chars=settings.pop("max_output_chars", 4000),
         max_file_write_bytes=settings.pop("max_file_write_bytes", 1024 * 1024),
@@ -43,7 +42,9 @@ def make_ctx(ws: Path, *, session: str = "s1", call: str = "c1", **settings: Any
         session_id=session,
         call_id=call,
         working_dir=str(ws),
-        services={"sandbox": sandbox, "read_state": state, "settings": cfg},
+        sandbox=sandbox,
+        read_state=state,
+        limits=limits,
     )
 
 

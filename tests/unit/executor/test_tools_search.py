@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.readstate import ReadState
 from stockade.executor.tools import file_tools
-from stockade.executor.tools.base import ExecContext, Status, ToolResult
+from stockade.executor.tools.base import ExecContext, Status, ToolLimits, ToolResult
 from stockade.executor.tools.glob import split_glob
 from stockade.executor.tools.support import expand_braces
 
@@ -53,12 +52,14 @@ def make_ctx(ws: Path, **kw: Any) -> ExecContext:
     sandbox = PathSandbox(
         [Root(str(ws), True)], str(ws), denied_read_globs=kw.pop("denied_read_globs", ())
     )
-    cfg = SimpleNamespace(library_dir=None, max_output_chars=100_000, max_file_write_bytes=1 << 20)
+    limits = ToolLimits(library_dir=None, max_output_chars=100_000, max_file_write_bytes=1 << 20)
     return ExecContext(
         session_id="s",
         call_id="c",
         working_dir=str(ws),
-        services={"sandbox": sandbox, "read_state": ReadState(), "settings": cfg},
+        sandbox=sandbox,
+        read_state=ReadState(),
+        limits=limits,
     )
 
 

@@ -9,17 +9,13 @@ from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.read_file import format_lines, is_binary, split_lines
 from stockade.executor.tools.support import (
-    DEFAULT_MAX_FILE_WRITE_BYTES,
     BlockingTool,
     atomic_write,
     bool_arg,
     error_result,
-    get_read_state,
-    get_sandbox,
     load_existing,
     ok_result,
     refused_result,
-    setting,
     str_arg,
     write_failure,
 )
@@ -55,13 +51,13 @@ class FileEditTool(BlockingTool):
         replace_all = bool_arg(args, "replace_all")
         if old == new:
             return error_result("old_string and new_string are the same: nothing to change")
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         decision = sandbox.check(file_path, write=True)
         if not decision.allowed:
             return refused_result(decision.reason)
         resolved = decision.resolved
-        read_state = get_read_state(ctx)
-        limit = int(setting(ctx, "max_file_write_bytes", DEFAULT_MAX_FILE_WRITE_BYTES))
+        read_state = ctx.read_state
+        limit = ctx.limits.max_file_write_bytes
         try:
             existing = load_existing(sandbox, resolved)
             if existing is None:

@@ -13,7 +13,6 @@ from stockade.executor.tools.support import (
     BlockingTool,
     error_result,
     expand_braces,
-    get_sandbox,
     int_arg,
     ok_result,
     refused_result,
@@ -72,7 +71,7 @@ class GlobFilesTool(BlockingTool):
         limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
         if not pattern:
             return error_result("pattern is empty")
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         matches: dict[str, _Match] = {}
         cut_short = False
         try:

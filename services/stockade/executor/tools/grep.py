@@ -34,7 +34,6 @@ from stockade.executor.tools.support import (
     bool_arg,
     error_result,
     expand_braces,
-    get_sandbox,
     int_arg,
     ok_result,
     refused_result,
@@ -181,7 +180,7 @@ class GrepFilesTool:
             re.compile(pattern)  # compiling is linear; only matching can blow up
         except re.error as exc:
             return error_result(f"invalid regular expression {pattern!r}: {exc}")
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         decision = sandbox.check(path or sandbox.cwd)
         if not decision.allowed:
             return refused_result(decision.reason)

@@ -14,8 +14,6 @@ from stockade.executor.tools.support import (
     ArgError,
     BlockingTool,
     error_result,
-    get_read_state,
-    get_sandbox,
     int_arg,
     ok_result,
     refused_result,
@@ -70,7 +68,7 @@ class ReadFileTool(BlockingTool):
         """Small regular files are read on the event loop, with one path check (the
         checks run there for Inspect anyway); a larger file goes to a worker thread, and
         so does every read when the read state waits for a shared store."""
-        if get_read_state(ctx).blocking:
+        if ctx.read_state.blocking:
             return None
         try:
             return self._read(args, ctx, max_bytes=INLINE_READ_BYTES)
@@ -90,7 +88,7 @@ class ReadFileTool(BlockingTool):
         file_path = str_arg(args, "file_path")
         offset = int_arg(args, "offset", default=1, minimum=0)
         limit = int_arg(args, "limit", default=DEFAULT_LIMIT, minimum=1)
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         decision = sandbox.check(file_path)
         if not decision.allowed:
             return refused_result(decision.reason)
@@ -114,7 +112,7 @@ class ReadFileTool(BlockingTool):
             stamp, data = stamp_fd(fd)
         finally:
             os.close(fd)
-        get_read_state(ctx).record(ctx.session_id, decision.resolved, stamp)
+        ctx.read_state.record(ctx.session_id, decision.resolved, stamp)
         if is_binary(data):
             return error_result(
                 f"{decision.resolved} is a binary file ({len(data)} bytes); not shown"

@@ -21,13 +21,10 @@ from stockade.executor.confine import ConfinementFailed, ConfinementPolicy, Laun
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
 from stockade.executor.tools.base import Chunk, ExecContext, Status, ToolResult
-from stockade.executor.tools.support import ArgError, get_sandbox, setting
+from stockade.executor.tools.support import ArgError
 
 __all__ = ["RunBashTool", "confinement_policy"]
 
-DEFAULT_TIMEOUT_S = 60.0
-MAX_TIMEOUT_S = 120.0
-DEFAULT_MAX_OUTPUT_CHARS = 4000
 # What the tool keeps of the interleaved output before shaping (the launcher client
 # has the same cap per stream); beyond it the output is dropped and the cut is said.
 MAX_CAPTURE_CHARS = 16 * 1024 * 1024
@@ -100,7 +97,7 @@ class RunBashTool:
         except ArgError as exc:
             yield ToolResult(status=Status.ERROR, content=f"Error: {exc}", error=str(exc))
             return
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         where = sandbox.check(working_dir or ctx.working_dir or sandbox.cwd)
         if not where.allowed:
             yield _refused(f"working_dir: {where.reason}")
@@ -109,9 +106,9 @@ class RunBashTool:
             yield _refused(f"working_dir: {where.resolved} is not a directory")
             return
         sandbox = sandbox.with_cwd(where.resolved)
-        network = bool(setting(ctx, "network_enabled", False))
+        network = ctx.limits.network_enabled
         # The sandbox's denied reads hold the policy's and the setting's (DEC-16).
-        masked = tuple(sandbox.denied_read_globs or setting(ctx, "denied_read_globs", ()))
+        masked = tuple(sandbox.denied_read_globs or ctx.limits.denied_read_globs)
         analysis = await self.analyzer.analyze_async(
             command, sandbox=sandbox, network_enabled=network, denied_read_globs=masked
         )
@@ -124,18 +121,16 @@ class RunBashTool:
             nproc=self.rlimits.nproc,
             cpu_s=max(1, math.ceil(limit)),
             as_bytes=self.rlimits.as_bytes,
-            fsize_bytes=int(setting(ctx, "max_file_write_bytes", self.rlimits.fsize_bytes)),
+            fsize_bytes=ctx.limits.max_file_write_bytes,
             nofile=self.rlimits.nofile,
-            memory_bytes=int(setting(ctx, "memory_limit_mb", 0)) * 1024 * 1024
-            or self.rlimits.memory_bytes,
+            memory_bytes=ctx.limits.memory_limit_mb * 1024 * 1024 or self.rlimits.memory_bytes,
         )
-        socket_dirs = getattr(ctx.services.get("settings"), "socket_dirs", None)
         policy = confinement_policy(
             sandbox,
             network_enabled=network,
             masked_globs=masked,
             rlimits=rlimits,
-            masked_dirs=tuple(socket_dirs()) if callable(socket_dirs) else (),
+            masked_dirs=ctx.limits.masked_dirs,
         )
         queue: asyncio.Queue[Chunk] = asyncio.Queue()
         combined: list[str] = []
@@ -185,8 +180,8 @@ class RunBashTool:
 
     @staticmethod
     def _time_limit(requested: float | None, ctx: ExecContext) -> float:
-        default = float(setting(ctx, "default_timeout_s", DEFAULT_TIMEOUT_S))
-        maximum = float(setting(ctx, "max_timeout_s", MAX_TIMEOUT_S))
+        default = ctx.limits.default_timeout_s
+        maximum = ctx.limits.max_timeout_s
         limit = min(requested if requested is not None else default, maximum)
         # The executor's own limit for this call (it kills a tool that overruns it).
         if ctx.timeout_s > 0:
@@ -221,8 +216,8 @@ class RunBashTool:
             notes.append(f"[exit code {exit_code}]")
         if not text and not notes:
             text = "(no output)"
-        library = setting(ctx, "library_dir", None)
-        workspace = setting(ctx, "workspace", None)
+        library = ctx.limits.library_dir
+        workspace = ctx.limits.workspace
         library_dir = None
         if library:
             library_dir = os.path.join(os.fspath(workspace or "."), os.fspath(library))
@@ -231,7 +226,7 @@ class RunBashTool:
             call_id=ctx.call_id,
             session_id=ctx.session_id,
             library_dir=library_dir,
-            max_chars=int(setting(ctx, "max_output_chars", DEFAULT_MAX_OUTPUT_CHARS)),
+            max_chars=ctx.limits.max_output_chars,
         )
         content = shaped.content
         if notes:

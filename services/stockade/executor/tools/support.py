@@ -9,7 +9,7 @@ import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.output import shape_output
@@ -26,22 +26,14 @@ __all__ = [
     "bool_arg",
     "error_result",
     "expand_braces",
-    "get_read_state",
-    "get_sandbox",
     "int_arg",
     "load_existing",
     "ok_result",
     "refused_result",
-    "setting",
     "str_arg",
     "walk",
     "write_failure",
 ]
-
-_T = TypeVar("_T")
-
-DEFAULT_MAX_OUTPUT_CHARS = 4000
-DEFAULT_MAX_FILE_WRITE_BYTES = 10 * 1024 * 1024
 
 
 class ArgError(ValueError):
@@ -86,39 +78,15 @@ def bool_arg(args: Mapping[str, Any], name: str, *, default: bool = False) -> bo
     return value
 
 
-def _service(ctx: ExecContext, key: str, kind: type[_T]) -> _T:
-    """``ctx.services[key]``, which must be a ``kind``."""
-    value = ctx.services.get(key)
-    if not isinstance(value, kind):
-        raise RuntimeError(f"the executor context has no {kind.__name__}")
-    return value
-
-
-def get_sandbox(ctx: ExecContext) -> PathSandbox:
-    """The executor's PathSandbox (``ctx.services["sandbox"]``)."""
-    return _service(ctx, "sandbox", PathSandbox)
-
-
-def get_read_state(ctx: ExecContext) -> ReadLedger:
-    """The executor's read state (``ctx.services["read_state"]``)."""
-    return _service(ctx, "read_state", ReadLedger)  # type: ignore[type-abstract]
-
-
-def setting(ctx: ExecContext, name: str, default: Any) -> Any:
-    """One executor setting, or ``default`` when there are no settings or it is unset."""
-    value = getattr(ctx.services.get("settings"), name, None)
-    return default if value is None else value
-
-
 def ok_result(ctx: ExecContext, content: str) -> ToolResult:
     """A successful result, cut to the output limit (the whole persisted if cut, EXE-10)."""
-    library = setting(ctx, "library_dir", None)
+    library = ctx.limits.library_dir
     shaped = shape_output(
         content,
         call_id=ctx.call_id,
         session_id=ctx.session_id,
         library_dir=os.fspath(library) if library else None,
-        max_chars=int(setting(ctx, "max_output_chars", DEFAULT_MAX_OUTPUT_CHARS)),
+        max_chars=ctx.limits.max_output_chars,
     )
     return ToolResult(
         status=Status.OK,

@@ -8,15 +8,11 @@ from typing import Any
 from stockade.errors import PathRefused, StaleWrite
 from stockade.executor.tools.base import ExecContext, ToolResult
 from stockade.executor.tools.support import (
-    DEFAULT_MAX_FILE_WRITE_BYTES,
     BlockingTool,
     atomic_write,
-    get_read_state,
-    get_sandbox,
     load_existing,
     ok_result,
     refused_result,
-    setting,
     str_arg,
     write_failure,
 )
@@ -37,16 +33,16 @@ class FileWriteTool(BlockingTool):
         file_path = str_arg(args, "file_path")
         content = str_arg(args, "content")
         data = content.encode("utf-8", errors="surrogatepass")
-        limit = int(setting(ctx, "max_file_write_bytes", DEFAULT_MAX_FILE_WRITE_BYTES))
+        limit = ctx.limits.max_file_write_bytes
         if len(data) > limit:
             return refused_result(
                 f"content is {len(data)} bytes, over the {limit} byte limit of file_write"
             )
-        sandbox = get_sandbox(ctx)
+        sandbox = ctx.sandbox
         decision = sandbox.check(file_path, write=True)
         if not decision.allowed:
             return refused_result(decision.reason)
-        read_state = get_read_state(ctx)
+        read_state = ctx.read_state
         try:
             existing = load_existing(sandbox, decision.resolved)
             if existing is not None:

@@ -1,6 +1,8 @@
-"""Running tool calls: dispatch, re-checks, time limits, cancel and interrupt behaviour.
+"""The executor's core: the only object its servicer calls, one method per RPC
+(``inspect_async`` for Inspect, ``execute`` for Execute, ``cancel`` for Cancel,
+``capabilities`` and ``layers`` for GetCapabilities), and no gRPC.
 
-This is the executor's Execute procedure without gRPC (SPEC EXE-12):
+Execute without gRPC (SPEC EXE-12):
 
 1. the tool must exist (``UnknownTool``);
 2. the executor's own tool-level checks run again, and the grant must verify against them
@@ -17,24 +19,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+from stockade.contract.protected import ProtectedReads
 from stockade.errors import FailedPrecondition, PermissionDenied, StockadeError, UnknownTool
+from stockade.executor.bash import BashAnalyzer
 from stockade.executor.confine.policy import Layer
 from stockade.executor.inspect import Inspection, parses_in_child
-from stockade.executor.paths import PathSandbox
+from stockade.executor.paths import PathSandbox, Root
 from stockade.executor.readstate import ReadLedger, ReadState
-from stockade.executor.tools.base import Chunk, ExecContext, Status, Tool, ToolResult
+from stockade.executor.tools.base import Chunk, ExecContext, Status, Tool, ToolLimits, ToolResult
 
 __all__ = [
     "CallSpec",
+    "Capabilities",
     "ExecutorCore",
     "GrantCheck",
     "Interrupt",
     "Layer",
+    "no_process_confinement",
 ]
 
 logger = logging.getLogger("stockade.executor")
@@ -86,6 +92,30 @@ class GrantCheck(Protocol):
 
 Inspector = Callable[[str, Mapping[str, Any]], Inspection]
 
+Reconfigure = Callable[[ProtectedReads], tuple[PathSandbox, Inspector]]
+"""Given a reloaded policy's protected reads: the sandbox and inspector that enforce them
+(built by the app, which knows the settings they combine with)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this executor offers (GetCapabilities, besides the layers)."""
+
+    network_enabled: bool
+    roots: tuple[Root, ...]
+    tools: tuple[str, ...]
+
+
+def no_process_confinement() -> tuple[Layer, ...]:
+    return (
+        Layer(
+            "process_confinement",
+            False,
+            "no launcher: run_bash is not offered, so no command runs in this executor",
+        ),
+    )
+
+
 _DONE = object()
 
 
@@ -108,25 +138,41 @@ class ExecutorCore:
         sandbox: PathSandbox,
         tools: Mapping[str, Tool],
         inspector: Inspector,
-        settings: Any = None,
+        limits: ToolLimits | None = None,
         read_state: ReadLedger | None = None,
         grant_check: GrantCheck | None = None,
-        services: Mapping[str, Any] | None = None,
-        default_timeout_s: float = 60.0,
-        max_timeout_s: float = 120.0,
+        grant_layer: Layer | None = None,
+        host_layers: Callable[[], Sequence[Layer]] = no_process_confinement,
+        analyzer: BashAnalyzer | None = None,
+        protected_reads: ProtectedReads | None = None,
+        reconfigure: Reconfigure | None = None,
         timeout_backstop_s: float = TIMEOUT_BACKSTOP_S,
     ) -> None:
-        """``services`` adds collaborators to every tool's context (e.g. a launcher)."""
+        """Run ``tools`` in ``sandbox``, checked by ``inspector`` and ``grant_check``.
+
+        ``grant_layer`` says how grants are checked (reported with the other layers),
+        ``host_layers`` the confinement layers of the host (the launcher's), and
+        ``reconfigure`` builds the sandbox and inspector for a reloaded policy.
+        """
         self.timeout_backstop_s = timeout_backstop_s
         self.sandbox = sandbox
         self.tools = dict(tools)
         self.inspector = inspector
-        self.settings = settings
+        self.limits = limits if limits is not None else ToolLimits()
         self.read_state: ReadLedger = read_state if read_state is not None else ReadState()
         self.grant_check = grant_check
-        self.extra_services = dict(services or {})
-        self.default_timeout_s = default_timeout_s
-        self.max_timeout_s = max_timeout_s
+        self.grant_layer = grant_layer or Layer(
+            "grant_verification",
+            grant_check is not None,
+            "grants required on Execute" if grant_check else "Execute runs without a grant",
+        )
+        self._host_layers = host_layers
+        self.analyzer = analyzer
+        """The bash analyzer the inspector and run_bash use (its owner, the app, closes it)."""
+        self.protected_reads = protected_reads or ProtectedReads()
+        self._reconfigure = reconfigure
+        self.default_timeout_s = self.limits.default_timeout_s
+        self.max_timeout_s = self.limits.max_timeout_s
         # Keyed by (session id, call id): call ids come from the model or its provider and
         # repeat across sessions, so the id alone names no call.
         self._running: dict[tuple[str, str], _Running] = {}
@@ -150,6 +196,30 @@ class ExecutorCore:
         if parses_in_child(tool_name, arguments):
             return await asyncio.to_thread(self.inspect, tool_name, arguments)
         return self.inspect(tool_name, arguments)
+
+    def layers(self) -> tuple[Layer, ...]:
+        """Every confinement layer, active or not (EXE-9: never pretend)."""
+        own = (
+            Layer("path_sandbox", True, f"{len(self.sandbox.roots)} roots enforced on every path"),
+            self.grant_layer,
+        )
+        return (*own, *self._host_layers())
+
+    def capabilities(self) -> Capabilities:
+        """The roots, tools and network setting of this executor."""
+        return Capabilities(
+            network_enabled=self.limits.network_enabled,
+            roots=tuple(self.sandbox.roots),
+            tools=tuple(self.tool_names()),
+        )
+
+    def apply_protected_reads(self, reads: ProtectedReads) -> None:
+        """Put a reloaded policy's protected reads in force for the next calls (calls
+        already running keep the sandbox they started with)."""
+        if reads == self.protected_reads or self._reconfigure is None:
+            return
+        self.sandbox, self.inspector = self._reconfigure(reads)
+        self.protected_reads = reads
 
     def running(self) -> list[tuple[str, str]]:
         """(session id, call id) of the calls running now (including detached BLOCK calls)."""
@@ -199,12 +269,9 @@ class ExecutorCore:
             session_id=call.session_id,
             call_id=call.call_id,
             working_dir=self.sandbox.cwd,
-            services={
-                "sandbox": self.sandbox,
-                "read_state": self.read_state,
-                "settings": self.settings,
-                **self.extra_services,
-            },
+            sandbox=self.sandbox,
+            read_state=self.read_state,
+            limits=self.limits,
             timeout_s=limit,
         )
         run_now = getattr(tool, "run_now", None)
