@@ -596,7 +596,7 @@ class SessionStore:
             raise ApprovalNotFound(
                 f"approval {approval_id!r} does not exist", approval_id=approval_id
             )
-        return _approval(row)
+        return approval_from_row(row)
 
     async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
         """The pending approval of one call, if a retried Decide already made one."""
@@ -607,7 +607,7 @@ class SessionStore:
             (session_id, call_id),
         ) as cur:
             row = await cur.fetchone()
-        return None if row is None else _approval(row)
+        return None if row is None else approval_from_row(row)
 
     async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
         """Pending approvals, oldest first, optionally of one session."""
@@ -618,7 +618,7 @@ class SessionStore:
             params = (session_id,)
         async with self._db.execute(sql + " ORDER BY create_time", params) as cur:
             rows = await cur.fetchall()
-        return [_approval(r) for r in rows]
+        return [approval_from_row(r) for r in rows]
 
     async def finish_approval(
         self,
@@ -654,7 +654,7 @@ class SessionStore:
             (now, limit),
         ) as cur:
             rows = await cur.fetchall()
-        return [_approval(r) for r in rows]
+        return [approval_from_row(r) for r in rows]
 
     async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
         """Delete up to ``limit`` answered or expired approvals finished before ``before``;
@@ -717,7 +717,8 @@ def rule_from_json(text: str) -> Rule | None:
         return None
 
 
-def _approval(row: Any) -> ApprovalRecord:
+def approval_from_row(row: Any) -> ApprovalRecord:
+    """An approval from a row in the column order of ``_APPROVAL_SELECT`` (both backends use it)."""
     call = json.loads(row[2])
     return ApprovalRecord(
         approval_id=row[0],

@@ -53,10 +53,9 @@ from stockade.decision.sessions import (
     ApprovalRecord,
     ApprovalState,
     GrantRecord,
-    PendingCall,
     SessionRecord,
+    approval_from_row,
     new_id,
-    rule_from_json,
     rule_to_json,
 )
 from stockade.decision.store.base import StoreListener
@@ -166,33 +165,6 @@ _SESSION_SELECT = (
     "SELECT session_id, mode, create_time, consecutive_denials, total_denials, task "
     "FROM decision_sessions"
 )
-
-
-def _approval(row: Any) -> ApprovalRecord:
-    call = json.loads(row[2])
-    return ApprovalRecord(
-        approval_id=row[0],
-        session_id=row[1],
-        call=PendingCall(
-            call_id=call["call_id"],
-            tool_name=call["tool_name"],
-            arguments=call["arguments"],
-            from_subagent=bool(call.get("from_subagent")),
-            agent_name=call.get("agent_name", ""),
-            findings=call.get("findings", ""),
-        ),
-        reason=row[3],
-        risk=row[4],
-        summary=row[5],
-        state=ApprovalState(row[6]),
-        create_time=row[7],
-        expire_time=row[8],
-        resolver=row[9],
-        resolution=row[10],
-        resolve_reason=row[11],
-        always_allow_applies=bool(row[12]),
-        rule=rule_from_json(row[13]),
-    )
 
 
 def _session(row: Any) -> SessionRecord:
@@ -1046,7 +1018,7 @@ class PostgresDecisionStore:
             raise ApprovalNotFound(
                 f"approval {approval_id!r} does not exist", approval_id=approval_id
             )
-        return _approval(row)
+        return approval_from_row(row)
 
     async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
         """The pending approval of one call, if a retried Decide already made one."""
@@ -1059,7 +1031,7 @@ class PostgresDecisionStore:
                 call_id,
             )
         )
-        return None if row is None else _approval(row)
+        return None if row is None else approval_from_row(row)
 
     async def pending_approvals(self, session_id: str = "") -> list[ApprovalRecord]:
         """Pending approvals, oldest first, optionally of one session."""
@@ -1077,7 +1049,7 @@ class PostgresDecisionStore:
                     _APPROVAL_SELECT + " WHERE state = 'pending' ORDER BY create_time"
                 )
             )
-        return [_approval(r) for r in rows]
+        return [approval_from_row(r) for r in rows]
 
     async def finish_approval(
         self,
@@ -1124,7 +1096,7 @@ class PostgresDecisionStore:
                 limit,
             )
         )
-        return [_approval(r) for r in rows]
+        return [approval_from_row(r) for r in rows]
 
     async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
         """Delete up to ``limit`` answered or expired approvals finished before ``before``."""
@@ -1183,7 +1155,7 @@ class PostgresDecisionStore:
                     )
                 )
 
-        return [_approval(r) for r in await self._run(abandon)]
+        return [approval_from_row(r) for r in await self._run(abandon)]
 
 
 class _Spent(Exception):
