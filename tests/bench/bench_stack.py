@@ -91,7 +91,7 @@ async def _run() -> list[dict[str, Any]]:
                         d_pb2.DecideRequest(call=call, inspection=inspection)
                     )
                     async for _ in executor.execute(
-                        x_pb2.ExecuteRequest(call=call, grant=decided.grant), timeout_s=10
+                        x_pb2.ExecuteRequest(call=call, grant=decided.grant), timeout=10
                     ):
                         pass
                     # The agent never waits on audit: enqueue only (sent in batches).

@@ -9,12 +9,12 @@ import asyncio
 import signal
 from pathlib import Path
 
-import grpc
 import pytest
 
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
+from stockade.client.errors import ServiceError, UnavailableError
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
@@ -47,8 +47,8 @@ async def _resolve(admin: DecisionClient, approval_id: str) -> None:
                 )
             )
             return
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or loop.time() > deadline:
+        except ServiceError as err:
+            if not isinstance(err, UnavailableError) or loop.time() > deadline:
                 raise
             await asyncio.sleep(0.05)
 

@@ -9,10 +9,9 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-import grpc
-
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel
+from stockade.client.errors import ServiceError
 from stockade.v1 import agent_service_pb2 as a_pb2
 from tests.faults.conftest import FaultStack, StartStack, all_rows, verify_chain, wait_for
 
@@ -70,7 +69,7 @@ async def test_sigkilled_agent_loses_no_event_of_a_returned_result(
                     async for event in AgentClient(channel).run_turn(request):
                         if event.WhichOneof("event") == "tool_call_finished":
                             received.add((session, event.tool_call_finished.call_id))
-            except grpc.aio.AioRpcError:
+            except ServiceError:
                 await asyncio.sleep(0.05)  # the agent is down: try again shortly
 
     clients = [asyncio.create_task(client(k)) for k in range(CLIENTS)]
@@ -89,7 +88,7 @@ async def test_sigkilled_agent_loses_no_event_of_a_returned_result(
     finally:
         stop.set()
         for task in clients:
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            with contextlib.suppress(asyncio.CancelledError, ServiceError):
                 await asyncio.wait_for(task, 60)
     assert await stack.stop("agent") == 0  # a clean stop flushes the spool
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 import pytest
 
 from stockade.client.audit import AuditBacklogFull, AuditClient, AuditRecorder
+from stockade.client.errors import ResourceExhaustedError
 from stockade.v1 import audit_service_pb2 as a_pb2
 from tests.faults.conftest import StartStack, all_rows, fill, verify_chain, wait_for
 
@@ -144,10 +144,10 @@ async def test_full_audit_store_refuses_with_resource_exhausted_and_loses_nothin
     assert await recorder.flush(60)
     disk = fill(store_fs)
     async with AuditClient(address) as client:
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
+        with pytest.raises(ResourceExhaustedError) as refused:
             await client.record(_event(10_000, session="probe"))
-    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "disk is full" in (refused.value.details() or "")
+    assert refused.value.code == "RESOURCE_EXHAUSTED"
+    assert "disk is full" in refused.value.details
     for n in range(100, 400):
         recorder.enqueue(_event(n))
     await wait_for(lambda: recorder.spooled >= 250, what="events held in the spool")

@@ -18,6 +18,7 @@ from google.protobuf import struct_pb2
 
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
+from stockade.client.errors import FailedPreconditionError, ServiceError, UnavailableError
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -165,8 +166,8 @@ async def _resolve(admin: DecisionClient, approval_id: str) -> d_pb2.ResolveAppr
                     resolver="tester",
                 )
             )
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or loop.time() > deadline:
+        except ServiceError as err:
+            if not isinstance(err, UnavailableError) or loop.time() > deadline:
                 raise
             await asyncio.sleep(0.05)
 
@@ -179,7 +180,7 @@ async def test_approval_waits_reattach_across_a_sigkill(fault_stack: StartStack)
     ) as (stack, client, admin):
         approvals = await _asks(client, 12)
         orphan = (await _asks(client, 1, session="s2"))[0]
-        waits = [asyncio.create_task(client.await_approval(a, timeout_s=300)) for a in approvals]
+        waits = [asyncio.create_task(client.await_approval(a, timeout=300)) for a in approvals]
         await asyncio.sleep(0.2)  # let the waits reach the service before it dies
         await stack.kill("decision")
         assert not any(w.done() for w in waits), "a wait ended instead of re-attaching"
@@ -196,10 +197,8 @@ async def test_approval_waits_reattach_across_a_sigkill(fault_stack: StartStack)
         async def abandoned() -> bool:
             try:
                 await _resolve(admin, orphan)
-            except grpc.aio.AioRpcError as err:
-                return err.code() == grpc.StatusCode.FAILED_PRECONDITION and "expired" in (
-                    err.details() or ""
-                )
+            except ServiceError as err:
+                return isinstance(err, FailedPreconditionError) and "expired" in err.details
             raise AssertionError("an approval nobody waited for was answered")
 
         # Resolving it during the window would answer it; wait for the sweeper instead.
@@ -228,7 +227,7 @@ async def test_sigterm_ends_approval_waits_at_once(fault_stack: StartStack) -> N
         admin,
     ):
         approvals = await _asks(client, 20)
-        waits = [asyncio.create_task(client.await_approval(a, timeout_s=300)) for a in approvals]
+        waits = [asyncio.create_task(client.await_approval(a, timeout=300)) for a in approvals]
         await asyncio.sleep(0.2)
         # With a 300 s grace the old service held its shutdown for the whole grace; now
         # the waits end with UNAVAILABLE and the process exits (stop fails past 60 s).

@@ -22,6 +22,7 @@ from google.protobuf import struct_pb2
 
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
+from stockade.client.errors import FailedPreconditionError, ServiceError
 from stockade.decision.store.postgres import LISTEN_APPLICATION_NAME
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
@@ -152,13 +153,14 @@ async def test_racing_resolvers_on_two_replicas_exactly_one_wins(
                 return_exceptions=True,
             )
             won = [o for o in outcomes if isinstance(o, d_pb2.ResolveApprovalResponse)]
-            lost = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+            lost = [o for o in outcomes if isinstance(o, ServiceError)]
             assert len(won) == 1, outcomes
             assert len(lost) == len(resolutions) - 1
-            assert {e.code() for e in lost} == {grpc.StatusCode.FAILED_PRECONDITION}
+            assert {type(e) for e in lost} == {FailedPreconditionError}
+            assert {e.code for e in lost} == {"FAILED_PRECONDITION"}
             # Both replicas report the one winning answer.
             for replica in (a, b):
-                answer = await replica.client.await_approval(approval, timeout_s=60)
+                answer = await replica.client.await_approval(approval, timeout=60)
                 assert answer.approval.state == won[0].approval.state
 
 
@@ -175,9 +177,7 @@ async def test_sigkill_of_the_replica_holding_the_waiter(
         approvals = [r.approval_id for r in asks]
         orphan = (await a.client.decide(write("orphan", "w"))).approval_id
         # The agent waits through replica a's address (as through a Service).
-        waits = [
-            asyncio.create_task(a.client.await_approval(ap, timeout_s=300)) for ap in approvals
-        ]
+        waits = [asyncio.create_task(a.client.await_approval(ap, timeout=300)) for ap in approvals]
         await asyncio.sleep(0.3)  # let the waits reach replica a before it dies
         await a.stack.kill("decision")
         assert not any(w.done() for w in waits), "a wait ended instead of re-attaching"
@@ -191,7 +191,7 @@ async def test_sigkill_of_the_replica_holding_the_waiter(
         await wait_for(
             lambda: _gone(b, "orphan", orphan), timeout_s=120, what="the orphan to be abandoned"
         )
-        with contextlib.suppress(grpc.aio.AioRpcError):
+        with contextlib.suppress(ServiceError):
             await _resolve(b, orphan)
             raise AssertionError("an approval nobody waited for was answered")
         assert await _pending_ids(b, "kill") == set(approvals)
@@ -286,7 +286,7 @@ async def test_cut_change_feeds_come_back_and_nothing_is_missed(
         assert (await b.client.decide(read("f", "r0"))).verdict == c_pb2.VERDICT_ALLOW
         asked = await a.client.decide(write("f", "w0"))
         assert asked.verdict == c_pb2.VERDICT_ASK
-        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout_s=300))
+        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout=300))
         # The server cuts both replicas' change feeds; the answer and a mode change land
         # on a while the feeds reconnect, so their notifications may never reach b.
         assert await _listen_backends(pg_dsn, terminate=True) == 2

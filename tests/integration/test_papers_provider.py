@@ -14,8 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from stockade.agent.ports import discover
 from stockade.agent.registry import Location
-from stockade.agent.remote_tools import ToolProviderClient, discover
+from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.tools import default_registry
 from stockade.papers.app import PapersApp
 from stockade.papers.settings import PapersSettings

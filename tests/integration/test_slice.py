@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from stockade.client.agent import AgentClient
 from stockade.client.base import aio_channel
+from stockade.client.errors import InvalidArgumentError
 from stockade.stack import SERVICES, LocalStack
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
@@ -136,6 +137,6 @@ async def test_bad_run_turn_input_is_invalid_argument(
                 async for _ in client.run_turn(request):
                     pass
                 raise AssertionError(f"{request} was accepted")
-            except grpc.aio.AioRpcError as err:
-                assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-                assert fragment in (err.details() or "")
+            except InvalidArgumentError as err:
+                assert err.code == "INVALID_ARGUMENT"
+                assert fragment in err.details

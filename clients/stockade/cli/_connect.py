@@ -16,7 +16,8 @@ from pathlib import Path
 
 import grpc
 
-from stockade.client.base import TlsConfig
+from stockade.client.base import TlsConfig, rpc_error
+from stockade.client.errors import ServiceError
 
 _TLS_ENV = {
     "tls_cert": "STOCKADE_TLS_CERT",
@@ -84,12 +85,15 @@ def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
     )
 
 
-def rpc_error_text(err: grpc.RpcError, *, tls: bool, address: str) -> str:
-    """``CODE: details`` with a hint for the failures a first-time user meets."""
-    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-    details = err.details() if hasattr(err, "details") else str(err)
-    text = f"{code.name}: {details}"
-    lowered = (details or "").lower()
+def rpc_error_text(err: grpc.RpcError | ServiceError, *, tls: bool, address: str) -> str:
+    """``CODE: details`` with a hint for the failures a first-time user meets (from a raw
+    stub's ``grpc.RpcError`` or a typed client's ``ServiceError``)."""
+    if not isinstance(err, ServiceError):
+        err = rpc_error("", err)
+    code = grpc.StatusCode.__members__.get(err.code, grpc.StatusCode.UNKNOWN)
+    details = err.details
+    text = f"{err.code}: {details}"
+    lowered = details.lower()
     if (
         code is grpc.StatusCode.UNAVAILABLE
         and not tls

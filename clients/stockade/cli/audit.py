@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-import grpc
 from google.protobuf.json_format import MessageToDict
 
 from stockade.cli._connect import add_tls_args, rpc_error_text, tls_from_args
 from stockade.client.audit import SyncAuditClient
+from stockade.client.errors import ServiceError
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1.agent_service_pb2 import TerminationReason
 
@@ -185,7 +185,7 @@ def _tail_line(cells: list[str]) -> str:
     return f"{fixed}  {cells[-1]}".rstrip() + "\n"
 
 
-def _fail(err: grpc.RpcError, args: argparse.Namespace) -> int:
+def _fail(err: ServiceError, args: argparse.Namespace) -> int:
     tls = bool(getattr(args, "tls_cert", ""))
     sys.stderr.write(f"error: {rpc_error_text(err, tls=tls, address=args.addr)}\n")
     return 1
@@ -211,7 +211,7 @@ def _query(args: argparse.Namespace) -> int:
     try:
         with _client(args) as client:
             records = list(client.query_all(request, limit=args.limit))
-    except grpc.RpcError as err:
+    except ServiceError as err:
         return _fail(err, args)
     if args.json:
         json.dump([_record_dict(r) for r in records], sys.stdout, indent=2)
@@ -238,7 +238,7 @@ def _tail(args: argparse.Namespace) -> int:
                     break
     except KeyboardInterrupt:
         return 0
-    except grpc.RpcError as err:
+    except ServiceError as err:
         return _fail(err, args)
     return 0
 
@@ -258,7 +258,7 @@ def _verify(args: argparse.Namespace) -> int:
         try:
             with _client(args) as client:
                 result = client.verify()
-        except grpc.RpcError as err:
+        except ServiceError as err:
             return _fail(err, args)
     if args.json:
         sys.stdout.write(
@@ -363,7 +363,7 @@ def _metrics(args: argparse.Namespace) -> int:
     try:
         with _client(args) as client:
             snapshot = client.session_metrics(args.session)
-    except grpc.RpcError as err:
+    except ServiceError as err:
         return _fail(err, args)
     if args.json:
         sys.stdout.write(

@@ -46,6 +46,7 @@ from stockade.client.agent import AgentClient
 from stockade.client.audit import AuditClient
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
+from stockade.client.errors import ServiceError
 from stockade.stack import SERVICES, LocalStack, StackError
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2 as au_pb2
@@ -534,7 +535,7 @@ async def run_demo(
                 "approved); Ctrl-C stops everything"
             )
             await wait_for_signal()
-    except (StackError, grpc.aio.AioRpcError) as exc:
+    except (StackError, grpc.aio.AioRpcError, ServiceError) as exc:
         print(f"stockade demo: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -1,7 +1,7 @@
 """Client for the agent service.
 
 Every method takes ``timeout=`` and ``metadata=`` (``stockade.client.base``); a failed
-call raises ``grpc.RpcError``.
+call raises a ``stockade.client.errors.ServiceError``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
-from stockade.client.base import DEFAULT_DEADLINE_S, Metadata, call_options
+from stockade.client.base import (
+    DEFAULT_DEADLINE_S,
+    Metadata,
+    call_options,
+    renamed_timeout,
+    service_errors,
+)
 from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import agent_service_pb2_grpc as a_grpc
 
@@ -32,11 +38,13 @@ class AgentClient:
         metadata: Metadata | None = None,
         timeout_s: float | None = None,
     ) -> AsyncIterator[a_pb2.RunTurnResponse]:
-        """Run a turn and stream its events (``timeout_s`` is ``timeout``'s older name)."""
-        budget = timeout if timeout is not None else timeout_s
+        """Run a turn and stream its events (``timeout_s`` is ``timeout``'s deprecated
+        name)."""
+        budget = renamed_timeout("run_turn", timeout, "timeout_s", timeout_s)
         options = call_options(budget, metadata, default_s=TURN_DEADLINE_S)
-        async for event in self._stub.RunTurn(request, **options):
-            yield event
+        with service_errors("agent"):
+            async for event in self._stub.RunTurn(request, **options):
+                yield event
 
     async def cancel(
         self,
@@ -46,10 +54,11 @@ class AgentClient:
         metadata: Metadata | None = None,
     ) -> bool:
         """Cancel the session's running turn."""
-        resp: a_pb2.CancelTurnResponse = await self._stub.Cancel(
-            a_pb2.CancelTurnRequest(session_id=session_id),
-            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
-        )
+        with service_errors("agent"):
+            resp: a_pb2.CancelTurnResponse = await self._stub.Cancel(
+                a_pb2.CancelTurnRequest(session_id=session_id),
+                **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
+            )
         return resp.cancelled
 
 
@@ -67,11 +76,13 @@ class SyncAgentClient:
         metadata: Metadata | None = None,
         timeout_s: float | None = None,
     ) -> Iterator[a_pb2.RunTurnResponse]:
-        """Run a turn and iterate over its events (``timeout_s``: ``timeout``'s older name)."""
-        budget = timeout if timeout is not None else timeout_s
-        yield from self._stub.RunTurn(
-            request, **call_options(budget, metadata, default_s=TURN_DEADLINE_S)
-        )
+        """Run a turn and iterate over its events (``timeout_s``: ``timeout``'s deprecated
+        name)."""
+        budget = renamed_timeout("run_turn", timeout, "timeout_s", timeout_s)
+        with service_errors("agent"):
+            yield from self._stub.RunTurn(
+                request, **call_options(budget, metadata, default_s=TURN_DEADLINE_S)
+            )
 
     def cancel(
         self,
@@ -81,8 +92,9 @@ class SyncAgentClient:
         metadata: Metadata | None = None,
     ) -> bool:
         """Cancel the session's running turn."""
-        resp: a_pb2.CancelTurnResponse = self._stub.Cancel(
-            a_pb2.CancelTurnRequest(session_id=session_id),
-            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
-        )
+        with service_errors("agent"):
+            resp: a_pb2.CancelTurnResponse = self._stub.Cancel(
+                a_pb2.CancelTurnRequest(session_id=session_id),
+                **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
+            )
         return resp.cancelled

@@ -25,7 +25,8 @@ bounded in-memory backlog that is written (or sent) when possible, in order, and
 or only once ``max_backlog`` events wait with ``"backlog"``.
 
 ``AuditClient`` wraps the query side (Query, Tail, GetSessionMetrics, VerifyLog) with
-deadlines; ``SyncAuditClient`` is its blocking facade for scripts and the CLI.
+deadlines; ``SyncAuditClient`` is its blocking facade for scripts and the CLI. Their
+methods raise a ``stockade.client.errors.ServiceError`` on failure.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from stockade.client.base import (
     TlsConfig,
     aio_channel,
     call_options,
+    renamed_timeout,
+    service_errors,
     sync_channel,
 )
 from stockade.client.spool import Spool, SpoolBusy, SpoolFull
@@ -696,9 +699,10 @@ class AuditClient:
         metadata: Metadata | None = None,
     ) -> bool:
         """Store one event synchronously (no spooling); True when it was a duplicate."""
-        response = await self.stub.Record(
-            a_pb2.RecordRequest(event=event), **self._options(timeout, metadata)
-        )
+        with service_errors("audit"):
+            response = await self.stub.Record(
+                a_pb2.RecordRequest(event=event), **self._options(timeout, metadata)
+            )
         return response.duplicate
 
     async def query(
@@ -709,7 +713,8 @@ class AuditClient:
         metadata: Metadata | None = None,
     ) -> a_pb2.QueryResponse:
         """One page of rows, newest first."""
-        return await self.stub.Query(request, **self._options(timeout, metadata))
+        with service_errors("audit"):
+            return await self.stub.Query(request, **self._options(timeout, metadata))
 
     async def query_all(
         self,
@@ -749,8 +754,9 @@ class AuditClient:
             a_pb2.TailRequest(session_id=session_id, after_sequence=after_sequence),
             **call_options(timeout, metadata, default_s=None),
         )
-        async for response in call:
-            yield response.record
+        with service_errors("audit"):
+            async for response in call:
+                yield response.record
 
     async def session_metrics(
         self,
@@ -760,23 +766,26 @@ class AuditClient:
         metadata: Metadata | None = None,
     ) -> a_pb2.GetSessionMetricsResponse:
         """The per-session metrics snapshot."""
-        return await self.stub.GetSessionMetrics(
-            a_pb2.GetSessionMetricsRequest(session_id=session_id),
-            **self._options(timeout, metadata),
-        )
+        with service_errors("audit"):
+            return await self.stub.GetSessionMetrics(
+                a_pb2.GetSessionMetricsRequest(session_id=session_id),
+                **self._options(timeout, metadata),
+            )
 
     async def verify(
         self,
-        deadline_s: float = VERIFY_DEADLINE_S,
+        deadline_s: float | None = None,
         *,
         timeout: float | None = None,
         metadata: Metadata | None = None,
     ) -> a_pb2.VerifyLogResponse:
-        """Check the hash chain (long deadline: it reads the whole log; ``deadline_s`` is
-        ``timeout``'s older name)."""
-        return await self.stub.VerifyLog(
-            a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, deadline_s)
-        )
+        """Check the hash chain (default deadline ``VERIFY_DEADLINE_S``: it reads the whole
+        log; ``deadline_s`` is ``timeout``'s deprecated name)."""
+        timeout = renamed_timeout("verify", timeout, "deadline_s", deadline_s)
+        with service_errors("audit"):
+            return await self.stub.VerifyLog(
+                a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, VERIFY_DEADLINE_S)
+            )
 
     async def close(self) -> None:
         """Close the channel if this client opened it."""
@@ -822,7 +831,10 @@ class SyncAuditClient:
         metadata: Metadata | None = None,
     ) -> a_pb2.QueryResponse:
         """One page of rows, newest first."""
-        response: a_pb2.QueryResponse = self.stub.Query(request, **self._options(timeout, metadata))
+        with service_errors("audit"):
+            response: a_pb2.QueryResponse = self.stub.Query(
+                request, **self._options(timeout, metadata)
+            )
         return response
 
     def query_all(
@@ -864,8 +876,9 @@ class SyncAuditClient:
             **call_options(timeout, metadata, default_s=None),
         )
         try:
-            for response in call:
-                yield response.record
+            with service_errors("audit"):
+                for response in call:
+                    yield response.record
         finally:
             call.cancel()
 
@@ -877,23 +890,27 @@ class SyncAuditClient:
         metadata: Metadata | None = None,
     ) -> a_pb2.GetSessionMetricsResponse:
         """The per-session metrics snapshot."""
-        response: a_pb2.GetSessionMetricsResponse = self.stub.GetSessionMetrics(
-            a_pb2.GetSessionMetricsRequest(session_id=session_id),
-            **self._options(timeout, metadata),
-        )
+        with service_errors("audit"):
+            response: a_pb2.GetSessionMetricsResponse = self.stub.GetSessionMetrics(
+                a_pb2.GetSessionMetricsRequest(session_id=session_id),
+                **self._options(timeout, metadata),
+            )
         return response
 
     def verify(
         self,
-        deadline_s: float = VERIFY_DEADLINE_S,
+        deadline_s: float | None = None,
         *,
         timeout: float | None = None,
         metadata: Metadata | None = None,
     ) -> a_pb2.VerifyLogResponse:
-        """Check the hash chain (``deadline_s`` is ``timeout``'s older name)."""
-        response: a_pb2.VerifyLogResponse = self.stub.VerifyLog(
-            a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, deadline_s)
-        )
+        """Check the hash chain (default deadline ``VERIFY_DEADLINE_S``; ``deadline_s`` is
+        ``timeout``'s deprecated name)."""
+        timeout = renamed_timeout("verify", timeout, "deadline_s", deadline_s)
+        with service_errors("audit"):
+            response: a_pb2.VerifyLogResponse = self.stub.VerifyLog(
+                a_pb2.VerifyLogRequest(), **self._options(timeout, metadata, VERIFY_DEADLINE_S)
+            )
         return response
 
     def close(self) -> None:

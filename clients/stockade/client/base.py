@@ -10,8 +10,13 @@ a forwarded caller's ``authorization``, a request id); :func:`call_options` turn
 into the stub's keyword arguments, in one place. And every client applies one rule to a
 call that fails (SPEC §0, fail closed): a failure is never read as permission. Methods
 whose answer is a permission (Decide, AwaitApproval) turn a failure into a DENY whose
-reason :func:`fail_closed_reason` writes; the others raise the ``grpc.RpcError`` so the
-caller must act on it.
+reason :func:`fail_closed_reason` writes; the others raise a
+``stockade.client.errors.ServiceError`` (never a ``grpc.RpcError``: :func:`service_errors`
+translates, in one place) so the caller must act on it.
+
+``timeout_s=`` (and the audit client's ``deadline_s``) are deprecated names of
+``timeout=``: they still work for one release, with a ``DeprecationWarning``
+(:func:`renamed_timeout`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, TypeVar
@@ -27,6 +34,7 @@ from typing import TypedDict, TypeVar
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from stockade.client.errors import ServiceError, service_error
 from stockade.tracing import tracing_enabled
 
 T = TypeVar("T")
@@ -96,18 +104,63 @@ def call_options(
     return options
 
 
-def failure_text(service: str, err: grpc.RpcError) -> str:
+def rpc_error(service: str, err: grpc.RpcError) -> ServiceError:
+    """The :class:`ServiceError` that says how a gRPC call to ``service`` failed.
+
+    Only the status code's name and the details are kept (never the call's metadata).
+    """
+    code = err.code() if callable(getattr(err, "code", None)) else None
+    details = err.details() if callable(getattr(err, "details", None)) else str(err)
+    name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+    return service_error(service, name, details if isinstance(details, str) else "")
+
+
+@contextmanager
+def service_errors(service: str) -> Iterator[None]:
+    """Inside the block, a failed gRPC call to ``service`` raises its
+    :class:`ServiceError` (the gRPC error is its ``__cause__``, for debugging).
+
+    Works around awaits and ``async for`` too (a ``with`` block inside a coroutine or an
+    async generator); cancellation and ``GeneratorExit`` pass through untouched.
+    """
+    try:
+        yield
+    except grpc.RpcError as err:
+        raise rpc_error(service, err) from err
+
+
+def failure_text(service: str, err: grpc.RpcError | ServiceError) -> str:
     """What a failed call says: ``<service> service <CODE>: <details>``."""
-    code = err.code() if hasattr(err, "code") else None
-    details = err.details() if hasattr(err, "details") else str(err)
-    name = code.name if code is not None else "UNKNOWN"
-    return f"{service} service {name}: {details}"
+    return str(err if isinstance(err, ServiceError) else rpc_error(service, err))
 
 
-def fail_closed_reason(service: str, err: grpc.RpcError, *, attempts: int = 1) -> str:
+def fail_closed_reason(
+    service: str, err: grpc.RpcError | ServiceError, *, attempts: int = 1
+) -> str:
     """The reason of the DENY a caller must act on when a permission could not be had."""
     after = f" after {attempts} attempts" if attempts > 1 else ""
     return f"{FAIL_CLOSED}{after}: {failure_text(service, err)}"
+
+
+def renamed_timeout(
+    method: str, timeout: float | None, old_name: str, old_value: float | None
+) -> float | None:
+    """``timeout``, or the value given under its deprecated name ``old_name``.
+
+    The old name still works for one release (stockade-client 0.2; removed in 0.3) with a
+    ``DeprecationWarning``; giving both is a ``TypeError`` (which one was meant?).
+    """
+    if old_value is None:
+        return timeout
+    if timeout is not None:
+        raise TypeError(f"{method}: give timeout= only ({old_name}= is its deprecated name)")
+    warnings.warn(
+        f"{method}({old_name}=...) is deprecated, use timeout= "
+        "(the old name goes in stockade-client 0.3)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value
 
 
 @dataclass(frozen=True)

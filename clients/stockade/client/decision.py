@@ -2,7 +2,9 @@
 
 ``decide`` and ``await_approval`` never raise: if the service cannot be reached, errors or
 answers after the deadline, the result is a DENY whose reason says why (SPEC §0 "fail
-closed", ``stockade.client.base``). Every method takes ``timeout=`` and ``metadata=``.
+closed", ``stockade.client.base``). The other methods raise a
+``stockade.client.errors.ServiceError`` on failure. Every method takes ``timeout=`` and
+``metadata=``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from stockade.client.base import (
     deadline_s,
     fail_closed_reason,
     failure_text,
+    renamed_timeout,
+    service_errors,
     with_retries,
 )
 from stockade.v1 import common_pb2 as c_pb2
@@ -107,9 +111,10 @@ class DecisionClient:
         the admin token this client was given."""
         req = d_pb2.CreateSessionRequest(session_id=session_id, mode=mode, task=task)  # type: ignore[arg-type]
         options = self._options(timeout, metadata, DEFAULT_DEADLINE_S)
-        resp: d_pb2.CreateSessionResponse = await with_retries(
-            lambda: self._stub.CreateSession(req, **options)
-        )
+        with service_errors("decision"):
+            resp: d_pb2.CreateSessionResponse = await with_retries(
+                lambda: self._stub.CreateSession(req, **options)
+            )
         return resp.session
 
     async def await_approval(
@@ -120,15 +125,15 @@ class DecisionClient:
         metadata: Metadata | None = None,
         timeout_s: float | None = None,
     ) -> d_pb2.AwaitApprovalResponse:
-        """Wait for an approval's answer within ``timeout`` seconds (``timeout_s`` is its
-        older name; one of them is required); a failure to get one is a DENY.
+        """Wait for an approval's answer within ``timeout`` seconds (required; ``timeout_s``
+        is its deprecated name); a failure to get one is a DENY.
 
         The approval is stored, so a wait cut off by a restart of the decision service
         (UNAVAILABLE: killed, or told to stop and ending its waits) re-attaches with
         backoff until the answer comes or the time is spent, rather than denying a call
         whose approval is still open.
         """
-        budget = timeout if timeout is not None else timeout_s
+        budget = renamed_timeout("await_approval", timeout, "timeout_s", timeout_s)
         if budget is None:
             raise TypeError("await_approval needs timeout= (how long to wait for the answer)")
         loop = asyncio.get_running_loop()
@@ -161,14 +166,16 @@ class DecisionClient:
         timeout: float | None = None,
         metadata: Metadata | None = None,
     ) -> d_pb2.ResolveApprovalResponse:
-        """Answer an approval (raises on error: the resolver must know it did not count).
+        """Answer an approval (raises ``ServiceError`` on failure: the resolver must know
+        it did not count; ``FailedPreconditionError`` when another resolver answered first).
 
         ``metadata`` may carry the credentials of the person or service the caller acts
         for (the agent forwards its caller's ``authorization``): they replace this
         client's own admin token for the call."""
-        resp: d_pb2.ResolveApprovalResponse = await self._stub.ResolveApproval(
-            request, **self._options(timeout, metadata, DEFAULT_DEADLINE_S)
-        )
+        with service_errors("decision"):
+            resp: d_pb2.ResolveApprovalResponse = await self._stub.ResolveApproval(
+                request, **self._options(timeout, metadata, DEFAULT_DEADLINE_S)
+            )
         return resp
 
 
@@ -203,9 +210,11 @@ class SyncDecisionClient:
         timeout: float | None = None,
         metadata: Metadata | None = None,
     ) -> d_pb2.Session:
-        """Fetch a session (raises grpc.RpcError on failure)."""
-        resp: d_pb2.GetSessionResponse = self._stub.GetSession(
-            d_pb2.GetSessionRequest(session_id=session_id),
-            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
-        )
+        """Fetch a session (raises ``ServiceError`` on failure, ``NotFoundError`` for an
+        unknown session)."""
+        with service_errors("decision"):
+            resp: d_pb2.GetSessionResponse = self._stub.GetSession(
+                d_pb2.GetSessionRequest(session_id=session_id),
+                **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
+            )
         return resp.session

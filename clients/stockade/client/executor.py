@@ -1,7 +1,9 @@
 """Clients for the executor service.
 
 Every method takes ``timeout=`` and ``metadata=`` (``stockade.client.base``); a failed
-call raises ``grpc.RpcError``, and the caller denies the tool call (fail closed).
+call raises a ``stockade.client.errors.ServiceError``, and the caller denies the tool call
+(fail closed). A failed Execute that may have run the tool says so:
+``DeadlineExceededError`` (``outcome_unknown``), or a stream that broke after it began.
 """
 
 from __future__ import annotations
@@ -10,7 +12,14 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from stockade.client.base import DEFAULT_DEADLINE_S, Metadata, call_options, with_retries
+from stockade.client.base import (
+    DEFAULT_DEADLINE_S,
+    Metadata,
+    call_options,
+    renamed_timeout,
+    service_errors,
+    with_retries,
+)
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
@@ -38,9 +47,10 @@ class ExecutorClient:
     ) -> d_pb2.ToolInspection:
         """Tool-level checks (side-effect free, so retried on UNAVAILABLE)."""
         options = call_options(timeout, metadata, default_s=INSPECT_DEADLINE_S)
-        resp: x_pb2.InspectResponse = await with_retries(
-            lambda: self._stub.Inspect(request, **options)
-        )
+        with service_errors("executor"):
+            resp: x_pb2.InspectResponse = await with_retries(
+                lambda: self._stub.Inspect(request, **options)
+            )
         return resp.inspection
 
     async def execute(
@@ -53,14 +63,15 @@ class ExecutorClient:
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
         """Run a call and stream its chunks and result (never retried: not idempotent).
 
-        ``timeout`` (or its older name ``timeout_s``) bounds the whole run; one of them is
-        required, since how long a tool may run is the caller's choice."""
-        budget = timeout if timeout is not None else timeout_s
+        ``timeout`` bounds the whole run and is required, since how long a tool may run is
+        the caller's choice (``timeout_s`` is its deprecated name)."""
+        budget = renamed_timeout("execute", timeout, "timeout_s", timeout_s)
         if budget is None:
             raise TypeError("execute needs timeout= (how long the call may run)")
         call = self._stub.Execute(request, **call_options(budget, metadata, default_s=budget))
-        async for message in call:
-            yield message
+        with service_errors("executor"):
+            async for message in call:
+                yield message
 
     async def cancel(
         self,
@@ -71,10 +82,11 @@ class ExecutorClient:
         metadata: Metadata | None = None,
     ) -> bool:
         """Cancel the running call ``call_id`` of ``session_id``."""
-        resp: x_pb2.CancelResponse = await self._stub.Cancel(
-            x_pb2.CancelRequest(session_id=session_id, call_id=call_id),
-            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
-        )
+        with service_errors("executor"):
+            resp: x_pb2.CancelResponse = await self._stub.Cancel(
+                x_pb2.CancelRequest(session_id=session_id, call_id=call_id),
+                **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
+            )
         return resp.found
 
     async def capabilities(
@@ -82,9 +94,10 @@ class ExecutorClient:
     ) -> x_pb2.GetCapabilitiesResponse:
         """Which confinement layers are active."""
         options = call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S)
-        resp: x_pb2.GetCapabilitiesResponse = await with_retries(
-            lambda: self._stub.GetCapabilities(x_pb2.GetCapabilitiesRequest(), **options)
-        )
+        with service_errors("executor"):
+            resp: x_pb2.GetCapabilitiesResponse = await with_retries(
+                lambda: self._stub.GetCapabilities(x_pb2.GetCapabilitiesRequest(), **options)
+            )
         return resp
 
 
@@ -102,18 +115,20 @@ class SyncExecutorClient:
         timeout: float | None = None,
         metadata: Metadata | None = None,
     ) -> d_pb2.ToolInspection:
-        """Tool-level checks of a call (raises grpc.RpcError on failure)."""
-        resp: x_pb2.InspectResponse = self._stub.Inspect(
-            request, **call_options(timeout, metadata, default_s=INSPECT_DEADLINE_S)
-        )
+        """Tool-level checks of a call (raises ``ServiceError`` on failure)."""
+        with service_errors("executor"):
+            resp: x_pb2.InspectResponse = self._stub.Inspect(
+                request, **call_options(timeout, metadata, default_s=INSPECT_DEADLINE_S)
+            )
         return resp.inspection
 
     def capabilities(
         self, *, timeout: float | None = None, metadata: Metadata | None = None
     ) -> x_pb2.GetCapabilitiesResponse:
         """Which confinement layers are active."""
-        resp: x_pb2.GetCapabilitiesResponse = self._stub.GetCapabilities(
-            x_pb2.GetCapabilitiesRequest(),
-            **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
-        )
+        with service_errors("executor"):
+            resp: x_pb2.GetCapabilitiesResponse = self._stub.GetCapabilities(
+                x_pb2.GetCapabilitiesRequest(),
+                **call_options(timeout, metadata, default_s=DEFAULT_DEADLINE_S),
+            )
         return resp

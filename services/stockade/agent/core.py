@@ -17,7 +17,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
-import grpc
 from opentelemetry import trace
 
 from stockade.agent.builtin_hooks import AuditSink, CancelRegistry, standard_hooks
@@ -27,19 +26,18 @@ from stockade.agent.limits import Budget, LimitSettings, Termination
 from stockade.agent.loop import AgentLoop
 from stockade.agent.memory import MemoryStore, prompt_section
 from stockade.agent.pipeline import ExecutionPipeline
+from stockade.agent.ports import DecisionPort, ExecutorPort, ToolProviderPort, discover
 from stockade.agent.registry import (
     UNAVAILABLE_BUILTINS,
     Location,
     ToolRegistry,
     offered_registry,
 )
-from stockade.agent.remote_tools import ToolProviderClient, discover
 from stockade.agent.skills import SkillLibrary
 from stockade.agent.subagent import AgentScope
 from stockade.agent.tools import default_registry
 from stockade.agent.turn import LoopResult, TurnState
-from stockade.client.decision import DecisionClient
-from stockade.client.executor import ExecutorClient
+from stockade.client.errors import ServiceError
 from stockade.errors import FailedPrecondition
 from stockade.llm.base import Message, Provider
 from stockade.v1 import common_pb2 as c_pb2
@@ -56,14 +54,14 @@ class AgentCore:
     def __init__(
         self,
         *,
-        decision: DecisionClient,
-        executor: ExecutorClient,
+        decision: DecisionPort,
+        executor: ExecutorPort,
         audit: AuditSink,
         provider_for: Callable[[str], Provider],
         max_steps: int = 8,
         registry: ToolRegistry | None = None,
         hooks: Sequence[Hook] = (),
-        tool_providers: Mapping[str, ToolProviderClient] | None = None,
+        tool_providers: Mapping[str, ToolProviderPort] | None = None,
         limits: LimitSettings | None = None,
         approval_wait_s: float = 130.0,
         tool_timeout_s: float = 130.0,
@@ -225,8 +223,8 @@ class AgentCore:
             return
         try:
             await self.decision.create_session(session_id, mode)
-        except grpc.aio.AioRpcError as err:
-            log.warning("could not create session %s: %s", session_id, err.code().name)
+        except ServiceError as err:
+            log.warning("could not create session %s: %s", session_id, err.code)
 
     async def _discover_tools(self) -> None:
         pending = [c for a, c in self.tool_providers.items() if a not in self._discovered]

@@ -6,7 +6,9 @@ permission (executor Inspect, decision Decide, approval round trip) → partitio
 behaviour, sibling abort) → PostToolUse hooks → results in the model's order.
 
 Fail closed throughout: a failed Inspect, an unreachable or late decision service, an
-approval that times out — each is a denial whose reason says why, and nothing runs.
+approval that times out — each is a denial whose reason says why, and nothing runs. The
+services are reached through ``stockade.agent.ports`` and fail with the clients' typed
+``ServiceError`` (no gRPC here).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 from opentelemetry import trace
 
 from stockade.agent.builtin_hooks import CancelToken
@@ -41,11 +42,10 @@ from stockade.agent.outcome import (
     denied_outcome,
     error_outcome,
 )
+from stockade.agent.ports import DecisionPort, ExecutorPort, ToolProviderPort
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
-from stockade.agent.remote_tools import ToolProviderClient
 from stockade.agent.subagent import AgentScope, silent_refusal
-from stockade.client.decision import DecisionClient
-from stockade.client.executor import ExecutorClient
+from stockade.client.errors import DeadlineExceededError, PermissionDeniedError, ServiceError
 from stockade.contract.audit_bounds import value_depth_exceeds
 from stockade.errors import InvalidArgument, UnknownTool
 from stockade.llm.base import MAX_ARGUMENT_DEPTH, ModelToolCall
@@ -57,10 +57,9 @@ log = logging.getLogger(__name__)
 
 #: Statuses that end a call as failed or possibly failed (they abort siblings).
 _FAILED = frozenset({CallStatus.FAIL, CallStatus.UNKNOWN})
-#: Codes of a stream that broke mid-call (the call had been sent and acknowledged).
-_BROKEN_STREAM = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
-)
+#: Status codes (names) of a stream that broke mid-call (the call had been sent and
+#: acknowledged).
+_BROKEN_STREAM = frozenset({"UNAVAILABLE", "CANCELLED", "UNKNOWN"})
 
 
 def _unusable_arguments(call: ModelToolCall) -> str:
@@ -141,9 +140,9 @@ class ExecutionPipeline:
     def __init__(
         self,
         *,
-        decision: DecisionClient,
-        executor: ExecutorClient,
-        providers: Mapping[str, ToolProviderClient] | None = None,
+        decision: DecisionPort,
+        executor: ExecutorPort,
+        providers: Mapping[str, ToolProviderPort] | None = None,
         approval_wait_s: float = 130.0,
         tool_timeout_s: float = 130.0,
         tracer: trace.Tracer | None = None,
@@ -281,10 +280,10 @@ class ExecutionPipeline:
         if item.spec.location is Location.EXECUTOR:
             try:
                 inspection = await self.executor.inspect(x_pb2.InspectRequest(call=pb_call))
-            except grpc.aio.AioRpcError as err:
+            except ServiceError as err:
                 item.outcome = denied_outcome(
-                    f"the executor could not inspect the call ({err.code().name}: "
-                    f"{err.details()}); denied (fail closed)"
+                    f"the executor could not inspect the call ({err.code}: "
+                    f"{err.details}); denied (fail closed)"
                 )
                 return
         else:
@@ -333,7 +332,7 @@ class ExecutionPipeline:
             ),
         )
         waiter = asyncio.ensure_future(
-            self.decision.await_approval(decision.approval_id, timeout_s=self.approval_wait_s)
+            self.decision.await_approval(decision.approval_id, timeout=self.approval_wait_s)
         )
         with cancel.watch(waiter):
             try:
@@ -443,8 +442,8 @@ class ExecutionPipeline:
         if item.spec is not None and item.spec.location is Location.EXECUTOR:
             try:
                 await self.executor.cancel(scope.session_id, item.call.id)
-            except grpc.aio.AioRpcError as err:
-                log.warning("executor cancel of %s failed: %s", item.call.id, err.code().name)
+            except ServiceError as err:
+                log.warning("executor cancel of %s failed: %s", item.call.id, err.code)
         return cancelled_outcome()
 
     async def _run(self, scope: AgentScope, item: PendingCall, builtin: BuiltinRunner) -> Outcome:
@@ -480,23 +479,22 @@ class ExecutionPipeline:
         unknown = False
         started = False
         try:
-            async for message in self.executor.execute(request, timeout_s=self.tool_timeout_s):
+            async for message in self.executor.execute(request, timeout=self.tool_timeout_s):
                 started = True
                 if message.HasField("result"):
                     result = message.result
-        except grpc.aio.AioRpcError as err:
-            code = err.code()
+        except ServiceError as err:
             status = (
                 x_pb2.EXECUTION_STATUS_REFUSED
-                if code == grpc.StatusCode.PERMISSION_DENIED
+                if isinstance(err, PermissionDeniedError)
                 else x_pb2.EXECUTION_STATUS_ERROR
             )
             # Gave up waiting, or lost the stream of a call that had begun: whether the
             # tool ran (and how far) is not known here.
-            unknown = code == grpc.StatusCode.DEADLINE_EXCEEDED or (
-                started and code in _BROKEN_STREAM
+            unknown = isinstance(err, DeadlineExceededError) or (
+                started and err.code in _BROKEN_STREAM
             )
-            error = f"executor {code.name}: {err.details()}"
+            error = f"executor {err.code}: {err.details}"
             if unknown:
                 error = f"outcome unknown: {error} (the tool may have run)"
             result = x_pb2.ExecuteResult(status=status, error=error)
@@ -524,7 +522,7 @@ class ExecutionPipeline:
             arguments=item.arguments,
             agent_name=scope.name,
             from_subagent=scope.from_subagent,
-            timeout_s=self.tool_timeout_s,
+            timeout=self.tool_timeout_s,
         )
         status = ExecutionStatus.ERROR if answer.is_error else ExecutionStatus.OK
         return Outcome(

@@ -1,39 +1,27 @@
-"""The agent's side of remote tools: ToolProvider discovery and calls (AGT-1 ``remote``).
+"""The agent's gRPC client of remote tool providers (AGT-1 ``remote``).
 
-At start the agent asks each configured provider for its tools (ListTools) and merges them
-into its registry (a provider may serve remote tools but never replace an executor or
-built-in tool); after the permission checks it runs a call with CallTool under a deadline.
+At start the agent asks each configured provider for its tools (ListTools, through
+``stockade.agent.ports.discover``) and merges them into its registry (a provider may serve
+remote tools but never replace an executor or built-in tool); after the permission checks
+it runs a call with CallTool under a deadline. ``ToolProviderClient`` is the gRPC side of
+``stockade.agent.ports.ToolProviderPort``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 
 from stockade.agent.convert import spec_from_proto
-from stockade.agent.registry import ToolRegistry, ToolSpec, merge_remote
+from stockade.agent.ports import RemoteResult
+from stockade.agent.registry import ToolSpec
+from stockade.client.base import service_errors
 from stockade.contract.toolspec import dict_to_struct
 from stockade.v1 import common_pb2
 from stockade.v1 import tool_provider_pb2 as tp_pb2
 from stockade.v1 import tool_provider_pb2_grpc as tp_grpc
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RemoteResult:
-    """What a remote tool answered."""
-
-    content: str
-    """The result text for the model."""
-    is_error: bool
-    """True when the tool (or the call to it) failed."""
-    outcome_unknown: bool = False
-    """The agent stopped waiting (deadline): the provider may have run the tool."""
 
 
 class ToolProviderClient:
@@ -42,6 +30,8 @@ class ToolProviderClient:
     def __init__(
         self, address: str, channel: grpc.aio.Channel | None = None, *, timeout_s: float = 30.0
     ) -> None:
+        """Call the provider at ``address`` (or over ``channel``); ``timeout_s`` bounds a
+        call that gives no ``timeout`` of its own."""
         self.address = address
         self.timeout_s = timeout_s
         self._channel = channel or grpc.aio.insecure_channel(address)
@@ -53,9 +43,11 @@ class ToolProviderClient:
         if self._owns_channel:
             await self._channel.close(None)
 
-    async def list_tools(self, *, timeout_s: float = 3.0) -> list[ToolSpec]:
-        """The provider's tools as registry entries (short deadline: a turn waits on it)."""
-        response = await self._stub.ListTools(tp_pb2.ListToolsRequest(), timeout=timeout_s)
+    async def list_tools(self, *, timeout: float = 3.0) -> list[ToolSpec]:
+        """The provider's tools as registry entries (short deadline: a turn waits on it);
+        raises ``ServiceError`` on failure."""
+        with service_errors("tool provider"):
+            response = await self._stub.ListTools(tp_pb2.ListToolsRequest(), timeout=timeout)
         return [spec_from_proto(tool, provider=self.address) for tool in response.tools]
 
     async def call_tool(
@@ -67,7 +59,7 @@ class ToolProviderClient:
         arguments: Mapping[str, Any],
         agent_name: str = "lead",
         from_subagent: bool = False,
-        timeout_s: float | None = None,
+        timeout: float | None = None,
     ) -> RemoteResult:
         """Run one call; transport failures become an error result, never an exception."""
         call = common_pb2.ToolCall(
@@ -80,7 +72,7 @@ class ToolProviderClient:
         )
         try:
             response = await self._stub.CallTool(
-                tp_pb2.CallToolRequest(call=call), timeout=timeout_s or self.timeout_s
+                tp_pb2.CallToolRequest(call=call), timeout=timeout or self.timeout_s
             )
         except grpc.aio.AioRpcError as exc:
             detail = exc.details() or ""
@@ -95,24 +87,3 @@ class ToolProviderClient:
                 f"Error: tool provider {self.address} failed ({exc.code().name}: {detail})", True
             )
         return RemoteResult(response.content, response.is_error)
-
-
-async def discover(
-    registry: ToolRegistry, clients: Iterable[ToolProviderClient]
-) -> dict[str, list[str]]:
-    """Merge every reachable provider's tools into ``registry``; returns tools per provider.
-
-    An unreachable provider is logged and skipped: its tools are simply not offered.
-    """
-    taken: dict[str, list[str]] = {}
-    for client in clients:
-        try:
-            specs = await client.list_tools()
-        except grpc.aio.AioRpcError as exc:
-            log.warning("tool provider %s unavailable: %s", client.address, exc.code().name)
-            continue
-        except Exception:  # a broken provider must not break the agent's turns
-            log.exception("tool provider %s answered ListTools badly", client.address)
-            continue
-        taken[client.address] = merge_remote(registry, specs, client.address)
-    return taken

@@ -13,6 +13,7 @@ import grpc
 
 from stockade.agent.convert import approval_answer_from_pb, event_to_pb, turn_request_from_pb
 from stockade.agent.core import AgentCore
+from stockade.client.errors import ServiceError
 from stockade.errors import InvalidArgument
 from stockade.server.access import Access
 from stockade.v1 import agent_service_pb2 as a_pb2
@@ -66,7 +67,8 @@ class AgentServicer(a_grpc.AgentServiceServicer):
         )
         try:
             answer = await self.core.resolve_approval(forward, authorization=authorization)
-        except grpc.aio.AioRpcError as err:
+        except ServiceError as err:
             # Pass the decision service's refusal through unchanged (code and message).
-            await context.abort(err.code(), err.details() or "")
+            code = grpc.StatusCode.__members__.get(err.code, grpc.StatusCode.UNKNOWN)
+            await context.abort(code, err.details)
         return a_pb2.ResolveAgentApprovalResponse(approval=answer.approval, note=answer.note)

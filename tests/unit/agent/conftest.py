@@ -158,6 +158,8 @@ class FakeExecutor(x_grpc.ExecutorServiceServicer):
         self.max_in_flight = 0
         self.finished: list[str] = []
         self.inspect_fails = False
+        self.aborts: dict[str, tuple[grpc.StatusCode, str, bool]] = {}
+        """Per tool: end Execute with (code, details), after one output chunk if True."""
 
     async def Inspect(self, request: x_pb2.InspectRequest, context: Ctx) -> x_pb2.InspectResponse:
         if self.inspect_fails:
@@ -169,6 +171,12 @@ class FakeExecutor(x_grpc.ExecutorServiceServicer):
         self, request: x_pb2.ExecuteRequest, context: Ctx
     ) -> AsyncIterator[x_pb2.ExecuteResponse]:
         self.executed.append(request)
+        abort = self.aborts.get(request.call.tool_name)
+        if abort is not None:
+            code, details, after_a_chunk = abort
+            if after_a_chunk:
+                yield x_pb2.ExecuteResponse(chunk=x_pb2.OutputChunk(data="partial"))
+            await context.abort(code, details)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

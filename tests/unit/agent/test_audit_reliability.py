@@ -184,7 +184,7 @@ async def test_a_remote_tool_the_agent_gave_up_on_is_outcome_unknown() -> None:
     try:
         client = ToolProviderClient(f"127.0.0.1:{port}")
         result = await client.call_tool(
-            session_id="s1", call_id="c1", tool_name="slow", arguments={}, timeout_s=0.3
+            session_id="s1", call_id="c1", tool_name="slow", arguments={}, timeout=0.3
         )
         assert result.is_error and result.outcome_unknown
         assert "outcome unknown" in result.content

@@ -9,6 +9,7 @@ import grpc
 import grpc_testing
 
 from stockade.client.decision import SyncDecisionClient
+from stockade.client.errors import NotFoundError, ServiceError
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 
@@ -76,7 +77,7 @@ def test_get_session_raises_errors() -> None:
     def run() -> None:
         try:
             client.get_session("nope")
-        except grpc.RpcError as err:
+        except ServiceError as err:
             errors.append(err)
 
     t = threading.Thread(target=run)
@@ -86,3 +87,12 @@ def test_get_session_raises_errors() -> None:
     rpc.terminate(d_pb2.GetSessionResponse(), (), grpc.StatusCode.NOT_FOUND, "no session nope")
     t.join(5)
     assert len(errors) == 1
+    # The typed error, not grpc's: the status code's name and the server's message.
+    error = errors[0]
+    assert isinstance(error, NotFoundError)
+    assert (error.service, error.code, error.details) == (
+        "decision",
+        "NOT_FOUND",
+        "no session nope",
+    )
+    assert str(error) == "decision service NOT_FOUND: no session nope"
