@@ -314,7 +314,12 @@ class OnEventRequest(_message.Message):
     """"lead" or the subagent's name."""
     @_builtins.property
     def details(self) -> _struct_pb2.Struct:
-        """Event details."""
+        """Event details, per kind (text values are strings, counts are numbers):
+        SESSION_START and PRE_COMPACT: none; SESSION_STOP: reason (a TerminationReason
+        name without its prefix, e.g. "MAX_STEPS"), detail, step; STEP_COMPLETE: step,
+        tokens_used; SUBAGENT_START: profile, task; SUBAGENT_STOP: reason, detail;
+        POST_COMPACT: kind ("micro", "auto" or "manual"), tokens_before, tokens_after.
+        """
 
     def __init__(
         self,

@@ -23,19 +23,19 @@ from typing import Any, Protocol
 from google.protobuf import struct_pb2, timestamp_pb2
 from opentelemetry import metrics
 
+from stockade.agent.convert import termination_to_pb
 from stockade.agent.hooks import (
     CONTINUE,
     Block,
     CallStatus,
     Hook,
-    LifecycleEvent,
-    LifecycleKind,
     MutateOutput,
     PostAction,
     PreAction,
     ToolCallContext,
     ToolResultContext,
 )
+from stockade.agent.lifecycle import LifecycleEvent, LifecycleKind, SessionStopDetails
 from stockade.contract.audit_bounds import (
     MAX_STRUCT_DEPTH,
     bounded_json,
@@ -44,7 +44,6 @@ from stockade.contract.audit_bounds import (
     value_depth_exceeds,
 )
 from stockade.contract.redaction import redact, redact_value
-from stockade.v1 import agent_service_pb2 as agent_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
 
@@ -259,8 +258,8 @@ class MetricsHook(Hook):
         if event.kind is LifecycleKind.STEP_COMPLETE:
             self._steps.add(1, {"agent": event.agent_name})
             self.snapshot(event.session_id).steps += 1
-        elif event.kind is LifecycleKind.SESSION_STOP:
-            reason = str(event.details.get("reason", ""))
+        elif isinstance(event.details, SessionStopDetails):
+            reason = event.details.reason.value
             self._stops.add(1, {"reason": reason, "agent": event.agent_name})
             self.snapshot(event.session_id).termination_reason = reason
 
@@ -300,13 +299,6 @@ def _verdict(name: str) -> common_pb2.Verdict.ValueType:
         return common_pb2.Verdict.Value(f"VERDICT_{name.upper()}")
     except ValueError:
         return common_pb2.VERDICT_UNSPECIFIED
-
-
-def _termination(reason: str) -> agent_pb2.TerminationReason.ValueType:
-    try:
-        return agent_pb2.TerminationReason.Value(f"TERMINATION_REASON_{reason.upper()}")
-    except ValueError:
-        return agent_pb2.TERMINATION_REASON_UNSPECIFIED
 
 
 def audit_arguments(arguments: Any) -> struct_pb2.Struct:
@@ -400,27 +392,26 @@ class AuditLogHook(Hook):
 
     async def on_event(self, event: LifecycleEvent) -> None:
         """Write the SESSION_STOP summary row with the termination reason."""
-        if event.kind is not LifecycleKind.SESSION_STOP:
+        if not isinstance(event.details, SessionStopDetails):
             return
-        reason = str(event.details.get("reason", ""))
-        detail = str(event.details.get("detail", ""))
-        self._send(
-            audit_pb2.AuditEvent(
-                event_id=str(uuid.uuid4()),
-                session_id=event.session_id,
-                step=int(event.details.get("step", 0)),
-                tool_name="session",
-                status=audit_pb2.AUDIT_STATUS_SESSION_STOP,
-                agent_name=event.agent_name,
-                time=_now(),
-                output_preview=redact(detail).text[:PREVIEW_CHARS],
-                termination=_termination(reason),
-                # A reason this build has no enum value for (an embedder's) keeps its words.
-                termination_reason="" if _termination(reason) else reason,
-                trace_id=str(event.details.get("trace_id", "")),
-            )
-        )
+        self._send(session_stop_row(event, event.details))
         await self._durable()
+
+
+def session_stop_row(event: LifecycleEvent, details: SessionStopDetails) -> audit_pb2.AuditEvent:
+    """The audit row that closes a session's trail: the termination reason as its enum,
+    the steps taken, and the reason in words (redacted, cut to the preview's length)."""
+    return audit_pb2.AuditEvent(
+        event_id=str(uuid.uuid4()),
+        session_id=event.session_id,
+        step=details.step,
+        tool_name="session",
+        status=audit_pb2.AUDIT_STATUS_SESSION_STOP,
+        agent_name=event.agent_name,
+        time=_now(),
+        output_preview=redact(details.detail).text[:PREVIEW_CHARS],
+        termination=termination_to_pb(details.reason),
+    )
 
 
 def standard_hooks(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from stockade.agent.limits import CompactionCircuitBreaker
 from stockade.llm.base import SUMMARY_PROMPT, Message, Provider
@@ -25,6 +26,11 @@ _PER_MESSAGE_OVERHEAD = 4
 _TRANSCRIPT_CHARS_PER_MESSAGE = 2_000
 
 
+CompactionKind = Literal["micro", "auto", "manual"]
+"""How a context was compacted: old tool results cleared (micro), summarised by the loop
+near its token limit (auto), or at the model's request (manual)."""
+
+
 class CompactionError(Exception):
     """Compaction could not produce a smaller context."""
 
@@ -33,7 +39,7 @@ class CompactionError(Exception):
 class CompactionResult:
     """The compacted conversation."""
 
-    kind: str
+    kind: CompactionKind
     """``micro``, ``auto`` or ``manual``."""
     messages: list[Message]
     """The new conversation."""
@@ -114,7 +120,11 @@ def render_transcript(messages: Sequence[Message]) -> str:
 
 
 async def summarise(
-    messages: Sequence[Message], provider: Provider, *, kind: str = "auto", keep_recent: int = 4
+    messages: Sequence[Message],
+    provider: Provider,
+    *,
+    kind: CompactionKind = "auto",
+    keep_recent: int = 4,
 ) -> CompactionResult:
     """Replace the middle of the conversation with a model-written summary."""
     before = estimate_tokens(messages)

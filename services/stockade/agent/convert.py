@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from stockade.agent.events import (
     AgentEvent,
@@ -35,6 +35,18 @@ from stockade.agent.events import (
     ToolCallStarted,
     TurnEvent,
 )
+from stockade.agent.lifecycle import (
+    LifecycleDetails,
+    LifecycleEvent,
+    LifecycleKind,
+    PostCompactDetails,
+    PreCompactDetails,
+    SessionStartDetails,
+    SessionStopDetails,
+    StepCompleteDetails,
+    SubagentStartDetails,
+    SubagentStopDetails,
+)
 from stockade.agent.limits import Termination
 from stockade.agent.outcome import ExecutionStatus, Verdict
 from stockade.agent.registry import InterruptBehavior, Location, ToolSpec
@@ -52,6 +64,7 @@ from stockade.v1 import agent_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
+from stockade.v1 import hook_service_pb2 as hook_pb2
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 MAX_MESSAGE_CHARS = 200_000
@@ -301,3 +314,53 @@ def _fill(message: a_pb2.RunTurnResponse, event: AgentEvent) -> None:
             message.error.message = text
         case _:
             assert_never(event)
+
+
+# ---------------------------------------------------------------- lifecycle events
+
+_LIFECYCLE_TO_PB: dict[LifecycleKind, hook_pb2.LifecycleEventKind.ValueType] = {
+    LifecycleKind.SESSION_START: hook_pb2.LIFECYCLE_EVENT_KIND_SESSION_START,
+    LifecycleKind.SESSION_STOP: hook_pb2.LIFECYCLE_EVENT_KIND_SESSION_STOP,
+    LifecycleKind.STEP_COMPLETE: hook_pb2.LIFECYCLE_EVENT_KIND_STEP_COMPLETE,
+    LifecycleKind.SUBAGENT_START: hook_pb2.LIFECYCLE_EVENT_KIND_SUBAGENT_START,
+    LifecycleKind.SUBAGENT_STOP: hook_pb2.LIFECYCLE_EVENT_KIND_SUBAGENT_STOP,
+    LifecycleKind.PRE_COMPACT: hook_pb2.LIFECYCLE_EVENT_KIND_PRE_COMPACT,
+    LifecycleKind.POST_COMPACT: hook_pb2.LIFECYCLE_EVENT_KIND_POST_COMPACT,
+}
+
+
+def lifecycle_details_to_dict(details: LifecycleDetails) -> dict[str, str | int]:
+    """An event's details as the remote hooks' wire format has them (keys and JSON types
+    per kind: ``stockade.agent.lifecycle``; a new kind fails mypy here until mapped)."""
+    match details:
+        case SessionStartDetails() | PreCompactDetails():
+            return {}
+        case SessionStopDetails(reason=reason, detail=detail, step=step):
+            return {"reason": reason.value, "detail": detail, "step": step}
+        case StepCompleteDetails(step=step, tokens_used=tokens):
+            return {"step": step, "tokens_used": tokens}
+        case SubagentStartDetails(profile=profile, task=task):
+            return {"profile": profile, "task": task}
+        case SubagentStopDetails(reason=reason, detail=detail):
+            return {"reason": reason.value, "detail": detail}
+        case PostCompactDetails(kind=kind, tokens_before=before, tokens_after=after):
+            return {"kind": kind, "tokens_before": before, "tokens_after": after}
+        case _:
+            assert_never(details)
+
+
+def lifecycle_details_to_struct(details: LifecycleDetails) -> struct_pb2.Struct:
+    """An event's details as the ``details`` Struct remote hooks receive."""
+    struct = struct_pb2.Struct()
+    struct.update(lifecycle_details_to_dict(details))
+    return struct
+
+
+def lifecycle_to_pb(event: LifecycleEvent) -> hook_pb2.OnEventRequest:
+    """The OnEvent request a remote hook receives for ``event``."""
+    return hook_pb2.OnEventRequest(
+        kind=_LIFECYCLE_TO_PB[event.kind],
+        session_id=event.session_id,
+        agent_name=event.agent_name,
+        details=lifecycle_details_to_struct(event.details),
+    )

@@ -21,7 +21,8 @@ from opentelemetry import trace
 
 from stockade.agent.builtin_hooks import AuditSink, CancelRegistry, standard_hooks
 from stockade.agent.events import AgentEvent, Error, EventFactory, Terminated, TurnEvent
-from stockade.agent.hooks import Hook, HookPipeline, LifecycleEvent, LifecycleKind
+from stockade.agent.hooks import Hook, HookPipeline
+from stockade.agent.lifecycle import LifecycleEvent, SessionStartDetails, SessionStopDetails
 from stockade.agent.limits import Budget, LimitSettings, Termination
 from stockade.agent.loop import AgentLoop
 from stockade.agent.memory import MemoryStore, prompt_section
@@ -181,7 +182,7 @@ class AgentCore:
                 ),
                 max_steps=self.limits.max_steps,
             )
-            await self.hooks.emit(LifecycleEvent(LifecycleKind.SESSION_START, turn.session_id))
+            await self.hooks.emit(LifecycleEvent(turn.session_id, SessionStartDetails()))
             messages = [Message("system", await self._system_prompt()), Message("user", message)]
             result = await self.loop.run(turn, scope, messages)
         except Exception as exc:  # the stream must always end with `terminated`
@@ -191,13 +192,8 @@ class AgentCore:
         finally:
             await self.hooks.emit(
                 LifecycleEvent(
-                    LifecycleKind.SESSION_STOP,
                     turn.session_id,
-                    details={
-                        "reason": result.reason.value,
-                        "detail": result.detail,
-                        "step": result.steps,
-                    },
+                    SessionStopDetails(result.reason, result.detail, result.steps),
                 )
             )
             turn.emit("lead", Terminated(result.reason, result.detail))

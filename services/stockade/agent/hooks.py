@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from stockade.agent.lifecycle import LifecycleEvent
 from stockade.v1 import common_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 
@@ -155,34 +156,6 @@ class ToolResultContext:
     def is_error(self) -> bool:
         """True unless the call ran and succeeded."""
         return self.status is not CallStatus.OK
-
-
-class LifecycleKind(Enum):
-    """Lifecycle events (mirrors ``LifecycleEventKind``)."""
-
-    SESSION_START = "session_start"
-    SESSION_STOP = "session_stop"
-    STEP_COMPLETE = "step_complete"
-    SUBAGENT_START = "subagent_start"
-    SUBAGENT_STOP = "subagent_stop"
-    PRE_COMPACT = "pre_compact"
-    POST_COMPACT = "post_compact"
-
-
-@dataclass(frozen=True)
-class LifecycleEvent:
-    """A lifecycle event; ``details`` carries e.g. ``reason`` for SESSION_STOP."""
-
-    kind: LifecycleKind
-    """What happened."""
-    session_id: str
-    """The session."""
-    agent_name: str = "lead"
-    """``lead`` or the subagent's name."""
-    details: Mapping[str, Any] = field(default_factory=dict)
-    """Event details: ``reason`` and ``detail`` (stop), ``step`` and ``tokens_used``
-    (step complete), ``profile``/``task`` (subagent), ``tokens_before``/``tokens_after``
-    and ``kind`` (compaction)."""
 
 
 # ---------------------------------------------------------------- hooks

@@ -17,7 +17,13 @@ from typing import Any
 
 from stockade.agent.compaction import CompactionResult, Compactor, estimate_tokens
 from stockade.agent.events import Compaction, Error, FinalAnswer, StepComplete, Text
-from stockade.agent.hooks import HookPipeline, LifecycleEvent, LifecycleKind
+from stockade.agent.hooks import HookPipeline
+from stockade.agent.lifecycle import (
+    LifecycleEvent,
+    PostCompactDetails,
+    PreCompactDetails,
+    StepCompleteDetails,
+)
 from stockade.agent.limits import (
     DIMINISHING_REMINDER,
     FORCED_ANSWER_REMINDER,
@@ -139,10 +145,9 @@ class AgentLoop:
             turn.emit(scope.name, StepComplete(limiter.step, turn.tokens_used))
             await self.hooks.emit(
                 LifecycleEvent(
-                    LifecycleKind.STEP_COMPLETE,
                     scope.session_id,
+                    StepCompleteDetails(limiter.step, turn.tokens_used),
                     scope.name,
-                    {"step": limiter.step, "tokens_used": turn.tokens_used},
                 )
             )
             halted = next((o for o in outcomes if o.halt), None)
@@ -236,9 +241,7 @@ class AgentLoop:
         target = int(tokens.soft_limit / ratio)
         result: CompactionResult | None = None
         while result is None and not compactor.breaker.open:
-            await self.hooks.emit(
-                LifecycleEvent(LifecycleKind.PRE_COMPACT, scope.session_id, scope.name)
-            )
+            await self.hooks.emit(LifecycleEvent(scope.session_id, PreCompactDetails(), scope.name))
             result = await compactor.auto(messages, target_tokens=target)
         if result is None:
             return LoopResult(
@@ -248,14 +251,9 @@ class AgentLoop:
         self.apply_compaction(turn, scope, messages, result)
         await self.hooks.emit(
             LifecycleEvent(
-                LifecycleKind.POST_COMPACT,
                 scope.session_id,
+                PostCompactDetails(result.kind, result.tokens_before, result.tokens_after),
                 scope.name,
-                {
-                    "kind": result.kind,
-                    "tokens_before": result.tokens_before,
-                    "tokens_after": result.tokens_after,
-                },
             )
         )
         if tokens.state(int(result.tokens_after * ratio)) is TokenState.HARD:

@@ -8,19 +8,16 @@ fail-open hook is skipped. Lifecycle events are delivered best-effort.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from enum import Enum
-from typing import Any
 
 import grpc
 from pydantic import BaseModel, ConfigDict, Field
 
+from stockade.agent.convert import lifecycle_to_pb
 from stockade.agent.hooks import (
     CONTINUE,
     Block,
     Hook,
-    LifecycleEvent,
-    LifecycleKind,
     MutateInput,
     MutateOutput,
     PermissionRequired,
@@ -29,6 +26,7 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
+from stockade.agent.lifecycle import LifecycleEvent
 from stockade.contract.toolspec import dict_to_struct, struct_to_dict
 from stockade.v1 import common_pb2
 from stockade.v1 import hook_service_pb2 as hook_pb2
@@ -61,17 +59,6 @@ class RemoteHookConfig(BaseModel):
     """``fail_closed`` (default) or ``fail_open``."""
 
 
-_KINDS: Mapping[LifecycleKind, hook_pb2.LifecycleEventKind.ValueType] = {
-    LifecycleKind.SESSION_START: hook_pb2.LIFECYCLE_EVENT_KIND_SESSION_START,
-    LifecycleKind.SESSION_STOP: hook_pb2.LIFECYCLE_EVENT_KIND_SESSION_STOP,
-    LifecycleKind.STEP_COMPLETE: hook_pb2.LIFECYCLE_EVENT_KIND_STEP_COMPLETE,
-    LifecycleKind.SUBAGENT_START: hook_pb2.LIFECYCLE_EVENT_KIND_SUBAGENT_START,
-    LifecycleKind.SUBAGENT_STOP: hook_pb2.LIFECYCLE_EVENT_KIND_SUBAGENT_STOP,
-    LifecycleKind.PRE_COMPACT: hook_pb2.LIFECYCLE_EVENT_KIND_PRE_COMPACT,
-    LifecycleKind.POST_COMPACT: hook_pb2.LIFECYCLE_EVENT_KIND_POST_COMPACT,
-}
-
-
 def call_to_proto(call: ToolCallContext) -> common_pb2.ToolCall:
     """The hook context as a ``ToolCall`` message."""
     return common_pb2.ToolCall(
@@ -82,16 +69,6 @@ def call_to_proto(call: ToolCallContext) -> common_pb2.ToolCall:
         from_subagent=call.from_subagent,
         agent_name=call.agent_name,
     )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
 
 
 class RemoteHook(Hook):
@@ -166,12 +143,7 @@ class RemoteHook(Hook):
         """Deliver a lifecycle event; failures are logged only."""
         try:
             await self._stub.OnEvent(
-                hook_pb2.OnEventRequest(
-                    kind=_KINDS[event.kind],
-                    session_id=event.session_id,
-                    agent_name=event.agent_name,
-                    details=dict_to_struct(_jsonable(event.details)),
-                ),
+                lifecycle_to_pb(event),
                 timeout=self.config.timeout_s,
             )
         except (grpc.aio.AioRpcError, OSError) as exc:

@@ -25,8 +25,6 @@ from stockade.agent.hooks import (
     DecisionInfo,
     Hook,
     HookPipeline,
-    LifecycleEvent,
-    LifecycleKind,
     MutateInput,
     MutateOutput,
     PermissionRequired,
@@ -35,6 +33,13 @@ from stockade.agent.hooks import (
     ToolCallContext,
     ToolResultContext,
 )
+from stockade.agent.lifecycle import (
+    LifecycleEvent,
+    SessionStartDetails,
+    SessionStopDetails,
+    StepCompleteDetails,
+)
+from stockade.agent.limits import Termination
 from stockade.v1 import agent_service_pb2 as agent_pb2
 from stockade.v1 import audit_service_pb2 as audit_pb2
 from stockade.v1 import common_pb2
@@ -140,7 +145,7 @@ async def test_failing_hooks_follow_their_policy() -> None:
         ToolResultContext(call=CALL, content="keep")
     )
     assert post_open.content == "keep"
-    await HookPipeline([Raising(True)]).emit(LifecycleEvent(LifecycleKind.SESSION_START, "s1"))
+    await HookPipeline([Raising(True)]).emit(LifecycleEvent("s1", SessionStartDetails()))
 
 
 async def test_mutate_output_chains() -> None:
@@ -164,9 +169,10 @@ async def test_cancellation_hook_blocks_a_cancelled_turn_and_clears_on_stop() ->
     result = await pipeline.run_pre_tool_use(CALL)
     assert result.blocked and "cancelled" in result.block_reason
     # A subagent stopping does not clear the lead's cancellation.
-    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", agent_name="sub-1"))
+    stop = SessionStopDetails(Termination.CANCELLED)
+    await pipeline.emit(LifecycleEvent("s1", stop, agent_name="sub-1"))
     assert registry.is_cancelled("s1")
-    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1"))
+    await pipeline.emit(LifecycleEvent("s1", stop))
     assert not registry.is_cancelled("s1")
     assert not (await pipeline.run_pre_tool_use(CALL)).blocked
 
@@ -232,9 +238,9 @@ async def test_audit_log_rows_for_denials_and_session_stop() -> None:
         )
     )
     await hook.on_event(
-        LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", details={"reason": "MAX_STEPS"})
+        LifecycleEvent("s1", SessionStopDetails(Termination.MAX_STEPS, "8 steps", 8))
     )
-    await hook.on_event(LifecycleEvent(LifecycleKind.STEP_COMPLETE, "s1"))
+    await hook.on_event(LifecycleEvent("s1", StepCompleteDetails(1, 10)))
     denied, stop = sink.events
     assert denied.status == audit_pb2.AUDIT_STATUS_DENIED and len(denied.output_preview) == 200
     assert stop.tool_name == "session" and stop.status == audit_pb2.AUDIT_STATUS_SESSION_STOP
@@ -262,8 +268,8 @@ async def test_metrics_hook_exports_through_opentelemetry(
     await pipeline.run_post_tool_use(
         ToolResultContext(call=CALL, content="", status=CallStatus.DENIED)
     )
-    await pipeline.emit(LifecycleEvent(LifecycleKind.STEP_COMPLETE, "s1"))
-    await pipeline.emit(LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", details={"reason": "X"}))
+    await pipeline.emit(LifecycleEvent("s1", StepCompleteDetails(1, 10)))
+    await pipeline.emit(LifecycleEvent("s1", SessionStopDetails(Termination.DENIAL_HALT)))
     data = reader.get_metrics_data()
     assert data is not None
     points: dict[str, list[Any]] = {}
@@ -274,10 +280,10 @@ async def test_metrics_hook_exports_through_opentelemetry(
     calls = {p.attributes["status"]: p.value for p in points["stockade.agent.tool_calls"]}
     assert calls == {"OK": 1, "DENIED": 1}
     assert points["stockade.agent.steps"][0].value == 1
-    assert points["stockade.agent.sessions_stopped"][0].attributes["reason"] == "X"
+    assert points["stockade.agent.sessions_stopped"][0].attributes["reason"] == "DENIAL_HALT"
     snap = hook.snapshot("s1")
     assert (snap.calls, snap.errors, snap.denials, snap.steps) == (2, 1, 1, 1)
-    assert snap.termination_reason == "X"
+    assert snap.termination_reason == "DENIAL_HALT"
     provider.shutdown()
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from stockade.agent.hooks import (
     HookPipeline,
-    LifecycleEvent,
-    LifecycleKind,
     ToolCallContext,
     ToolResultContext,
 )
+from stockade.agent.lifecycle import LifecycleEvent, SessionStopDetails
+from stockade.agent.limits import Termination
 from stockade.agent.remote_hooks import FailurePolicy, RemoteHook, RemoteHookConfig
 from stockade.contract.toolspec import dict_to_struct, struct_to_dict
 from stockade.v1 import hook_service_pb2 as hook_pb2
@@ -122,10 +122,14 @@ async def test_remote_block_mutate_and_permission(hook_server: tuple[Service, st
     post = await pipeline.run_post_tool_use(ToolResultContext(call=CALL, content="out"))
     assert post.content == "OUT"
     await pipeline.emit(
-        LifecycleEvent(LifecycleKind.SESSION_STOP, "s1", details={"reason": "COMPLETED"})
+        LifecycleEvent("s1", SessionStopDetails(Termination.COMPLETED, "answered", 3))
     )
     assert service.events[0].kind == hook_pb2.LIFECYCLE_EVENT_KIND_SESSION_STOP
-    assert struct_to_dict(service.events[0].details) == {"reason": "COMPLETED"}
+    assert struct_to_dict(service.events[0].details) == {
+        "reason": "COMPLETED",
+        "detail": "answered",
+        "step": 3,
+    }
     await hook.close()
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stockade.agent.hooks import Hook, LifecycleEvent
+from stockade.agent.hooks import Hook
+from stockade.agent.lifecycle import LifecycleEvent
 from stockade.agent.limits import LimitSettings
 from stockade.llm.base import ModelToolCall, ModelTurn
 from stockade.v1 import agent_service_pb2 as a_pb2

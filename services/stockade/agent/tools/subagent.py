@@ -8,7 +8,7 @@ is the call's result. A child stopped by the denial limit halts the parent too.
 from __future__ import annotations
 
 from stockade.agent.events import SubagentStarted, SubagentStopped
-from stockade.agent.hooks import LifecycleEvent, LifecycleKind
+from stockade.agent.lifecycle import LifecycleEvent, SubagentStartDetails, SubagentStopDetails
 from stockade.agent.limits import Termination
 from stockade.agent.outcome import ExecutionStatus, Outcome, Verdict, denied_outcome, ok_outcome
 from stockade.agent.subagent import initial_messages, parse_request, spawn_scope
@@ -28,18 +28,13 @@ async def _run(ctx: ToolContext) -> Outcome:
     except StockadeError as exc:
         return denied_outcome(exc.message)
     turn.emit(parent.name, SubagentStarted(child.name, child.profile, request.task))
-    details = {"profile": child.profile, "task": request.task}
-    await hooks.emit(
-        LifecycleEvent(LifecycleKind.SUBAGENT_START, child.session_id, child.name, details)
-    )
+    details = SubagentStartDetails(child.profile, request.task)
+    await hooks.emit(LifecycleEvent(child.session_id, details, child.name))
     result = await ctx.loop.run(turn, child, initial_messages(child, request))
     turn.emit(parent.name, SubagentStopped(child.name, result.reason, result.answer))
     await hooks.emit(
         LifecycleEvent(
-            LifecycleKind.SUBAGENT_STOP,
-            child.session_id,
-            child.name,
-            {"reason": result.reason.value, "detail": result.detail},
+            child.session_id, SubagentStopDetails(result.reason, result.detail), child.name
         )
     )
     if result.reason is Termination.COMPLETED:
