@@ -137,7 +137,7 @@ async def _write_ahead_cost(base: Path) -> list[dict[str, Any]]:
     for event in events:
         recorder.enqueue(event)
     enqueue = (time.perf_counter() - t0) / len(events)
-    await recorder.close(timeout_s=0)
+    await recorder.close(timeout=0)
     synced = AuditRecorder(f"unix://{base}/nobody.sock", base / "fs.spool", fsync=True)
     rounds = 50
 
@@ -150,7 +150,7 @@ async def _write_ahead_cost(base: Path) -> list[dict[str, Any]]:
         await asyncio.gather(*(call(r * SESSIONS + k) for k in range(SESSIONS)))
     durable = (time.perf_counter() - t0) / (rounds * SESSIONS)
     syncs = synced.syncs
-    await synced.close(timeout_s=0)
+    await synced.close(timeout=0)
     return [
         figure(
             "LOAD-4a",

@@ -76,7 +76,7 @@ async def test_spooled_while_down_then_replayed_in_order(tmp_path: Path, sock_di
         first.enqueue(event(n))  # returns at once although nothing listens
     assert first.pending == 500
     assert not await first.flush(0.3)
-    await first.close(timeout_s=0.1)
+    await first.close(timeout=0.1)
     assert spool.stat().st_size > 0
 
     async with audit_server(listen, tmp_path / "state") as address:
@@ -208,7 +208,7 @@ async def test_queue_depth_and_spool_size_metrics(
     figures = sums()
     assert figures.get("stockade.audit.client.queue_depth", 0) == 0
     assert figures["stockade.audit.client.spool_size"] == 100
-    await recorder.close(timeout_s=0.1)
+    await recorder.close(timeout=0.1)
     # A closed recorder no longer counts what it left on disk; the next one will.
     assert sums()["stockade.audit.client.spool_size"] == 0
     async with audit_server(listen, tmp_path / "state"):
@@ -225,13 +225,13 @@ async def test_queue_depth_and_spool_size_metrics(
 async def test_closed_recorder_refuses_events_and_closes_once(tmp_path: Path) -> None:
     recorder = AuditRecorder("unix:///nonexistent/audit.sock", tmp_path / "audit.spool")
     recorder.enqueue(event(1))  # never started: spooled at once, kept by close
-    await recorder.close(timeout_s=0)
-    await recorder.close(timeout_s=0)
+    await recorder.close(timeout=0)
+    await recorder.close(timeout=0)
     with pytest.raises(RuntimeError, match="closed"):
         recorder.enqueue(event(2))
     again = AuditRecorder("unix:///nonexistent/audit.sock", tmp_path / "audit.spool")
     assert again.spooled == 1
-    await again.close(timeout_s=0)
+    await again.close(timeout=0)
 
 
 async def test_big_arguments_are_recorded_cut_and_batches_split_to_fit(

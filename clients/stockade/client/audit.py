@@ -86,6 +86,8 @@ _STATUSES = frozenset(a_pb2.AuditStatus.values()) - {a_pb2.AUDIT_STATUS_UNSPECIF
 _EVENT_OVERHEAD = 6
 # How often a full disk is tried again while events wait in memory.
 _DISK_RETRY_S = 0.25
+CLOSE_FLUSH_S = 10.0
+"""How long ``AuditRecorder.close`` waits for the spool to drain by default."""
 
 
 def recorder_channel(address: str, *, tls: TlsConfig | None = None) -> grpc.aio.Channel:
@@ -456,12 +458,14 @@ class AuditRecorder:
             self._task = asyncio.create_task(self._run(), name="audit-recorder")
         return self
 
-    async def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every queued event is acknowledged; False on timeout."""
+    async def flush(self, timeout: float | None = None, *, timeout_s: float | None = None) -> bool:
+        """Wait until every queued event is acknowledged; False when ``timeout`` seconds
+        passed first (None: no limit; ``timeout_s`` is its deprecated name)."""
+        timeout = renamed_timeout("flush", timeout, "timeout_s", timeout_s)
         if self._task is None:
             await self.start()
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout):
                 while self.pending:
                     self._idle.clear()
                     self._wake.set()
@@ -470,11 +474,15 @@ class AuditRecorder:
             return False
         return True
 
-    async def close(self, timeout_s: float = 10.0) -> None:
-        """Flush for up to ``timeout_s``; keep whatever is left in the spool; close."""
+    async def close(self, timeout: float | None = None, *, timeout_s: float | None = None) -> None:
+        """Flush for up to ``timeout`` seconds (default ``CLOSE_FLUSH_S``; ``timeout_s`` is
+        its deprecated name); keep whatever is left in the spool; close."""
+        timeout = renamed_timeout("close", timeout, "timeout_s", timeout_s)
+        if timeout is None:
+            timeout = CLOSE_FLUSH_S
         if self._closed:
             return
-        flushed = await self.flush(timeout_s) if self._task is not None else not self.pending
+        flushed = await self.flush(timeout) if self._task is not None else not self.pending
         self._closing = True
         for task in (self._task, self._sync_task):
             if task is not None:

@@ -365,3 +365,23 @@ async def test_the_old_keywords_still_work_with_a_warning(server: str) -> None:
                     audit.verify(5, metadata=md)
 
     await asyncio.to_thread(sync_calls)
+
+
+async def test_the_recorders_waits_take_timeout_too(tmp_path: Any) -> None:
+    """``AuditRecorder.flush`` / ``close``: ``timeout=`` (positional still works), and the
+    old ``timeout_s=`` warns; nothing listens, so the events stay spooled either way."""
+    from stockade.client.audit import AuditRecorder
+
+    address = "unix:///tmp/stockade-nobody-listens-agentshape.sock"
+    recorder = AuditRecorder(address, tmp_path / "audit.spool")
+    await recorder.start()
+    recorder.enqueue(au_pb2.AuditEvent(event_id="e1", session_id="s1", tool_name="read_file"))
+    assert not await recorder.flush(0.05)
+    assert not await recorder.flush(timeout=0.05)
+    with pytest.warns(DeprecationWarning, match=r"flush\(timeout_s="):
+        assert not await recorder.flush(timeout_s=0.05)
+    with pytest.raises(TypeError, match="give timeout= only"):
+        await recorder.flush(timeout=0.05, timeout_s=0.05)
+    with pytest.warns(DeprecationWarning, match=r"close\(timeout_s="):
+        await recorder.close(timeout_s=0.05)
+    assert recorder.pending == 1  # kept in the spool for the next start
