@@ -69,6 +69,11 @@ def test_the_client_has_no_server_parts_or_dependencies(
     for server_part in ("decision/", "executor/", "audit/", "server/", "agent/", "cli/", "papers/"):
         assert not [n for n in names if n.startswith(f"stockade/{server_part}")], server_part
     assert "stockade/client/base.py" in names and "stockade/v1/common_pb2.py" in names
+    # Its users learn the error type from the package's own description (clients/README).
+    [meta] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    description = client.read(meta).decode()
+    assert "stockade.client.errors.ServiceError" in description
+    assert "DeadlineExceededError" in description and "CHANGELOG" in description
     requires = _requires(client)
     assert requires and not requires & SERVER_ONLY_DEPS
     assert "stockade" not in requires
