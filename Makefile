@@ -14,15 +14,17 @@ BUF := $(VENV)/buf/node_modules/.bin/buf
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
+# pip runs as `python -m pip`: a venv left half-made (an interrupted first run) has pip in
+# site-packages but no bin/pip, and `python -m venv` over it does not put the script back.
 $(STAMP): pyproject.toml requirements-dev.lock
 	@echo "==> make: creating the virtual environment in $(VENV) (first run only, a minute or two)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> make: upgrading pip"
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	@echo "==> make: installing the locked dependencies from requirements-dev.lock (hashes checked: grpcio, opentelemetry, tree-sitter, pytest, mypy ...)"
-	$(BIN)/pip install --quiet -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet -r requirements-dev.lock
 	@echo "==> make: installing stockade itself (editable)"
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@echo "==> make: $(VENV) is ready"
 	@touch $(STAMP)
 
@@ -74,7 +76,7 @@ demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripte
 	$(BIN)/stockade demo
 
 demo-ha: $(STAMP) ## The demo on two replicas of each stateful service sharing a throwaway PostgreSQL (installs the ha-demo extra)
-	$(BIN)/pip install --quiet -r requirements-ha-demo.lock
+	$(BIN)/python -m pip install --quiet -r requirements-ha-demo.lock
 	$(BIN)/stockade demo --replicas 2 --state-dir .stockade/demo-ha
 
 bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as ratios)
