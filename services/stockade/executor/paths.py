@@ -252,6 +252,32 @@ def _probe_openat2() -> bool:
 
 _OPENAT2: bool | None = None
 
+# The symlink-free check of _resolve's fast path: one openat2 from the process's view of
+# the file system (AT_FDCWD with an absolute path) that fails with ELOOP at the first
+# symlink anywhere in the path (trailing one included: no O_NOFOLLOW) and never follows a
+# magic link. The arguments are built once: this runs for every path a command names.
+_AT_FDCWD = ctypes.c_int(-100)
+_SYS_OPENAT2_NR = ctypes.c_long(_SYS_OPENAT2)
+_NO_SYMLINKS_HOW = _OpenHow(
+    flags=os.O_PATH | os.O_CLOEXEC,
+    mode=0,
+    resolve=_RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+)
+_NO_SYMLINKS_REF = ctypes.byref(_NO_SYMLINKS_HOW)
+_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
+
+
+def _symlink_free(path: str) -> bool:
+    """Whether the absolute ``path`` exists with no symlink in any component (then it is
+    its own canonical form). False when it does not exist, has a symlink, cannot be
+    searched, or openat2 is unavailable: the caller then walks it component by component.
+    """
+    fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, os.fsencode(path), _NO_SYMLINKS_REF, _HOW_SIZE)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
 
 def openat2_available() -> bool:
     """Whether this kernel lets us use openat2 (probed once)."""
@@ -567,7 +593,23 @@ class PathSandbox:
         loops, routes through magic links, unreadable directories, and symlinks that lead
         out of the roots after the walk had entered one (a chain out and back in is
         refused too: the outside hop can be changed by whoever controls it).
+
+        Most paths have no symlink at all: one openat2 that refuses every symlink settles
+        that (the path, already normalised, is then canonical: what the walk below would
+        return after an lstat per component; its chain checks only act on symlinks). A
+        path that does not exist yet is tried once more by its parent (a file about to be
+        written). Anything else, including any error, takes the walk. Nothing is kept
+        between calls: a symlink planted since the last check is seen.
         """
+        if openat2_available():
+            if _symlink_free(absolute):
+                return absolute
+            if ctypes.get_errno() == errno.ENOENT:
+                parent = os.path.dirname(absolute)
+                if parent != absolute and _symlink_free(parent):
+                    # The parent exists without symlinks and the last component does
+                    # not exist (ENOENT, not ELOOP: no dangling symlink there).
+                    return absolute
         stack = list(reversed(absolute.split("/")))
         current = "/"
         hops = 0

@@ -59,3 +59,36 @@ async def test_a_non_ascii_inspect_does_not_block_the_event_loop(tmp_path: Path)
             rule.reason for rule in inspection.rules
         )
     assert hung._proc is None
+
+
+def test_a_symlink_planted_between_two_analyses_is_seen(tmp_path: Path) -> None:
+    """Nothing of a path's resolution is kept from one analysis to the next: a directory
+    swapped for a symlink out of the workspace after an ALLOW is refused on the next
+    analysis of the same text, by the same analyzer (its parse is kept; the judgement is
+    made again against the file system as it is now)."""
+    ws = tmp_path / "ws"
+    (ws / "docs").mkdir(parents=True)
+    (ws / "docs" / "notes.txt").write_text("fine\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("secret\n")
+    sandbox = PathSandbox([Root(str(ws), True)], str(ws))
+    with BashAnalyzer(isolated=False) as analyzer:
+        for command in ("cat docs/notes.txt", "echo x > docs/notes.txt", "cat docs/new.txt"):
+            assert analyzer.analyze(command, sandbox=sandbox).verdict in ("allow", "ask")
+        (ws / "docs" / "notes.txt").unlink()
+        (ws / "docs").rmdir()
+        (ws / "docs").symlink_to(outside)
+        read = analyzer.analyze("cat docs/notes.txt", sandbox=sandbox)
+        assert read.verdict != "allow"
+        assert any("outside the allowed roots" in r for r in read.reasons), read.reasons
+        write = analyzer.analyze("echo x > docs/notes.txt", sandbox=sandbox)
+        assert write.verdict == "deny", write.reasons
+        missing = analyzer.analyze("cat docs/new.txt", sandbox=sandbox)
+        assert missing.verdict != "allow", missing.reasons
+        # ... and a link in the last component, planted after the first analysis.
+        (ws / "plain.txt").write_text("x\n")
+        assert analyzer.analyze("cat plain.txt", sandbox=sandbox).verdict == "allow"
+        (ws / "plain.txt").unlink()
+        (ws / "plain.txt").symlink_to(outside / "notes.txt")
+        assert analyzer.analyze("cat plain.txt", sandbox=sandbox).verdict != "allow"

@@ -80,6 +80,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PathSandbox]:
     os.symlink(t / "ws", t / "outside" / "chain")
     os.symlink(t / "outside" / "chain", ws / "sub" / "chain")
     os.symlink("../ws2", ws / "sub" / "ws2")
+    os.symlink("nowhere", ws / "dangling")
     sb = PathSandbox([Root(str(ws), True), Root(str(t / "ro"), False)], str(ws))
     return t, sb
 
@@ -169,3 +170,36 @@ def test_compiled_globs_agree_with_component_matching(
             _glob_parts_match(glob_parts, path_parts[i:]) for i in range(len(path_parts))
         )
     assert (is_protected_write(path, [glob]) is not None) == expected
+
+
+# Names that exercise each way the openat2 fast path of PathSandbox._resolve can fail:
+# a dangling link, a file used as a directory, a missing parent, links at every depth.
+FAST_PATH_COMPONENTS = [*COMPONENTS, "dangling", "nowhere", "f.txt", "in_link", "sub"]
+
+fast_paths = st.builds(
+    lambda prefix, parts, slash: prefix + "/".join(parts) + ("/" if slash else ""),
+    st.sampled_from(PREFIXES),
+    st.lists(st.sampled_from(FAST_PATH_COMPONENTS), min_size=0, max_size=6),
+    st.booleans(),
+)
+
+
+@settings(
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(raw=fast_paths, write=st.booleans())
+def test_the_symlink_free_fast_path_decides_as_the_walk_does(
+    world: tuple[Path, PathSandbox], raw: str, write: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_resolve settles a path without symlinks in one openat2; every decision (allowed,
+    canonical form, reason) is the one the component-by-component walk makes."""
+    from stockade.executor import paths
+
+    t, sb = world
+    path = raw.replace("{t}", str(t))
+    assert paths.openat2_available()  # the kernel here has it: the fast path is under test
+    fast = sb.check(path, write=write)
+    with monkeypatch.context() as patched:
+        patched.setattr(paths, "_OPENAT2", False)
+        walked = sb.check(path, write=write)
+    assert fast == walked

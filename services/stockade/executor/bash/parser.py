@@ -11,8 +11,7 @@ whether they contain expansions. It judges nothing itself.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -45,6 +44,11 @@ _GLOB_CHARS = frozenset("*?[")
 # Escapes that keep a backslash meaningful inside double quotes (bash manual, QUOTING).
 _DQ_ESCAPABLE = frozenset('$`"\\\n')
 
+# The parse results below are NamedTuples, not frozen dataclasses: they are as immutable (a
+# kept parse is shared by later analyses of the same text, so nothing may change it), and
+# a tuple is built several times faster than a frozen dataclass, which sets each field
+# through object.__setattr__ (a parse builds a Word per word; SPEC §9 PERF-4a).
+
 _ANSI_SIMPLE = {
     "a": "\a",
     "b": "\b",
@@ -62,8 +66,7 @@ _ANSI_SIMPLE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Word:
+class Word(NamedTuple):
     """One shell word as written and, where it is static, as bash will see it."""
 
     text: str
@@ -88,8 +91,7 @@ class Word:
         return self.value if self.value is not None else self.home_path
 
 
-@dataclass(frozen=True, slots=True)
-class Redirect:
+class Redirect(NamedTuple):
     """A redirection: ``>``, ``>>``, ``<``, ``&>``, ``2>&1``, here-doc, here-string."""
 
     op: str
@@ -100,8 +102,7 @@ class Redirect:
     """The destination word; None for here-docs and here-strings."""
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(NamedTuple):
     """``NAME=value``: a prefix of a command, a statement of its own, or in ``export``."""
 
     name: str
@@ -116,8 +117,7 @@ class Assignment:
     environment of every later command) or ``declare`` (``declare``/``local`` without -x)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RawCommand:
+class RawCommand(NamedTuple):
     """A simple command as parsed: its name word, arguments, own prefix and redirects."""
 
     name: Word
@@ -132,8 +132,7 @@ class RawCommand:
     """The innermost enclosing function's name, if the command sits in a function body."""
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedScript:
+class ParsedScript(NamedTuple):
     """Everything the judgement needs from one command line."""
 
     commands: tuple[RawCommand, ...]
@@ -411,13 +410,22 @@ def _text(node: Node) -> str:
     return raw.decode("utf-8", "surrogateescape") if raw is not None else ""
 
 
+def _is_plain(text: str) -> bool:
+    """Whether the text of a ``word`` node is its own value: no escape, no brace."""
+    return "\\" not in text and "{" not in text
+
+
+def _plain_word(text: str) -> Word:
+    """The Word of a plain ``word`` node (what _WordBuilder would build, without building
+    it; this is most words)."""
+    return Word(text, text, False, False, not _GLOB_CHARS.isdisjoint(text))
+
+
 def _word(node: Node) -> Word:
     if node.type == "word":
         text = _text(node)
-        if "\\" not in text and "{" not in text:
-            # A plain word: its text is its value (what _WordBuilder would build, without
-            # building it; this is most words).
-            return Word(text, text, False, False, not _GLOB_CHARS.isdisjoint(text))
+        if _is_plain(text):
+            return _plain_word(text)
     builder = _WordBuilder()
     builder.add(node)
     return builder.build(_text(node))
@@ -659,10 +667,29 @@ class _Walker:
         redirects: list[Redirect] = []
         nested: list[Node] = []
         late: list[Node] = []
+        data = self.data
+        # A plain word needs no look inside when its text has no substitution and the depth
+        # leaves room (what _scan_node would do for it: _leaf_text, or the depth error).
+        shallow = depth + 2 <= _MAX_DEPTH
         for child in node.children:
             kind = child.type
+            if kind == "word":
+                # Most arguments: the source text sliced once (Node.text copies the whole
+                # tree's source per call) and the Word built without a builder.
+                text = data[child.start_byte : child.end_byte].decode("utf-8", "surrogateescape")
+                args.append(_plain_word(text) if _is_plain(text) else _word(child))
+                if not shallow or "`" in text or "$(" in text:
+                    nested.append(child)
+                continue
             if kind == "command_name":
                 inner = child.named_children
+                if shallow and len(inner) == 1 and inner[0].type == "word":
+                    word = inner[0]
+                    text = data[word.start_byte : word.end_byte].decode("utf-8", "surrogateescape")
+                    name = _plain_word(text) if _is_plain(text) else _word(word)
+                    if "`" in text or "$(" in text:
+                        nested.append(child)
+                    continue
                 name = _word(inner[0]) if inner else _word(child)
                 nested.append(child)
             elif kind == "variable_assignment":
@@ -1004,16 +1031,19 @@ def _split_word(node: Node, data: bytes) -> Node | None:
     source (byte offsets index it)."""
     end = -1
     for child in node.children:
-        if not child.is_named or child.type == "comment":
+        if not child.is_named:
             continue
-        if child.type == "heredoc_redirect":
+        ctype = child.type
+        if ctype == "comment":
+            continue
+        if ctype == "heredoc_redirect":
             end = -1  # its body and delimiter are lines of their own
             continue
         if end >= 0 and _joined(data, end, child):
             return child
-        if _blank_inside(child):
+        if _blank_inside(child, data):
             return child
-        if child.type in _WORD_REDIRECTS:
+        if ctype in _WORD_REDIRECTS:
             inner = _split_word(child, data)
             if inner is not None:
                 return inner
@@ -1024,14 +1054,16 @@ def _split_word(node: Node, data: bytes) -> Node | None:
 _WORD_REDIRECTS = frozenset({"file_redirect", "herestring_redirect"})
 
 
-def _blank_inside(node: Node) -> bool:
+def _blank_inside(node: Node, data: bytes) -> bool:
     """A word node with an unescaped blank in it: bash splits there (tree-sitter reads
-    `c1 { {` as one word `{ {`; found by the differential test)."""
-    if node.type == "concatenation":
-        return any(_blank_inside(c) for c in node.children if c.type == "word")
-    if node.type != "word":
+    `c1 { {` as one word `{ {`; found by the differential test). ``data`` is the source
+    the node's byte offsets index."""
+    kind = node.type
+    if kind == "concatenation":
+        return any(_blank_inside(c, data) for c in node.children if c.type == "word")
+    if kind != "word":
         return False
-    raw = node.text or b""
+    raw = data[node.start_byte : node.end_byte]
     if b" " not in raw and b"\t" not in raw:
         return False
     escaped = False

@@ -49,6 +49,16 @@ __all__ = ["SimpleCommand", "WalkContext", "Walker"]
 _MAX_GLOB_MATCHES = 256
 # ... and at most this many globs are expanded per command line (bounds the time taken).
 _MAX_GLOBS = 32
+# Working directories a line may change into (`cd`, `pushd`, `git -C` ...) and still have
+# every later relative path judged from each of them. Every path is judged once per
+# directory, so without a bound `cd d; cat f; cd d; cat f; ...` costs the square of the
+# line's length (cubed: each directory is deeper), minutes within MAX_COMMAND_CHARS; past
+# the bound the line is asked about (bypass-immune), never allowed unchecked.
+_MAX_BASES = 8
+# (glob, written path) pairs compared by created_then_globbed: each glob against each
+# write is the square of the line's length (`touch n1 ... n3000; ls x*1 ... x*3000` took
+# minutes); past the bound the line is asked about, bypass-immune.
+_MAX_GLOB_WRITE_PAIRS = 4096
 
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
@@ -137,6 +147,7 @@ class Walker:
         self.needs_network = False
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
+        self.too_many_bases = False
         self.globs_expanded = 0
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.creates_links = False
@@ -192,6 +203,18 @@ class Walker:
             self.ask(
                 "makes a link and reads files in the same line: where the link leads is "
                 "only known at run time",
+                "high",
+                immune=True,
+            )
+            return
+        if (
+            self.globs
+            and self.writes
+            and len(self.globs) * len(self.writes) > _MAX_GLOB_WRITE_PAIRS
+        ):
+            self.ask(
+                f"writes {len(self.writes)} paths and expands {len(self.globs)} globs in the "
+                "same line: too many to check which the line itself creates",
                 "high",
                 immune=True,
             )
@@ -543,6 +566,16 @@ class Walker:
             return
         decision = self.path(target, write=False)
         if decision is not None:
+            if len(self.bases) >= _MAX_BASES:
+                if not self.too_many_bases:
+                    self.too_many_bases = True
+                    self.ask(
+                        f"changes directory more than {_MAX_BASES - 1} times: the relative "
+                        "paths after that are not checked from every directory",
+                        "high",
+                        immune=True,
+                    )
+                return
             self.bases.append(decision)
 
     def expand(self, value: str) -> str:
