@@ -258,6 +258,9 @@ _OPENAT2: bool | None = None
 # magic link. The arguments are built once: this runs for every path a command names.
 _AT_FDCWD = ctypes.c_int(-100)
 _SYS_OPENAT2_NR = ctypes.c_long(_SYS_OPENAT2)
+# Missing levels a path may have (`mkdir -p a/b/c`) and still be settled by that check on
+# its ancestors; a deeper one takes the walk.
+_FAST_MISSING_LEVELS = 4
 _NO_SYMLINKS_HOW = _OpenHow(
     flags=os.O_PATH | os.O_CLOEXEC,
     mode=0,
@@ -395,7 +398,7 @@ class PathSandbox:
         """Decide whether ``path`` may be read (or written, with ``write=True``)."""
         try:
             lexical = self._lexical(path)
-            resolved = self._resolve(lexical)
+            resolved, existing = self._resolve_existing(lexical)
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
         root = self.root_for(resolved)
@@ -426,7 +429,7 @@ class PathSandbox:
                     root,
                 )
             if self.protects_git:
-                layout = self._git_layout(resolved, root)
+                layout = self._git_layout(resolved, root, existing)
                 if layout is not None:
                     return PathDecision(False, resolved, layout, root)
         return PathDecision(True, resolved, f"inside {root.path}", root, write)
@@ -586,30 +589,41 @@ class PathSandbox:
         return normalised
 
     def _resolve(self, absolute: str) -> str:
+        """EXE-3: the canonical form of ``absolute`` (see :meth:`_resolve_existing`)."""
+        return self._resolve_existing(absolute)[0]
+
+    def _resolve_existing(self, absolute: str) -> tuple[str, str]:
         """EXE-3: canonicalise, following symlinks one hop at a time.
 
         Returns the canonical path (for a path that does not exist yet: the canonical
-        deepest existing ancestor plus the remaining components). Raises _Refusal for
-        loops, routes through magic links, unreadable directories, and symlinks that lead
-        out of the roots after the walk had entered one (a chain out and back in is
-        refused too: the outside hop can be changed by whoever controls it).
+        deepest existing ancestor plus the remaining components) and that deepest existing
+        ancestor (the path itself when it exists). Raises _Refusal for loops, routes
+        through magic links, unreadable directories, and symlinks that lead out of the
+        roots after the walk had entered one (a chain out and back in is refused too: the
+        outside hop can be changed by whoever controls it).
 
         Most paths have no symlink at all: one openat2 that refuses every symlink settles
         that (the path, already normalised, is then canonical: what the walk below would
         return after an lstat per component; its chain checks only act on symlinks). A
-        path that does not exist yet is tried once more by its parent (a file about to be
-        written). Anything else, including any error, takes the walk. Nothing is kept
-        between calls: a symlink planted since the last check is seen.
+        path that does not exist yet (ENOENT: a component is missing, and no symlink was
+        met on the way, which is ELOOP) is settled by the same check on its ancestors: the
+        first that passes is the deepest existing one, and the component after it is the
+        missing one. Anything else, including any other error, takes the walk. Nothing is
+        kept between calls: a symlink planted since the last check is seen.
         """
         if openat2_available():
             if _symlink_free(absolute):
-                return absolute
-            if ctypes.get_errno() == errno.ENOENT:
-                parent = os.path.dirname(absolute)
-                if parent != absolute and _symlink_free(parent):
-                    # The parent exists without symlinks and the last component does
-                    # not exist (ENOENT, not ELOOP: no dangling symlink there).
-                    return absolute
+                return absolute, absolute
+            probe = absolute
+            for _ in range(_FAST_MISSING_LEVELS):
+                if ctypes.get_errno() != errno.ENOENT:
+                    break
+                parent = os.path.dirname(probe)
+                if parent == probe:
+                    break
+                if _symlink_free(parent):
+                    return absolute, parent
+                probe = parent
         stack = list(reversed(absolute.split("/")))
         current = "/"
         hops = 0
@@ -664,11 +678,17 @@ class PathSandbox:
             stack.extend(reversed(target.split("/")))
         if escaped and self.root_for(current) is not None:
             raise _Refusal(f"a symlink chain leaves the allowed roots (through {escaped})", current)
-        return current
+        # The walk claims no missing levels: after a missing component, a symlink's `..`
+        # can bring it back to directories that exist (`missing/../x`).
+        return current, current
 
     @staticmethod
-    def _git_layout(resolved: str, root: Root) -> str | None:
+    def _git_layout(resolved: str, root: Root, existing: str | None = None) -> str | None:
         """Why a write to ``resolved`` would change or make a git directory, or None.
+
+        ``existing``: the deepest ancestor of ``resolved`` that exists (from the
+        resolution); the directories below it do not exist, so they hold no HEAD and are
+        not looked up (one lstat fewer per missing level of a file about to be written).
 
         Refused: anything inside a directory laid out as a git directory (a bare
         repository under any name, including ``resolved`` itself), and one of the layout
@@ -676,7 +696,7 @@ class PathSandbox:
         holds one of HEAD, objects, refs, commondir: the step that would complete a
         layout, in whatever order the entries are made.
         """
-        here = resolved
+        here = resolved if existing is None else existing
         while _is_within(here, root.path):
             if git_dir_layout(here):
                 return (

@@ -81,6 +81,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PathSandbox]:
     os.symlink(t / "outside" / "chain", ws / "sub" / "chain")
     os.symlink("../ws2", ws / "sub" / "ws2")
     os.symlink("nowhere", ws / "dangling")
+    # A bare repository layout: writes in or below it are refused (git layout checks).
+    (ws / "bare" / "objects").mkdir(parents=True)
+    (ws / "bare" / "HEAD").write_text("ref: refs/heads/main\n")
     sb = PathSandbox([Root(str(ws), True), Root(str(t / "ro"), False)], str(ws))
     return t, sb
 
@@ -174,7 +177,11 @@ def test_compiled_globs_agree_with_component_matching(
 
 # Names that exercise each way the openat2 fast path of PathSandbox._resolve can fail:
 # a dangling link, a file used as a directory, a missing parent, links at every depth.
-FAST_PATH_COMPONENTS = [*COMPONENTS, "dangling", "nowhere", "f.txt", "in_link", "sub"]
+FAST_PATH_COMPONENTS = [
+    *COMPONENTS,
+    *("dangling", "nowhere", "f.txt", "in_link", "sub"),
+    *("bare", "HEAD", "objects", "refs", "config"),
+]
 
 fast_paths = st.builds(
     lambda prefix, parts, slash: prefix + "/".join(parts) + ("/" if slash else ""),
@@ -191,8 +198,10 @@ fast_paths = st.builds(
 def test_the_symlink_free_fast_path_decides_as_the_walk_does(
     world: tuple[Path, PathSandbox], raw: str, write: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """_resolve settles a path without symlinks in one openat2; every decision (allowed,
-    canonical form, reason) is the one the component-by-component walk makes."""
+    """_resolve settles a path without symlinks in one openat2 (a missing one by its
+    ancestors, and the git layout check starts at the deepest existing one); every
+    decision (allowed, canonical form, reason) is the one the component-by-component walk
+    makes."""
     from stockade.executor import paths
 
     t, sb = world

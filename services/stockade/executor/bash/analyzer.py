@@ -203,7 +203,10 @@ class BashAnalyzer:
         return parsed
 
     def _context(self, denied_read_globs: tuple[str, ...]) -> WalkContext:
-        home = os.path.expanduser("~")
+        # What os.path.expanduser("~") gives, read first from $HOME alone (it runs for every
+        # command; the password database only when HOME is unset).
+        home = os.environ.get("HOME")
+        home = (home.rstrip("/") or "/") if home is not None else os.path.expanduser("~")
         key = (home, denied_read_globs)
         context = self._contexts.get(key)
         if context is None:
@@ -264,6 +267,22 @@ def _refused(reason: str) -> BashAnalysis:
 
 def _result(walker: Walker) -> BashAnalysis:
     findings = walker.findings
+    if not findings:
+        # ALLOW (most commands): nothing to order or fold.
+        return BashAnalysis(
+            verdict="allow",
+            reasons=(),
+            commands=tuple(walker.commands),
+            paths_read=tuple(walker.reads),
+            paths_written=tuple(walker.writes),
+            needs_network=walker.needs_network,
+            read_only=not walker.side_effects and not walker.writes,
+            risk="low",
+            explanation=explain(
+                "allow", (), tuple(c.text for c in walker.commands), walker.needs_network
+            ),
+            bypass_immune=False,
+        )
     verdict: Verdict = "allow"
     if any(f.verdict == "deny" for f in findings):
         verdict = "deny"

@@ -7,6 +7,7 @@ which are refused and why. To change what is allowed, change this file.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,6 +74,11 @@ class SafeSpec:
     """Options that supply the pattern, so the first operand is a file (``grep -e PAT``)."""
     what: str = "reads files"
     """Words for the explanation (DEC-10)."""
+
+    @functools.cached_property
+    def takes_value(self) -> frozenset[str]:
+        """Every option that takes a value (made once per spec, not per command)."""
+        return self.value_options | self.read_options | self.write_options | self.pattern_options
 
 
 def _f(*options: str) -> frozenset[str]:

@@ -454,6 +454,10 @@ _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
 # bash, not by the grammar. Their text is searched for substitutions (see _leaf_text).
 _TEXT_LEAVES = frozenset({"word", "regex", "string_content", "extglob_pattern"})
 
+# Nodes that only hold statements and operators (the script, `a | b`, `a && b`): the walk
+# goes straight to their named children (the checks in _Walker.walk are for other kinds).
+_CONTAINERS = frozenset({"program", "pipeline", "list"})
+
 # Statement nodes: wherever one turns up, it is walked as commands.
 _STATEMENTS = frozenset(
     {
@@ -550,6 +554,12 @@ class _Walker:
                 self.error = f"nesting deeper than {_MAX_DEPTH} levels"
             return
         kind = node.type
+        if kind in _CONTAINERS:
+            # Nothing below applies to these: straight to their statements.
+            for child in node.children:
+                if child.is_named:
+                    self.walk(child, depth + 1, in_eval)
+            return
         if kind in _TEXT_LEAVES:
             self._leaf_text(node, depth)
         if kind == "command_substitution" and node.child_count and node.children[0].type == "`":

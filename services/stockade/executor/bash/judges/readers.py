@@ -90,7 +90,7 @@ def _options(
 ) -> tuple[list[Word], bool]:
     """Walk options (judging their values); return the operands and whether a pattern
     option (``grep -e``) was given."""
-    takes_value = spec.value_options | spec.read_options | spec.write_options | spec.pattern_options
+    takes_value = spec.takes_value
     known = (
         spec.deny_options,
         spec.write_options,
