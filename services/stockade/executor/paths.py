@@ -19,6 +19,7 @@ import ctypes
 import errno
 import os
 import stat
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,6 +140,12 @@ def _is_within(path: str, base: str) -> bool:
     if base == "/":
         return path.startswith("/")
     return path == base or path.startswith(base + "/")
+
+
+def _is_normal(path: str) -> bool:
+    """Whether ``os.path.normpath`` returns the absolute ``path`` (free of ``..``) as it is:
+    no empty component (``//``, a trailing ``/``) and no ``.`` component."""
+    return "//" not in path and "/./" not in path and not path.endswith(("/", "/."))
 
 
 def _is_magic(path: str) -> bool:
@@ -268,6 +275,8 @@ _NO_SYMLINKS_HOW = _OpenHow(
 )
 _NO_SYMLINKS_REF = ctypes.byref(_NO_SYMLINKS_HOW)
 _HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
+_FS_ENCODING = sys.getfilesystemencoding()
+_FS_ERRORS = sys.getfilesystemencodeerrors()
 
 
 def _symlink_free(path: str) -> bool:
@@ -275,7 +284,8 @@ def _symlink_free(path: str) -> bool:
     its own canonical form). False when it does not exist, has a symlink, cannot be
     searched, or openat2 is unavailable: the caller then walks it component by component.
     """
-    fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, os.fsencode(path), _NO_SYMLINKS_REF, _HOW_SIZE)
+    name = path.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its call layers
+    fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, name, _NO_SYMLINKS_REF, _HOW_SIZE)
     if fd < 0:
         return False
     os.close(fd)
@@ -577,13 +587,17 @@ class PathSandbox:
             raise _Refusal("path is not valid UTF-8 text") from None
         if path.startswith("~"):
             raise _Refusal("paths starting with '~' are refused (home directory expansion)")
-        if ".." in path.split("/"):
+        if ".." in path and ".." in path.split("/"):
             raise _Refusal("paths with a '..' component are refused")
         absolute = path if path.startswith("/") else os.path.join(self.cwd, path)
-        # normpath keeps a leading '//' (POSIX allows it to mean something else): collapse.
-        normalised = os.path.normpath(absolute)
-        if normalised.startswith("//"):
-            normalised = "/" + normalised.lstrip("/")
+        if _is_normal(absolute):
+            normalised = absolute  # what normpath would return (most paths: no copy made)
+        else:
+            # normpath keeps a leading '//' (POSIX allows it to mean something else):
+            # collapse.
+            normalised = os.path.normpath(absolute)
+            if normalised.startswith("//"):
+                normalised = "/" + normalised.lstrip("/")
         if _is_magic(normalised):
             raise _Refusal(f"{normalised} goes through /proc or /dev/fd (magic links)")
         return normalised

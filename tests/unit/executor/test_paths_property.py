@@ -212,3 +212,19 @@ def test_the_symlink_free_fast_path_decides_as_the_walk_does(
         patched.setattr(paths, "_OPENAT2", False)
         walked = sb.check(path, write=write)
     assert fast == walked
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(["", ".", "a", "b.c", "...", ".x", "x."]), max_size=6),
+    slashes=st.integers(min_value=1, max_value=3),
+)
+def test_a_path_taken_as_normal_is_what_normpath_returns(parts: list[str], slashes: int) -> None:
+    """_lexical skips normpath for a path it takes as normal: only when normpath would
+    return it unchanged (with no leading '//', which it keeps)."""
+    from stockade.executor.paths import _is_normal
+
+    path = "/" * slashes + "/".join(parts)
+    if _is_normal(path):
+        assert os.path.normpath(path) == path
+        assert not path.startswith("//")
