@@ -10,11 +10,16 @@ timing: the machine's load must not decide a test).
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stockade.executor.bash import BashAnalyzer
+from stockade.executor.bash.findings import matches_basename
+from stockade.executor.bash.lists import CREDENTIAL_BASENAMES
 from stockade.executor.bash.walker import _MAX_BASES, _MAX_GLOB_WRITE_PAIRS
 from stockade.executor.paths import PathDecision, PathSandbox, Root
 
@@ -106,3 +111,18 @@ def test_a_glob_over_a_file_the_line_creates_is_still_found_below_the_bound(
     )
     assert result.verdict == "ask" and result.bypass_immune
     assert any("expands the glob" in r for r in result.reasons), result.reasons
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    path=st.text(st.sampled_from("/.aeinrsv_*-\n"), max_size=12),
+    patterns=st.sampled_from([CREDENTIAL_BASENAMES, (".env", ".env.*"), ("*.pem", "id_*"), ()]),
+)
+def test_the_basename_matcher_is_fnmatch_of_each_pattern(
+    path: str, patterns: tuple[str, ...]
+) -> None:
+    """matches_basename answers with one compiled regex what fnmatchcase of each pattern
+    answered (it runs for the words of most commands)."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    expected = any(fnmatch.fnmatchcase(base, p) for p in patterns)
+    assert matches_basename(path, patterns) == expected

@@ -279,7 +279,7 @@ def _result(walker: Walker) -> BashAnalysis:
             read_only=not walker.side_effects and not walker.writes,
             risk="low",
             explanation=explain(
-                "allow", (), tuple(c.text for c in walker.commands), walker.needs_network
+                "allow", (), [c.text for c in walker.commands], walker.needs_network
             ),
             bypass_immune=False,
         )

@@ -13,6 +13,8 @@ judge never decides the verdict itself: the walker folds all findings into one.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -146,4 +148,11 @@ def expanded(words: Sequence[Word]) -> list[Word]:
 def matches_basename(path: str, patterns: Sequence[str]) -> bool:
     """Whether the last component of ``path`` matches one of ``patterns``."""
     base = path.rstrip("/").rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(base, p) for p in patterns)
+    return _basename_pattern(tuple(patterns)).match(base) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _basename_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """``patterns`` as one regex (what fnmatchcase of each does, in one match: this runs
+    for the words of most commands). The callers pass a few fixed lists."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")

@@ -1357,7 +1357,10 @@ def _parse_tree(source: str) -> ParsedScript:
     root = tree.root_node
     if root.has_error:
         return ParsedScript((), (), (), (), (), (), _first_error(root))
-    if all(child.type == "comment" for child in root.named_children):
+    for child in root.named_children:
+        if child.type != "comment":
+            break
+    else:  # nothing but comments (a loop, not all(): this runs for every command)
         return ParsedScript((), (), (), (), (), (), None, True)
     dropped = _dropped_escapes(root, data) or _false_comment(root, data)
     if dropped is not None:

@@ -253,7 +253,9 @@ class Walker:
 
     def command(self, raw: RawCommand) -> None:
         """Judge one simple command of the script."""
-        self.current = short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
+        # List comprehensions rather than generators here: this runs for every command, and a
+        # generator resumes once per word.
+        self.current = short(" ".join([raw.name.text, *[a.text for a in raw.args]]))
         # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
         if raw.name.braces:
             # `{rm,-rf,x}` is `rm -rf x` to bash: obfuscation, refused; recorded as bash
@@ -264,7 +266,7 @@ class Walker:
             return
         resolved = self.resolve_name(raw.name)
         args = expanded(raw.args)
-        if any(a.braces == () for a in raw.args):
+        if () in [a.braces for a in raw.args]:
             self.deny(
                 f"a brace expansion makes more than {MAX_BRACE_WORDS} words or has more than "
                 f"{MAX_BRACE_GROUPS} braces (refused, not judged word by word)"
@@ -287,7 +289,7 @@ class Walker:
         """``args`` with each ``$f``/``"$f"`` whose every value is known here (a loop over
         static words: ``for f in a.txt b.txt; do wc -l "$f"; done``) replaced by each value
         in turn; ``[args]`` when there is none or too many combinations."""
-        if all(a.value is not None for a in args):
+        if None not in [a.value for a in args]:
             return [args]
         choices: list[tuple[int, list[Word]]] = []
         combinations = 1
@@ -385,7 +387,7 @@ class Walker:
 
     def record(self, name: str, args: Sequence[Word]) -> None:
         """Record a simple command for rule matching (DEC-2)."""
-        argv = tuple(word_text(a) for a in args)
+        argv = tuple([a.value if a.value is not None else a.text for a in args])
         self.commands.append(SimpleCommand(name, argv, " ".join((name, *argv))))
 
     def words(
