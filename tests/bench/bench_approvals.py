@@ -22,7 +22,7 @@ import aiosqlite
 
 from stockade.decision.approvals import ApprovalBroker, Resolution
 from stockade.decision.modes import Mode
-from stockade.decision.sessions import PendingCall, SessionStore
+from stockade.decision.store import PendingCall, SQLiteDecisionStore
 from tests.bench.common import figure
 
 ROUNDS = 300
@@ -54,10 +54,10 @@ async def _round_trips(stored: int) -> float:
     """Seconds per ask-flow round trip with ``stored`` earlier approvals."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "d.db"
-        store = await SessionStore.open(path)
+        store = await SQLiteDecisionStore.open(path)
         await store.close()
         await _fill(path, stored)
-        store = await SessionStore.open(path)
+        store = await SQLiteDecisionStore.open(path)
         try:
             await store.create_session("bench", Mode.DEFAULT)
             broker = ApprovalBroker(store)
@@ -83,7 +83,7 @@ async def _round_trips(stored: int) -> float:
 async def _cache_bytes(sessions: int, bound: int) -> int:
     """Bytes the store holds after ``sessions`` sessions each made a call."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = await SessionStore.open(Path(tmp) / "c.db", cache_max_sessions=bound)
+        store = await SQLiteDecisionStore.open(Path(tmp) / "c.db", cache_max_sessions=bound)
         try:
             await store._db.executemany(
                 "INSERT INTO sessions (session_id, mode, create_time) VALUES (?, 'default', 0)",

@@ -132,7 +132,7 @@ async def test_session_and_approval_commands(
 async def test_watch_reconnects_after_falling_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stockade.decision.sessions import ApprovalRecord, ApprovalState, PendingCall
+    from stockade.decision.store import ApprovalRecord, ApprovalState, PendingCall
 
     settings = load_settings(
         DecisionSettings,

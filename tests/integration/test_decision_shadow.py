@@ -20,9 +20,9 @@ from stockade.decision.engine import Facts
 from stockade.decision.grants import GrantSigner, generate_keypair, load_private_key
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect
-from stockade.decision.sessions import SessionStore
 from stockade.decision.settings import DecisionSettings
 from stockade.decision.shadow import ShadowPolicy
+from stockade.decision.store import SQLiteDecisionStore
 from stockade.server import create_server, load_settings
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
@@ -95,7 +95,7 @@ async def test_differences_are_counted(tmp_path: Path, monkeypatch: pytest.Monke
     shadow = ShadowPolicy(PolicyStore(candidate, cwd="/w"), provider.get_meter("test"))
     generate_keypair(tmp_path / "keys")
     signer = GrantSigner(load_private_key(tmp_path / "keys" / "grant_signing_key.pem"))
-    store = await SessionStore.open(tmp_path / "d.db")
+    store = await SQLiteDecisionStore.open(tmp_path / "d.db")
     try:
         core = DecisionCore(PolicyStore(live, cwd="/w"), store, signer, shadow=shadow)
         for i, path in enumerate(["x/.env", "a.txt", "b/.env"]):
@@ -132,7 +132,7 @@ async def test_a_different_deciding_rule_is_a_difference_too(tmp_path: Path) -> 
     candidate.write_text('[permissions]\nallow = ["read_file(**/*.txt)"]\n')
     generate_keypair(tmp_path / "keys")
     signer = GrantSigner(load_private_key(tmp_path / "keys" / "grant_signing_key.pem"))
-    store = await SessionStore.open(tmp_path / "d.db")
+    store = await SQLiteDecisionStore.open(tmp_path / "d.db")
     try:
         core = DecisionCore(
             PolicyStore(live, cwd="/w"),

@@ -1,6 +1,6 @@
 """The ask flow (DEC-8): pending approvals, many watchers, first answer wins, timeouts.
 
-Approvals are stored by ``SessionStore`` (so they survive a restart); this module adds
+Approvals are stored by the decision store (so they survive a restart); this module adds
 the live part: watchers get every change as it happens, waiters wake when an answer
 arrives, and an approval nobody answers before its deadline becomes EXPIRED (a denial).
 
@@ -30,14 +30,14 @@ from typing import NamedTuple
 
 from stockade.contract.tools import PRIMARY_FIELDS
 from stockade.decision.rules import BASH_TOOL, Rule, escape_content
-from stockade.decision.sessions import (
+from stockade.decision.store.base import DecisionStore
+from stockade.decision.store.model import (
     ApprovalRecord,
     ApprovalState,
     GrantRecord,
     PendingCall,
     new_id,
 )
-from stockade.decision.store.base import DecisionStore
 from stockade.errors import (
     ApprovalAlreadyResolved,
     ApprovalNotFound,

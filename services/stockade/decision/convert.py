@@ -20,7 +20,7 @@ from stockade.decision.grants import SignedGrant
 from stockade.decision.lint import Finding as LintFinding
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.sessions import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
+from stockade.decision.store.model import ApprovalRecord, ApprovalState, GrantRecord, SessionRecord
 from stockade.errors import InvalidArgument
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2

@@ -36,15 +36,15 @@ from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore, compile_policy, parse_policy_text
 from stockade.decision.records import DecisionSink, approval_record, decision_record
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.sessions import (
+from stockade.decision.shadow import ShadowPolicy
+from stockade.decision.store.base import DecisionStore
+from stockade.decision.store.model import (
     ApprovalRecord,
     ApprovalState,
     GrantRecord,
     PendingCall,
     SessionRecord,
 )
-from stockade.decision.shadow import ShadowPolicy
-from stockade.decision.store.base import DecisionStore
 from stockade.errors import DependencyUnavailable, InvalidArgument, ResourceExhausted
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import timestamp_pb2
 
 from stockade.contract.grant import argument_digest
-from stockade.decision.sessions import ApprovalRecord, ApprovalState
+from stockade.decision.store.model import ApprovalRecord, ApprovalState
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import common_pb2 as c_pb2
 

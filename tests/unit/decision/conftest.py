@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from stockade.decision.sessions import SessionStore
-from stockade.decision.store import DecisionStore, PostgresDecisionStore
+from stockade.decision.store import DecisionStore, PostgresDecisionStore, SQLiteDecisionStore
 
 
 @dataclass
@@ -28,7 +27,7 @@ class StoreOpener:
         """Open (again) the store; ``options`` go to the backend's ``open``."""
         store: DecisionStore
         if self.kind == "sqlite":
-            store = await SessionStore.open(self.target, **options)
+            store = await SQLiteDecisionStore.open(self.target, **options)
         else:
             store = await PostgresDecisionStore.open(self.target, pool_size=4, **options)
         self.opened.append(store)

@@ -20,8 +20,7 @@ from stockade.decision.approvals import (
 )
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect
-from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
-from stockade.decision.store import DecisionStore
+from stockade.decision.store import ApprovalState, DecisionStore, PendingCall, SQLiteDecisionStore
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, ResourceExhausted
 from stockade.server.lifecycle import stopping
 from tests.unit.decision.conftest import StoreOpener
@@ -61,7 +60,7 @@ async def ask(broker: ApprovalBroker, session: str = "s1", n: int = 0, timeout: 
     return rec.approval_id
 
 
-async def test_watchers_share_one_backlog(store: SessionStore, clock: Clock) -> None:
+async def test_watchers_share_one_backlog(store: SQLiteDecisionStore, clock: Clock) -> None:
     broker = ApprovalBroker(store, clock=clock)
     for i in range(5):
         await ask(broker, n=i)
@@ -75,7 +74,9 @@ async def test_watchers_share_one_backlog(store: SessionStore, clock: Clock) -> 
     assert broker.watcher_count == 0
 
 
-async def test_a_watcher_that_falls_behind_is_dropped(store: SessionStore, clock: Clock) -> None:
+async def test_a_watcher_that_falls_behind_is_dropped(
+    store: SQLiteDecisionStore, clock: Clock
+) -> None:
     broker = ApprovalBroker(
         store, clock=clock, limits=ApprovalLimits(watch_queue=5, max_pending_per_session=1000)
     )
@@ -101,7 +102,7 @@ async def test_a_watcher_that_falls_behind_is_dropped(store: SessionStore, clock
     await fast.aclose()
 
 
-async def test_watcher_and_pending_limits(store: SessionStore, clock: Clock) -> None:
+async def test_watcher_and_pending_limits(store: SQLiteDecisionStore, clock: Clock) -> None:
     broker = ApprovalBroker(
         store,
         clock=clock,
@@ -133,7 +134,7 @@ async def test_watcher_and_pending_limits(store: SessionStore, clock: Clock) -> 
     await w4.aclose()
 
 
-async def test_sweep_expires_abandons_and_deletes(store: SessionStore, clock: Clock) -> None:
+async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, clock: Clock) -> None:
     limits = ApprovalLimits(retention_s=100, reattach_s=10)
     broker = ApprovalBroker(store, clock=clock, limits=limits)
     overdue = await ask(broker, n=0, timeout=5)
@@ -173,7 +174,7 @@ async def test_sweep_expires_abandons_and_deletes(store: SessionStore, clock: Cl
 
 
 async def test_a_waiter_that_comes_back_keeps_the_approval(
-    store: SessionStore, clock: Clock
+    store: SQLiteDecisionStore, clock: Clock
 ) -> None:
     broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(reattach_s=10))
     approval = await ask(broker)
@@ -194,7 +195,7 @@ async def test_a_waiter_that_comes_back_keeps_the_approval(
 
 
 async def test_after_a_restart_pending_approvals_wait_for_their_waiters(
-    store: SessionStore, clock: Clock
+    store: SQLiteDecisionStore, clock: Clock
 ) -> None:
     before = ApprovalBroker(store, clock=clock)
     kept = await ask(before, n=0)
@@ -212,7 +213,7 @@ async def test_after_a_restart_pending_approvals_wait_for_their_waiters(
 
 
 async def test_shutdown_ends_waits_at_once_and_keeps_the_approval(
-    store: SessionStore, clock: Clock
+    store: SQLiteDecisionStore, clock: Clock
 ) -> None:
     broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(reattach_s=10))
     approvals = [await ask(broker, n=i) for i in range(20)]
@@ -262,7 +263,7 @@ async def test_schema_upgrade_in_place(tmp_path: Path, clock: Clock) -> None:
     )
     db.commit()
     db.close()
-    store = await SessionStore.open(path, clock=clock)
+    store = await SQLiteDecisionStore.open(path, clock=clock)
     try:
         broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(retention_s=100))
         assert [r.approval_id for r in await store.pending_approvals()] == ["old-open"]
@@ -286,7 +287,7 @@ async def test_schema_upgrade_in_place(tmp_path: Path, clock: Clock) -> None:
 
 
 async def test_session_cache_is_bounded(tmp_path: Path, clock: Clock) -> None:
-    store = await SessionStore.open(tmp_path / "c.db", clock=clock, cache_max_sessions=3)
+    store = await SQLiteDecisionStore.open(tmp_path / "c.db", clock=clock, cache_max_sessions=3)
     try:
         for i in range(10):
             await store.create_session(f"s{i}", Mode.DEFAULT)
@@ -304,7 +305,7 @@ async def test_session_cache_is_bounded(tmp_path: Path, clock: Clock) -> None:
 
 
 async def test_session_rule_limit(tmp_path: Path, clock: Clock) -> None:
-    store = await SessionStore.open(tmp_path / "r.db", clock=clock, max_session_rules=3)
+    store = await SQLiteDecisionStore.open(tmp_path / "r.db", clock=clock, max_session_rules=3)
     try:
         await store.create_session("s1", Mode.DEFAULT)
         for i in range(3):
@@ -326,7 +327,7 @@ async def test_session_rule_limit(tmp_path: Path, clock: Clock) -> None:
         await store.close()
 
 
-async def test_waits_leave_nothing_behind(store: SessionStore, clock: Clock) -> None:
+async def test_waits_leave_nothing_behind(store: SQLiteDecisionStore, clock: Clock) -> None:
     from stockade.errors import ApprovalNotFound
 
     broker = ApprovalBroker(store, clock=clock)

@@ -16,8 +16,7 @@ from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.sessions import ApprovalState, PendingCall, SessionStore
-from stockade.decision.store import DecisionStore
+from stockade.decision.store import ApprovalState, DecisionStore, PendingCall, SQLiteDecisionStore
 from stockade.errors import ApprovalAlreadyResolved, ApprovalNotFound, InvalidPattern
 from tests.unit.decision.conftest import StoreOpener
 
@@ -50,7 +49,7 @@ async def ask(broker: ApprovalBroker, command: str = "make", timeout: float = 60
     return rec.approval_id
 
 
-async def test_many_resolvers_at_once_exactly_one_wins(store: SessionStore) -> None:
+async def test_many_resolvers_at_once_exactly_one_wins(store: SQLiteDecisionStore) -> None:
     broker = ApprovalBroker(store)
     approval = await ask(broker)
     answers = [Resolution.ALLOW_ONCE, Resolution.DENY] * 5
@@ -69,7 +68,7 @@ async def test_many_resolvers_at_once_exactly_one_wins(store: SessionStore) -> N
     assert final.resolver == winners[0] and final.state is not ApprovalState.PENDING
 
 
-async def test_watchers_see_backlog_and_changes(store: SessionStore) -> None:
+async def test_watchers_see_backlog_and_changes(store: SQLiteDecisionStore) -> None:
     broker = ApprovalBroker(store)
     first = await ask(broker)
     w1, w2 = broker.watch("s1"), broker.watch("")
@@ -87,7 +86,7 @@ async def test_watchers_see_backlog_and_changes(store: SessionStore) -> None:
     assert broker.watcher_count == 0
 
 
-async def test_wait_times_out_to_expired_and_counts_a_denial(store: SessionStore) -> None:
+async def test_wait_times_out_to_expired_and_counts_a_denial(store: SQLiteDecisionStore) -> None:
     broker = ApprovalBroker(store)
     approval = await ask(broker, timeout=0.05)
     rec = await broker.wait(approval)
@@ -97,7 +96,7 @@ async def test_wait_times_out_to_expired_and_counts_a_denial(store: SessionStore
         await broker.resolve(approval, Resolution.ALLOW_ONCE, resolver="late")
 
 
-async def test_wait_wakes_on_answer(store: SessionStore) -> None:
+async def test_wait_wakes_on_answer(store: SQLiteDecisionStore) -> None:
     broker = ApprovalBroker(store)
     approval = await ask(broker)
     waiter = asyncio.create_task(broker.wait(approval))
@@ -107,7 +106,7 @@ async def test_wait_wakes_on_answer(store: SessionStore) -> None:
     assert rec.state is ApprovalState.ALLOWED and rec.resolver == "ui"
 
 
-async def test_always_allow_grant_scopes(store: SessionStore) -> None:
+async def test_always_allow_grant_scopes(store: SQLiteDecisionStore) -> None:
     clock = Clock()
     store._clock = clock  # the store's deadline checks use the same clock
     broker = ApprovalBroker(store, clock=clock)
@@ -139,7 +138,7 @@ async def test_grant_pattern_for_tools_without_content() -> None:
     )
 
 
-async def test_session_rules_and_counters(store: SessionStore) -> None:
+async def test_session_rules_and_counters(store: SQLiteDecisionStore) -> None:
     rule = await store.add_rule("s1", Effect.DENY, "read_file(*.pem)", request_id="r1")
     assert (await store.add_rule("s1", Effect.DENY, "read_file(*.pem)", request_id="r1")) == rule
     with pytest.raises(InvalidPattern):
@@ -156,7 +155,7 @@ async def test_session_rules_and_counters(store: SessionStore) -> None:
 
 async def test_a_retried_decide_reuses_its_pending_approval(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text('[permissions]\nask = ["file_write"]\n')
-    store = await SessionStore.open(tmp_path / "core.db")
+    store = await SQLiteDecisionStore.open(tmp_path / "core.db")
     try:
         core = DecisionCore(
             PolicyStore(tmp_path / "p.toml", {}), store, GrantSigner(Ed25519PrivateKey.generate())
@@ -197,7 +196,7 @@ async def test_a_database_from_before_always_allow_applies_is_upgraded(tmp_path:
               'needs approval', 'medium', 'Runs make', 'pending', 1.0, 9e12);
             """
         )
-    store = await SessionStore.open(path)
+    store = await SQLiteDecisionStore.open(path)
     try:
         old = await store.get_approval("appr-old")
         assert old.state is ApprovalState.PENDING and old.always_allow_applies
@@ -218,7 +217,7 @@ async def test_a_database_from_before_always_allow_applies_is_upgraded(tmp_path:
         assert not stored.always_allow_applies and stored.rule == asking
     finally:
         await store.close()
-    reopened = await SessionStore.open(path)  # the upgrade runs once; reopening is a no-op
+    reopened = await SQLiteDecisionStore.open(path)  # the upgrade runs once; reopening is a no-op
     try:
         pending = {a.approval_id: a.rule for a in await reopened.pending_approvals("s1")}
         assert pending == {"appr-old": None, made.approval_id: asking}
@@ -232,7 +231,7 @@ async def test_an_unreadable_stored_rule_is_left_out_not_invented(tmp_path: Path
     loads, without a rule."""
     import sqlite3
 
-    store = await SessionStore.open(tmp_path / "d.db")
+    store = await SQLiteDecisionStore.open(tmp_path / "d.db")
     try:
         await store.create_session("s1", Mode.DEFAULT)
         broker = ApprovalBroker(store)
@@ -257,7 +256,7 @@ async def test_an_unreadable_stored_rule_is_left_out_not_invented(tmp_path: Path
     for text in bad:
         with sqlite3.connect(tmp_path / "d.db") as db:
             db.execute("UPDATE approvals SET rule_json = ?", (text,))
-        store = await SessionStore.open(tmp_path / "d.db")
+        store = await SQLiteDecisionStore.open(tmp_path / "d.db")
         try:
             assert (await store.get_approval(made.approval_id)).rule is None, text
         finally:

@@ -21,7 +21,7 @@ from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.sessions import SessionStore
+from stockade.decision.store import SQLiteDecisionStore
 
 POLICY = """
 [permissions]
@@ -82,7 +82,7 @@ def test_the_classifier_only_settles_asks_nobody_wrote_a_rule_for(
     model = AlwaysSays(reply)
 
     async def scenario() -> tuple[Effect, Effect, str]:
-        store = await SessionStore.open(tmp / "d.db")
+        store = await SQLiteDecisionStore.open(tmp / "d.db")
         try:
             policies = PolicyStore(tmp / "p.toml", {})
             core = DecisionCore(

@@ -23,7 +23,7 @@ from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.sessions import ApprovalState, PendingCall
+from stockade.decision.store import ApprovalState, PendingCall
 from stockade.decision.store.postgres import MIGRATIONS, PostgresDecisionStore
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, InvalidArgument
 

@@ -1,9 +1,10 @@
 """The decision store: one interface (``base.DecisionStore``), two backends, one setting.
 
 ``STOCKADE_DECISION_STORE_DSN`` picks the backend: unset or ``sqlite:///path`` for the
-SQLite file (``stockade.decision.sessions.SessionStore``: one replica, the embedded
-default), ``postgresql://…`` for PostgreSQL (``postgres.PostgresDecisionStore``: any
-number of interchangeable replicas).
+SQLite file (``sqlite.SQLiteDecisionStore``: one replica, the embedded default),
+``postgresql://…`` for PostgreSQL (``postgres.PostgresDecisionStore``: any number of
+interchangeable replicas). What the two share (records, checks, row mappers, the session
+cache) is ``model``; only their SQL and what must hold across replicas differ.
 """
 
 from __future__ import annotations
@@ -11,15 +12,31 @@ from __future__ import annotations
 import logging
 
 from stockade.db.dsn import parse_store_dsn, redact_dsn
-from stockade.decision.sessions import (
+from stockade.decision.store.base import DecisionStore, StoreListener
+from stockade.decision.store.model import (
     DEFAULT_CACHE_MAX_SESSIONS,
     DEFAULT_MAX_SESSION_RULES,
-    SessionStore,
+    ApprovalRecord,
+    ApprovalState,
+    GrantRecord,
+    PendingCall,
+    SessionRecord,
 )
-from stockade.decision.store.base import DecisionStore, StoreListener
 from stockade.decision.store.postgres import PostgresDecisionStore
+from stockade.decision.store.sqlite import SQLiteDecisionStore
 
-__all__ = ["DecisionStore", "PostgresDecisionStore", "StoreListener", "open_decision_store"]
+__all__ = [
+    "ApprovalRecord",
+    "ApprovalState",
+    "DecisionStore",
+    "GrantRecord",
+    "PendingCall",
+    "PostgresDecisionStore",
+    "SQLiteDecisionStore",
+    "SessionRecord",
+    "StoreListener",
+    "open_decision_store",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +60,6 @@ async def open_decision_store(
             pool_size=pool_size,
         )
     log.info("decision store %s (SQLite, one replica)", target)
-    return await SessionStore.open(
+    return await SQLiteDecisionStore.open(
         target, cache_max_sessions=cache_max_sessions, max_session_rules=max_session_rules
     )

@@ -1,7 +1,7 @@
 """The decision store interface (STORE-1, STORE-2).
 
-``SessionStore`` (``stockade.decision.sessions``: one SQLite file, one replica, the
-embedded default) and ``PostgresDecisionStore`` (``stockade.decision.store.postgres``:
+``SQLiteDecisionStore`` (``stockade.decision.store.sqlite``: one SQLite file, one replica,
+the embedded default) and ``PostgresDecisionStore`` (``stockade.decision.store.postgres``:
 any number of interchangeable replicas on one PostgreSQL) both provide
 ``DecisionStore``.
 
@@ -17,7 +17,7 @@ from typing import Protocol
 
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect, Rule, RuleIndex
-from stockade.decision.sessions import (
+from stockade.decision.store.model import (
     ApprovalRecord,
     ApprovalState,
     GrantRecord,
@@ -39,7 +39,7 @@ class StoreListener(Protocol):
 class DecisionStore(Protocol):
     """Sessions, session rules, modes, grants, approvals and denial counters.
 
-    The behaviour is ``SessionStore``'s; see its docstrings. ``shared`` is True when other
+    The behaviour is ``SQLiteDecisionStore``'s; see its docstrings. ``shared`` is True when other
     replicas write the same store (PostgreSQL).
     """
 

@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import asyncpg
@@ -45,27 +43,36 @@ from opentelemetry import metrics
 
 from stockade.db.postgres import CONNECTION_ERRORS, connect, migrate, open_pool
 from stockade.decision.modes import Mode
-from stockade.decision.rules import Effect, Rule, RuleIndex, Source, compile_rule
-from stockade.decision.sessions import (
+from stockade.decision.rules import Effect, Rule, RuleIndex, Source
+from stockade.decision.store.base import StoreListener
+from stockade.decision.store.model import (
+    APPROVAL_COLUMNS,
     DEFAULT_CACHE_MAX_SESSIONS,
     DEFAULT_MAX_SESSION_RULES,
-    MAX_TASK_CHARS,
+    GRANT_COLUMNS,
+    RULE_COLUMNS,
+    SESSION_COLUMNS,
     ApprovalRecord,
     ApprovalState,
+    CachedSession,
     GrantRecord,
+    SessionCache,
     SessionRecord,
     approval_from_row,
+    call_to_json,
+    check_rule_count,
+    check_task,
+    counted_grants,
+    live_grants,
+    new_grant_rule,
     new_id,
+    new_session_rule,
+    rule_from_row,
     rule_to_json,
+    session_from_row,
+    session_not_found,
 )
-from stockade.decision.store.base import StoreListener
-from stockade.errors import (
-    ApprovalNotFound,
-    DependencyUnavailable,
-    InvalidArgument,
-    ResourceExhausted,
-    SessionNotFound,
-)
+from stockade.errors import ApprovalNotFound, DependencyUnavailable, InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -156,23 +163,9 @@ CREATE INDEX decision_approvals_finished ON decision_approvals(finish_time)
     ),
 )
 
-_APPROVAL_SELECT = (
-    "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
-    "expire_time, resolver, resolution, resolve_reason, always_allow_applies, rule_json "
-    "FROM decision_approvals"
-)
-_SESSION_SELECT = (
-    "SELECT session_id, mode, create_time, consecutive_denials, total_denials, task "
-    "FROM decision_sessions"
-)
-
-
-def _session(row: Any) -> SessionRecord:
-    return SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4], row[5])
-
-
-def _grant_rule(grant_id: str, pattern: str, resolver: str) -> Rule:
-    return Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", grant_id)
+_APPROVAL_SELECT = f"SELECT {APPROVAL_COLUMNS} FROM decision_approvals"
+_SESSION_SELECT = f"SELECT {SESSION_COLUMNS} FROM decision_sessions"
+_RETURNING_SESSION = f"RETURNING {SESSION_COLUMNS}"
 
 
 def _check_id(value: str, what: str) -> str:
@@ -181,14 +174,6 @@ def _check_id(value: str, what: str) -> str:
             f"{what} is {len(value):,} characters; the limit is {MAX_ID_CHARS:,}", argument=what
         )
     return value
-
-
-@dataclass
-class _Cached:
-    record: SessionRecord
-    index: RuleIndex | None = None
-    index_expiry: float | None = None
-    grants_by_rule: dict[str, GrantRecord] | None = None
 
 
 class PostgresDecisionStore:
@@ -213,9 +198,8 @@ class PostgresDecisionStore:
         self._pool = pool
         self._dsn = dsn
         self._clock = clock
-        self.cache_max_sessions = max(1, cache_max_sessions)
         self.max_session_rules = max_session_rules
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache = SessionCache(cache_max_sessions)
         # Invalidation counter: a read that began at counter value s may be cached only if
         # its session was not invalidated after s (and no gap happened after s).
         self._seq = 0
@@ -310,6 +294,11 @@ class PostgresDecisionStore:
     def cached_sessions(self) -> int:
         """How many sessions the in-memory cache holds now."""
         return len(self._cache)
+
+    @property
+    def cache_max_sessions(self) -> int:
+        """How many sessions the cache holds at most."""
+        return self._cache.max_sessions
 
     def on_changes(self, listener: StoreListener) -> None:
         """Tell ``listener`` about approvals other replicas change, and about resyncs."""
@@ -480,7 +469,7 @@ class PostgresDecisionStore:
         elif entry is not None:
             entry.record = rec
         else:
-            self._remember(sid, _Cached(rec))
+            self._cache.remember(sid, CachedSession(rec))
 
     def _may_cache(self, session_id: str, started: int) -> bool:
         return (
@@ -488,12 +477,6 @@ class PostgresDecisionStore:
             and self._floor <= started
             and self._touched.get(session_id, 0) <= started
         )
-
-    def _remember(self, session_id: str, entry: _Cached) -> None:
-        self._cache[session_id] = entry
-        self._cache.move_to_end(session_id)
-        while len(self._cache) > self.cache_max_sessions:
-            self._cache.popitem(last=False)
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -509,6 +492,28 @@ class PostgresDecisionStore:
             raise DependencyUnavailable(
                 f"the decision database is unreachable: {type(err).__name__}"
             ) from err
+
+    async def _change_session(
+        self,
+        session_id: str,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        kind: str = "s",
+    ) -> T:
+        """Run ``work`` in one transaction that also announces the change of ``session_id``
+        to every replica (``kind`` "s": its row, rules or grants; "x": deleted); this
+        replica's cached copy is dropped whether or not the transaction commits."""
+
+        async def run(conn: asyncpg.Connection) -> T:
+            async with conn.transaction():
+                result = await work(conn)
+                await self._notify(conn, kind, session_id)
+            return result
+
+        try:
+            return await self._run(run)
+        finally:
+            self._invalidate(session_id)
 
     async def _notify(self, conn: asyncpg.Connection, kind: str, *parts: str) -> None:
         await conn.execute(
@@ -537,11 +542,7 @@ class PostgresDecisionStore:
         self, session_id: str | None, mode: Mode, *, task: str = ""
     ) -> tuple[SessionRecord, bool]:
         """Create a session (or return the existing one with that id); True if created."""
-        if len(task) > MAX_TASK_CHARS:
-            raise InvalidArgument(
-                f"task is {len(task):,} characters; the limit is {MAX_TASK_CHARS:,}",
-                argument="task",
-            )
+        check_task(task)
         sid = _check_id(session_id or new_id("ses"), "session_id")
         existing = await self.find_session(sid)
         if existing is not None:
@@ -561,15 +562,14 @@ class PostgresDecisionStore:
         created = await self._run(insert)
         found = await self.find_session(sid)
         if found is None:  # deleted by another replica in between
-            raise SessionNotFound(f"session {sid!r} was deleted meanwhile", session_id=sid)
+            raise session_not_found(sid, meanwhile=True)
         return found, created
 
     async def find_session(self, session_id: str) -> SessionRecord | None:
         """The session (from the cache while the change feed is up), or None."""
-        cached = self._cache.get(session_id)
+        cached = self._cache.record(session_id)
         if cached is not None:
-            self._cache.move_to_end(session_id)
-            return cached.record
+            return cached
         if len(session_id) > MAX_ID_CHARS:
             return None  # no such session can exist
         started = self._seq
@@ -578,63 +578,38 @@ class PostgresDecisionStore:
         )
         if row is None:
             return None
-        rec = _session(row)
+        rec = session_from_row(row)
         if self._may_cache(session_id, started) and session_id not in self._cache:
-            self._remember(session_id, _Cached(rec))
+            self._cache.remember(session_id, CachedSession(rec))
         return rec
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session; ``SessionNotFound`` if absent."""
         rec = await self.find_session(session_id)
         if rec is None:
-            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+            raise session_not_found(session_id)
         return rec
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session with its rules, grants and approvals (cascading)."""
 
         async def delete(conn: asyncpg.Connection) -> bool:
-            async with conn.transaction():
-                status = await conn.execute(
-                    "DELETE FROM decision_sessions WHERE session_id = $1", session_id
-                )
-                await self._notify(conn, "x", session_id)
+            status = await conn.execute(
+                "DELETE FROM decision_sessions WHERE session_id = $1", session_id
+            )
             return bool(status != "DELETE 0")
 
         if len(session_id) > MAX_ID_CHARS:
             return False
-        try:
-            return await self._run(delete)
-        finally:
-            self._invalidate(session_id)
+        return await self._change_session(session_id, delete, kind="x")
 
     async def set_mode(self, session_id: str, mode: Mode) -> SessionRecord:
         """Change a session's mode (every replica's cached copy is dropped)."""
-
-        async def update(conn: asyncpg.Connection) -> Any:
-            async with conn.transaction():
-                row = await conn.fetchrow(
-                    "UPDATE decision_sessions SET mode = $2 WHERE session_id = $1 "
-                    "RETURNING session_id, mode, create_time, consecutive_denials, "
-                    "total_denials, task",
-                    session_id,
-                    mode.value,
-                )
-                if row is not None:
-                    await self._notify(conn, "s", session_id)
-            return row
-
-        started = self._seq
-        try:
-            row = await self._run(update)
-        except BaseException:
-            self._invalidate(session_id)
-            raise
-        if row is None:
-            self._invalidate(session_id)
-            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
-        rec = _session(row)
-        self._written(rec, started)
+        rec = await self._update_session(
+            session_id, "UPDATE decision_sessions SET mode = $2 WHERE session_id = $1 ", mode.value
+        )
+        if rec is None:
+            raise session_not_found(session_id)
         return rec
 
     async def record_outcome(self, session_id: str, denied: bool) -> SessionRecord:
@@ -656,13 +631,24 @@ class PostgresDecisionStore:
                 "UPDATE decision_sessions SET consecutive_denials = 0 "
                 "WHERE session_id = $1 AND consecutive_denials <> 0 "
             )
-        returning = (
-            "RETURNING session_id, mode, create_time, consecutive_denials, total_denials, task"
-        )
+
+        new = await self._update_session(session_id, sql)
+        if new is not None:
+            return new
+        if denied:
+            raise session_not_found(session_id)
+        return await self.get_session(session_id)  # already 0 (another replica reset it)
+
+    async def _update_session(
+        self, session_id: str, sql: str, *args: object
+    ) -> SessionRecord | None:
+        """Run one ``UPDATE`` of the session's row (``sql``, with ``$1`` the session id)
+        and announce it; return the row as it is now (kept in this replica's cache, see
+        ``_written``), or None when no row changed."""
 
         async def update(conn: asyncpg.Connection) -> Any:
             async with conn.transaction():
-                row = await conn.fetchrow(sql + returning, session_id)
+                row = await conn.fetchrow(sql + _RETURNING_SESSION, session_id, *args)
                 if row is not None:
                     await self._notify(conn, "s", session_id)
             return row
@@ -675,12 +661,8 @@ class PostgresDecisionStore:
             raise
         if row is None:
             self._invalidate(session_id)
-            if denied:
-                raise SessionNotFound(
-                    f"session {session_id!r} does not exist", session_id=session_id
-                )
-            return await self.get_session(session_id)  # already 0 (another replica reset it)
-        rec = _session(row)
+            return None
+        rec = session_from_row(row)
         self._written(rec, started)
         return rec
 
@@ -695,7 +677,7 @@ class PostgresDecisionStore:
             )
             is None
         ):
-            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+            raise session_not_found(session_id)
 
     async def _check_capacity(self, conn: asyncpg.Connection, session_id: str) -> None:
         count = int(
@@ -705,13 +687,7 @@ class PostgresDecisionStore:
                 session_id,
             )
         )
-        if count >= self.max_session_rules:
-            raise ResourceExhausted(
-                f"session {session_id!r} holds {count} session rules and grants; the limit is "
-                f"{self.max_session_rules} (max_session_rules): remove some first",
-                limit="max_session_rules",
-                value=str(self.max_session_rules),
-            )
+        check_rule_count(session_id, count, self.max_session_rules)
 
     async def add_rule(
         self, session_id: str, effect: Effect, pattern: str, reason: str = "", request_id: str = ""
@@ -719,71 +695,60 @@ class PostgresDecisionStore:
         """Add a SESSION rule (idempotent by request_id); ``InvalidPattern`` if it is bad."""
         await self.get_session(session_id)
         _check_id(request_id, "request_id")
-        rule = Rule(effect, pattern.strip(), Source.SESSION, reason, new_id("rule"))
-        compile_rule(rule, 0)  # reject bad patterns before storing them
+        rule = new_session_rule(effect, pattern, reason)
 
         async def insert(conn: asyncpg.Connection) -> Rule:
-            async with conn.transaction():
-                await self._lock_session(conn, session_id)
-                if request_id:
-                    row = await conn.fetchrow(
-                        "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
-                        "WHERE session_id = $1 AND request_id = $2",
-                        session_id,
-                        request_id,
-                    )
-                    if row is not None:
-                        return Rule(Effect(row[1]), row[2], Source.SESSION, row[3], row[0])
-                await self._check_capacity(conn, session_id)
-                await conn.execute(
-                    "INSERT INTO decision_session_rules (rule_id, session_id, seq, effect, "
-                    "pattern, reason, request_id) VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) "
-                    "+ 1 FROM decision_session_rules WHERE session_id = $2), $3, $4, $5, $6)",
-                    rule.rule_id,
+            await self._lock_session(conn, session_id)
+            if request_id:
+                row = await conn.fetchrow(
+                    f"SELECT {RULE_COLUMNS} FROM decision_session_rules "
+                    "WHERE session_id = $1 AND request_id = $2",
                     session_id,
-                    effect.value,
-                    rule.pattern,
-                    reason,
-                    request_id or None,
+                    request_id,
                 )
-                await self._notify(conn, "s", session_id)
+                if row is not None:
+                    return rule_from_row(row)
+            await self._check_capacity(conn, session_id)
+            await conn.execute(
+                "INSERT INTO decision_session_rules (rule_id, session_id, seq, effect, "
+                "pattern, reason, request_id) VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) "
+                "+ 1 FROM decision_session_rules WHERE session_id = $2), $3, $4, $5, $6)",
+                rule.rule_id,
+                session_id,
+                effect.value,
+                rule.pattern,
+                reason,
+                request_id or None,
+            )
             return rule
 
-        try:
-            return await self._run(insert)
-        finally:
-            self._invalidate(session_id)
+        return await self._change_session(session_id, insert)
 
     async def remove_rule(self, session_id: str, rule_id: str) -> bool:
         """Remove a session rule by id."""
 
         async def delete(conn: asyncpg.Connection) -> bool:
-            async with conn.transaction():
-                status = await conn.execute(
-                    "DELETE FROM decision_session_rules WHERE session_id = $1 AND rule_id = $2",
-                    session_id,
-                    rule_id,
-                )
-                await self._notify(conn, "s", session_id)
+            status = await conn.execute(
+                "DELETE FROM decision_session_rules WHERE session_id = $1 AND rule_id = $2",
+                session_id,
+                rule_id,
+            )
             return bool(status != "DELETE 0")
 
         if len(session_id) > MAX_ID_CHARS:
             return False
-        try:
-            return await self._run(delete)
-        finally:
-            self._invalidate(session_id)
+        return await self._change_session(session_id, delete)
 
     async def list_rules(self, session_id: str) -> list[Rule]:
         """The session's own rules in order (grants are listed by ``list_grants``)."""
         rows = await self._run(
             lambda c: c.fetch(
-                "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
+                f"SELECT {RULE_COLUMNS} FROM decision_session_rules "
                 "WHERE session_id = $1 ORDER BY seq",
                 session_id,
             )
         )
-        return [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rows]
+        return [rule_from_row(r) for r in rows]
 
     async def check_rule_capacity(self, session_id: str) -> None:
         """``ResourceExhausted`` when the session holds ``max_session_rules`` already."""
@@ -795,22 +760,17 @@ class PostgresDecisionStore:
         rec = await self.get_session(session_id)
         cached = self._cache.get(rec.session_id)
         now = self._clock()
-        if (
-            cached is not None
-            and cached.index is not None
-            and (cached.index_expiry is None or now < cached.index_expiry)
-        ):
-            return cached.index
+        if cached is not None:
+            index = cached.current_index(now)
+            if index is not None:
+                return index
         started = self._seq
         rules, grants = await self._run(lambda c: self._read_rules(c, session_id, now))
-        expiries = [g.expire_time for g in grants if g.expire_time is not None]
-        index = RuleIndex([*rules, *(g.rule for g in grants)], cwd=cwd)
-        if self._may_cache(session_id, started):
-            entry = self._cache.get(session_id) or _Cached(rec)
-            entry.index = index
-            entry.index_expiry = min(expiries) if expiries else None
-            entry.grants_by_rule = {g.rule.rule_id: g for g in grants}
-            self._remember(session_id, entry)
+        if not self._may_cache(session_id, started):
+            return CachedSession(rec).compile(rules, grants, cwd)  # for this call only
+        entry = self._cache.get(session_id) or CachedSession(rec)
+        index = entry.compile(rules, grants, cwd)
+        self._cache.remember(session_id, entry)
         return index
 
     async def _read_rules(
@@ -819,28 +779,16 @@ class PostgresDecisionStore:
         # One snapshot for both, so rules and grants belong to the same moment.
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             rule_rows = await conn.fetch(
-                "SELECT rule_id, effect, pattern, reason FROM decision_session_rules "
+                f"SELECT {RULE_COLUMNS} FROM decision_session_rules "
                 "WHERE session_id = $1 ORDER BY seq",
                 session_id,
             )
             grant_rows = await conn.fetch(
-                "SELECT grant_id, pattern, remaining_uses, expire_time, create_time, resolver "
-                "FROM decision_grants WHERE session_id = $1 ORDER BY create_time",
+                f"SELECT {GRANT_COLUMNS} FROM decision_grants "
+                "WHERE session_id = $1 ORDER BY create_time",
                 session_id,
             )
-        rules = [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rule_rows]
-        grants = [
-            g
-            for gid, pattern, uses, exp, created, resolver in grant_rows
-            for g in [
-                GrantRecord(
-                    gid, session_id, _grant_rule(gid, pattern, resolver), uses, exp, created,
-                    resolver,
-                )
-            ]
-            if g.live(now)
-        ]  # fmt: skip
-        return rules, grants
+        return [rule_from_row(r) for r in rule_rows], live_grants(session_id, grant_rows, now)
 
     # -- grants -------------------------------------------------------------------------
 
@@ -854,36 +802,28 @@ class PostgresDecisionStore:
         resolver: str = "",
     ) -> GrantRecord:
         """Add a scoped ALLOW grant for the session."""
-        if remaining_uses < 0:
-            raise InvalidArgument("scope.remaining_uses must not be negative")
-        gid = new_id("grant")
-        rule = _grant_rule(gid, pattern, resolver)
-        compile_rule(rule, 0)
+        rule = new_grant_rule(pattern, resolver, remaining_uses)
+        gid = rule.rule_id
         now = self._clock()
 
         async def insert(conn: asyncpg.Connection) -> None:
-            async with conn.transaction():
-                await self._lock_session(conn, session_id)
-                await self._check_capacity(conn, session_id)
-                await conn.execute(
-                    "INSERT INTO decision_grants (grant_id, session_id, pattern, remaining_uses, "
-                    "unlimited, expire_time, create_time, resolver) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    gid,
-                    session_id,
-                    pattern,
-                    remaining_uses,
-                    remaining_uses == 0,
-                    expire_time,
-                    now,
-                    resolver,
-                )
-                await self._notify(conn, "s", session_id)
+            await self._lock_session(conn, session_id)
+            await self._check_capacity(conn, session_id)
+            await conn.execute(
+                "INSERT INTO decision_grants (grant_id, session_id, pattern, remaining_uses, "
+                "unlimited, expire_time, create_time, resolver) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                gid,
+                session_id,
+                pattern,
+                remaining_uses,
+                remaining_uses == 0,
+                expire_time,
+                now,
+                resolver,
+            )
 
-        try:
-            await self._run(insert)
-        finally:
-            self._invalidate(session_id)
+        await self._change_session(session_id, insert)
         return GrantRecord(gid, session_id, rule, remaining_uses, expire_time, now, resolver)
 
     async def list_grants(self, session_id: str) -> list[GrantRecord]:
@@ -937,51 +877,34 @@ class PostgresDecisionStore:
                 self._invalidate(session_id)
                 return False
         else:
-            counted = [
-                g.grant_id
-                for r in rules
-                for g in [grants.get(r.rule_id)]
-                if g is not None and g.remaining_uses != 0
-            ]
+            counted = [g.grant_id for g in counted_grants(grants, rules)]
         if not counted:
             return True
 
         async def spend(conn: asyncpg.Connection) -> bool:
-            async with conn.transaction():
-                for gid in counted:
-                    left = await conn.fetchval(
-                        "UPDATE decision_grants SET remaining_uses = remaining_uses - 1 "
-                        "WHERE grant_id = $1 AND NOT unlimited AND remaining_uses >= 1 "
-                        "RETURNING remaining_uses",
-                        gid,
-                    )
-                    if left is None:
-                        raise _Spent
-                    if left == 0:
-                        await conn.execute("DELETE FROM decision_grants WHERE grant_id = $1", gid)
-                await self._notify(conn, "s", session_id)
+            for gid in counted:
+                left = await conn.fetchval(
+                    "UPDATE decision_grants SET remaining_uses = remaining_uses - 1 "
+                    "WHERE grant_id = $1 AND NOT unlimited AND remaining_uses >= 1 "
+                    "RETURNING remaining_uses",
+                    gid,
+                )
+                if left is None:
+                    raise _Spent  # rolls back the uses spent so far
+                if left == 0:
+                    await conn.execute("DELETE FROM decision_grants WHERE grant_id = $1", gid)
             return True
 
         try:
-            return await self._run(spend)
+            return await self._change_session(session_id, spend)
         except _Spent:
             self._grant_races.add(1)
             return False
-        finally:
-            self._invalidate(session_id)
 
     # -- approvals ----------------------------------------------------------------------
 
     async def insert_approval(self, rec: ApprovalRecord) -> None:
         """Store a new pending approval and announce it to every replica."""
-        call = {
-            "call_id": rec.call.call_id,
-            "tool_name": rec.call.tool_name,
-            "arguments": dict(rec.call.arguments),
-            "from_subagent": rec.call.from_subagent,
-            "agent_name": rec.call.agent_name,
-            "findings": rec.call.findings,
-        }
 
         async def insert(conn: asyncpg.Connection) -> None:
             async with conn.transaction():
@@ -993,7 +916,7 @@ class PostgresDecisionStore:
                     rec.approval_id,
                     rec.session_id,
                     rec.call.call_id,
-                    json.dumps(call),
+                    call_to_json(rec.call),
                     rec.reason,
                     rec.risk,
                     rec.summary,

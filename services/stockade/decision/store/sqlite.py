@@ -1,4 +1,4 @@
-"""Durable session state (DEC-6) in SQLite via aiosqlite.
+"""The decision store on one SQLite file (DEC-6): the embedded default, one replica.
 
 Sessions with their mode and denial counters, session rules, scoped "always allow"
 grants and approvals all live in one database file and survive a restart. Reads that
@@ -10,28 +10,50 @@ on its next call), so millions of sessions do not grow the service's memory.
 Approvals are indexed by state and by (session, call), and resolved or expired ones are
 deleted after a retention period (``delete_finished_approvals``), so a request costs the
 same after a million approvals as after ten. Older databases are upgraded in place when
-opened (columns added, indexes created). The SQL is kept portable (no SQLite-only syntax
-where a standard form exists) for the PostgreSQL store to come.
+opened (columns added, indexes created). What is not SQL (records, checks, row mappers,
+the session cache) is shared with the PostgreSQL store (``model.py``).
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
-import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 
 from stockade.decision.modes import Mode
-from stockade.decision.rules import Effect, Rule, RuleIndex, Source, compile_rule
-from stockade.errors import ApprovalNotFound, InvalidArgument, ResourceExhausted, SessionNotFound
+from stockade.decision.rules import Effect, Rule, RuleIndex
+from stockade.decision.store.model import (
+    APPROVAL_COLUMNS,
+    DEFAULT_CACHE_MAX_SESSIONS,
+    DEFAULT_MAX_SESSION_RULES,
+    GRANT_COLUMNS,
+    RULE_COLUMNS,
+    SESSION_COLUMNS,
+    ApprovalRecord,
+    ApprovalState,
+    CachedSession,
+    GrantRecord,
+    SessionCache,
+    SessionRecord,
+    approval_from_row,
+    call_to_json,
+    check_rule_count,
+    check_task,
+    counted_grants,
+    live_grants,
+    new_grant_rule,
+    new_id,
+    new_session_rule,
+    rule_from_row,
+    rule_to_json,
+    session_from_row,
+    session_not_found,
+)
+from stockade.errors import ApprovalNotFound
 
 _SCHEMA = """
 PRAGMA journal_mode=WAL;
@@ -106,106 +128,8 @@ _MIGRATIONS = (
 # Created after the migrations: they use columns older databases only have from then on.
 _LATE_INDEXES = ("CREATE INDEX IF NOT EXISTS approvals_finished ON approvals(finish_time)",)
 
-MAX_TASK_CHARS = 4_000
-"""A session's stated task: one paragraph for auto mode's classifier, not a document."""
-DEFAULT_CACHE_MAX_SESSIONS = 10_000
-"""Sessions whose state is kept in memory (each costs about 2 KB, more with rules)."""
-DEFAULT_MAX_SESSION_RULES = 1_000
-"""Session rules plus live grants per session (each change recompiles them all)."""
 
-
-class ApprovalState(Enum):
-    """Where an approval stands."""
-
-    PENDING = "pending"
-    ALLOWED = "allowed"
-    DENIED = "denied"
-    EXPIRED = "expired"
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    """A session as stored."""
-
-    session_id: str
-    mode: Mode
-    create_time: float
-    consecutive_denials: int = 0
-    total_denials: int = 0
-    task: str = ""
-    """The task the session's creator stated (auto mode's classifier sees it)."""
-
-
-@dataclass(frozen=True)
-class GrantRecord:
-    """A scoped "always allow" grant: a session ALLOW rule with uses and/or a deadline."""
-
-    grant_id: str
-    session_id: str
-    rule: Rule
-    remaining_uses: int
-    """Uses left; 0 means unlimited."""
-    expire_time: float | None
-    create_time: float
-    resolver: str
-
-    def live(self, now: float) -> bool:
-        """True while the deadline has not passed."""
-        return self.expire_time is None or now < self.expire_time
-
-
-@dataclass(frozen=True)
-class PendingCall:
-    """The call an approval is about."""
-
-    call_id: str
-    tool_name: str
-    arguments: Mapping[str, Any]
-    from_subagent: bool = False
-    agent_name: str = ""
-    findings: str = ""
-    """Digest of the executor findings the ASK decision saw (bound into the grant an
-    approval yields, DEC-12 rev 2); "" when the Decide carried no inspection."""
-
-
-@dataclass(frozen=True)
-class ApprovalRecord:
-    """An approval as stored."""
-
-    approval_id: str
-    session_id: str
-    call: PendingCall
-    reason: str
-    risk: str
-    summary: str
-    state: ApprovalState
-    create_time: float
-    expire_time: float
-    resolver: str = ""
-    resolution: str = ""
-    resolve_reason: str = ""
-    always_allow_applies: bool = True
-    """Whether an ALWAYS_ALLOW answer can take effect (False when an explicit ask rule or
-    a hook asked: they outrank allow rules and ask every time)."""
-    rule: Rule | None = None
-    """The rule that asked (the ASK decision's winning rule); None for approvals stored
-    before the rule was kept."""
-
-
-@dataclass
-class _Cached:
-    record: SessionRecord
-    index: RuleIndex | None = None
-    index_expiry: float | None = None
-    grants_by_rule: dict[str, GrantRecord] | None = None
-
-
-def new_id(prefix: str) -> str:
-    """A random id with a readable prefix."""
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
-
-
-class SessionStore:
+class SQLiteDecisionStore:
     """Sessions, session rules, grants and approvals in one SQLite file (one replica)."""
 
     shared = False
@@ -221,9 +145,7 @@ class SessionStore:
     ):
         self._db = db
         self._clock = clock
-        # Least recently used first; bounded by ``cache_max_sessions``.
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self.cache_max_sessions = max(1, cache_max_sessions)
+        self._cache = SessionCache(cache_max_sessions)
         self.max_session_rules = max_session_rules
 
     @classmethod
@@ -234,7 +156,7 @@ class SessionStore:
         clock: Callable[[], float] = time.time,
         cache_max_sessions: int = DEFAULT_CACHE_MAX_SESSIONS,
         max_session_rules: int = DEFAULT_MAX_SESSION_RULES,
-    ) -> SessionStore:
+    ) -> SQLiteDecisionStore:
         """Open (and create if needed) the database at ``path``, upgrading an older schema
         in place."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -263,12 +185,10 @@ class SessionStore:
         """How many sessions the in-memory cache holds now."""
         return len(self._cache)
 
-    def _remember(self, session_id: str, entry: _Cached) -> None:
-        """Cache ``entry``, dropping the least recently used sessions past the bound."""
-        self._cache[session_id] = entry
-        self._cache.move_to_end(session_id)
-        while len(self._cache) > self.cache_max_sessions:
-            self._cache.popitem(last=False)
+    @property
+    def cache_max_sessions(self) -> int:
+        """How many sessions the cache holds at most."""
+        return self._cache.max_sessions
 
     async def close(self) -> None:
         """Close the database."""
@@ -280,11 +200,7 @@ class SessionStore:
         self, session_id: str | None, mode: Mode, *, task: str = ""
     ) -> tuple[SessionRecord, bool]:
         """Create a session (or return the existing one with that id); True if created."""
-        if len(task) > MAX_TASK_CHARS:
-            raise InvalidArgument(
-                f"task is {len(task):,} characters; the limit is {MAX_TASK_CHARS:,}",
-                argument="task",
-            )
+        check_task(task)
         sid = session_id or new_id("ses")
         existing = await self.find_session(sid)
         if existing is not None:
@@ -302,30 +218,27 @@ class SessionStore:
 
     async def find_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None."""
-        cached = self._cache.get(session_id)
-        if cached is not None:
-            self._cache.move_to_end(session_id)
-            return cached.record
+        rec = self._cache.record(session_id)
+        if rec is not None:
+            return rec
         async with self._db.execute(
-            "SELECT session_id, mode, create_time, consecutive_denials, total_denials, task "
-            "FROM sessions WHERE session_id = ?",
-            (session_id,),
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
         ) as cur:
             row = await cur.fetchone()
         if row is None:
             return None
-        cached = self._cache.get(session_id)
-        if cached is not None:  # another call read it meanwhile and may have moved on
-            return cached.record
-        rec = SessionRecord(row[0], Mode(row[1]), row[2], row[3], row[4], row[5])
-        self._remember(session_id, _Cached(rec))
+        rec = self._cache.record(session_id)
+        if rec is not None:  # another call read it meanwhile and may have moved on
+            return rec
+        rec = session_from_row(row)
+        self._cache.remember(session_id, CachedSession(rec))
         return rec
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session; ``SessionNotFound`` if absent."""
         rec = await self.find_session(session_id)
         if rec is None:
-            raise SessionNotFound(f"session {session_id!r} does not exist", session_id=session_id)
+            raise session_not_found(session_id)
         return rec
 
     async def delete_session(self, session_id: str) -> bool:
@@ -349,7 +262,7 @@ class SessionStore:
     def _update_cached(self, rec: SessionRecord) -> SessionRecord:
         cached = self._cache.get(rec.session_id)
         if cached is None:
-            self._remember(rec.session_id, _Cached(rec))
+            self._cache.remember(rec.session_id, CachedSession(rec))
         else:
             cached.record = rec
         return rec
@@ -381,17 +294,15 @@ class SessionStore:
     ) -> Rule:
         """Add a SESSION rule (idempotent by request_id); ``InvalidPattern`` if it is bad."""
         await self.get_session(session_id)
-        rule = Rule(effect, pattern.strip(), Source.SESSION, reason, new_id("rule"))
-        compile_rule(rule, 0)  # reject bad patterns before storing them
+        rule = new_session_rule(effect, pattern, reason)
         if request_id:
             async with self._db.execute(
-                "SELECT rule_id, effect, pattern, reason FROM session_rules "
-                "WHERE session_id = ? AND request_id = ?",
+                f"SELECT {RULE_COLUMNS} FROM session_rules WHERE session_id = ? AND request_id = ?",
                 (session_id, request_id),
             ) as cur:
                 row = await cur.fetchone()
             if row is not None:
-                return Rule(Effect(row[1]), row[2], Source.SESSION, row[3], row[0])
+                return rule_from_row(row)
         await self.check_rule_capacity(session_id)
         # seq orders a session's rules; only the session's own maximum matters (indexed).
         await self._db.execute(
@@ -417,12 +328,11 @@ class SessionStore:
     async def list_rules(self, session_id: str) -> list[Rule]:
         """The session's own rules in order (grants are listed by ``list_grants``)."""
         async with self._db.execute(
-            "SELECT rule_id, effect, pattern, reason FROM session_rules WHERE session_id = ? "
-            "ORDER BY seq",
+            f"SELECT {RULE_COLUMNS} FROM session_rules WHERE session_id = ? ORDER BY seq",
             (session_id,),
         ) as cur:
             rows = await cur.fetchall()
-        return [Rule(Effect(r[1]), r[2], Source.SESSION, r[3], r[0]) for r in rows]
+        return [rule_from_row(r) for r in rows]
 
     async def check_rule_capacity(self, session_id: str) -> None:
         """``ResourceExhausted`` when the session holds ``max_session_rules`` rules and
@@ -433,38 +343,27 @@ class SessionStore:
             (session_id, session_id),
         ) as cur:
             row = await cur.fetchone()
-        count = int(row[0]) if row else 0
-        if count >= self.max_session_rules:
-            raise ResourceExhausted(
-                f"session {session_id!r} holds {count} session rules and grants; the limit is "
-                f"{self.max_session_rules} (max_session_rules): remove some first",
-                limit="max_session_rules",
-                value=str(self.max_session_rules),
-            )
+        check_rule_count(session_id, int(row[0]) if row else 0, self.max_session_rules)
 
     def _invalidate(self, session_id: str) -> None:
         cached = self._cache.get(session_id)
         if cached is not None:
-            cached.index = None
-            cached.grants_by_rule = None
+            cached.forget_rules()
 
     async def session_rules(self, session_id: str, *, cwd: str = "/") -> RuleIndex:
         """The session's rules and live grants, compiled (cached until something changes)."""
         rec = await self.get_session(session_id)
         cached = self._cache.get(rec.session_id)
         if cached is None:  # a cache of one, and another session pushed this one out
-            cached = _Cached(rec)
-            self._remember(rec.session_id, cached)
+            cached = CachedSession(rec)
+            self._cache.remember(rec.session_id, cached)
         now = self._clock()
-        if cached.index is not None and (cached.index_expiry is None or now < cached.index_expiry):
-            return cached.index
+        index = cached.current_index(now)
+        if index is not None:
+            return index
         rules = await self.list_rules(session_id)
         grants = [g for g in await self.list_grants(session_id) if g.live(now)]
-        expiries = [g.expire_time for g in grants if g.expire_time is not None]
-        cached.index = RuleIndex([*rules, *(g.rule for g in grants)], cwd=cwd)
-        cached.index_expiry = min(expiries) if expiries else None
-        cached.grants_by_rule = {g.rule.rule_id: g for g in grants}
-        return cached.index
+        return cached.compile(rules, grants, cwd)
 
     # -- grants -------------------------------------------------------------------------
 
@@ -478,11 +377,8 @@ class SessionStore:
         resolver: str = "",
     ) -> GrantRecord:
         """Add a scoped ALLOW grant for the session."""
-        if remaining_uses < 0:
-            raise InvalidArgument("scope.remaining_uses must not be negative")
-        gid = new_id("grant")
-        rule = Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", gid)
-        compile_rule(rule, 0)
+        rule = new_grant_rule(pattern, resolver, remaining_uses)
+        gid = rule.rule_id
         await self.check_rule_capacity(session_id)
         now = self._clock()
         await self._db.execute(
@@ -499,18 +395,11 @@ class SessionStore:
         """The session's live grants."""
         now = self._clock()
         async with self._db.execute(
-            "SELECT grant_id, pattern, remaining_uses, expire_time, create_time, resolver "
-            "FROM grants WHERE session_id = ? ORDER BY create_time",
+            f"SELECT {GRANT_COLUMNS} FROM grants WHERE session_id = ? ORDER BY create_time",
             (session_id,),
         ) as cur:
             rows = await cur.fetchall()
-        out = []
-        for gid, pattern, uses, exp, created, resolver in rows:
-            rule = Rule(Effect.ALLOW, pattern, Source.SESSION, f"always allowed by {resolver}", gid)
-            g = GrantRecord(gid, session_id, rule, uses, exp, created, resolver)
-            if g.live(now):
-                out.append(g)
-        return out
+        return live_grants(session_id, rows, now)
 
     async def revoke_grant(self, grant_id: str) -> bool:
         """Delete a grant; True if it existed."""
@@ -535,10 +424,7 @@ class SessionStore:
         if not grants:
             return True
         changed = False
-        for rule in rules:
-            g = grants.get(rule.rule_id)
-            if g is None or g.remaining_uses == 0:
-                continue
+        for g in counted_grants(grants, rules):
             if g.remaining_uses <= 1:
                 await self._db.execute("DELETE FROM grants WHERE grant_id = ?", (g.grant_id,))
             else:
@@ -568,19 +454,11 @@ class SessionStore:
 
     async def insert_approval(self, rec: ApprovalRecord) -> None:
         """Store a new pending approval."""
-        call = {
-            "call_id": rec.call.call_id,
-            "tool_name": rec.call.tool_name,
-            "arguments": dict(rec.call.arguments),
-            "from_subagent": rec.call.from_subagent,
-            "agent_name": rec.call.agent_name,
-            "findings": rec.call.findings,
-        }
         await self._db.execute(
             "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
             "summary, state, create_time, expire_time, always_allow_applies, rule_json) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rec.approval_id, rec.session_id, rec.call.call_id, json.dumps(call), rec.reason,
+            (rec.approval_id, rec.session_id, rec.call.call_id, call_to_json(rec.call), rec.reason,
              rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
              int(rec.always_allow_applies), rule_to_json(rec.rule)),
         )  # fmt: skip
@@ -674,72 +552,4 @@ class SessionStore:
         return int(row[0]) if row else 0
 
 
-_APPROVAL_SELECT = (
-    "SELECT approval_id, session_id, call_json, reason, risk, summary, state, create_time, "
-    "expire_time, resolver, resolution, resolve_reason, always_allow_applies, rule_json "
-    "FROM approvals"
-)
-
-
-def rule_to_json(rule: Rule | None) -> str:
-    """An approval's asking rule as stored ('' when unknown)."""
-    if rule is None:
-        return ""
-    return json.dumps(
-        {
-            "effect": rule.effect.value,
-            "pattern": rule.pattern,
-            "source": rule.source.value,
-            "reason": rule.reason,
-            "rule_id": rule.rule_id,
-            "bypass_immune": rule.bypass_immune,
-        },
-        ensure_ascii=False,
-    )
-
-
-def rule_from_json(text: str) -> Rule | None:
-    """The stored asking rule; None when none was stored (or it cannot be read: the rule
-    is shown to people, never used to decide, so an unreadable one is left out)."""
-    if not text:
-        return None
-    try:
-        raw = json.loads(text)
-        return Rule(
-            Effect(raw["effect"]),
-            str(raw["pattern"]),
-            Source(raw["source"]),
-            str(raw.get("reason", "")),
-            str(raw.get("rule_id", "")),
-            bool(raw.get("bypass_immune", False)),
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def approval_from_row(row: Any) -> ApprovalRecord:
-    """An approval from a row in the column order of ``_APPROVAL_SELECT`` (both backends use it)."""
-    call = json.loads(row[2])
-    return ApprovalRecord(
-        approval_id=row[0],
-        session_id=row[1],
-        call=PendingCall(
-            call_id=call["call_id"],
-            tool_name=call["tool_name"],
-            arguments=call["arguments"],
-            from_subagent=bool(call.get("from_subagent")),
-            agent_name=call.get("agent_name", ""),
-            findings=call.get("findings", ""),
-        ),
-        reason=row[3],
-        risk=row[4],
-        summary=row[5],
-        state=ApprovalState(row[6]),
-        create_time=row[7],
-        expire_time=row[8],
-        resolver=row[9],
-        resolution=row[10],
-        resolve_reason=row[11],
-        always_allow_applies=bool(row[12]),
-        rule=rule_from_json(row[13]),
-    )
+_APPROVAL_SELECT = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
