@@ -5,7 +5,8 @@ re-attaches to the other replica and gets the answer given there, and an approva
 nobody waits for is abandoned by the survivor); a rule or mode change on one replica
 seen by Decide on the other; denial counters exact under concurrent denials on both;
 both replicas' change feeds cut by the server (the answer and the mode change made
-meanwhile still reach the other replica)."""
+meanwhile still reach the other replica); a replica whose feed stays cut reports
+NOT_SERVING, serves nothing stale meanwhile, and SERVING again once it has caught up."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import os
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import grpc
 from google.protobuf import struct_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
@@ -310,3 +313,93 @@ async def test_cut_change_feeds_come_back_and_nothing_is_missed(
 
 async def _two_listening(dsn: str) -> bool:
     return await _listen_backends(dsn) == 2
+
+
+async def _health(replica: Replica) -> int:
+    """The replica's standard gRPC health status of the decision service."""
+    async with aio_channel(replica.address) as channel:
+        got = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="stockade.v1.DecisionService"), timeout=10
+        )
+    return int(got.status)
+
+
+@contextlib.asynccontextmanager
+async def _connections_refused(server_dsn: str, db_dsn: str) -> AsyncIterator[None]:
+    """No new connection to the test's database for the block (connections already open
+    stay up): a replica whose change feed is cut cannot bring it back until then."""
+    database = urlsplit(db_dsn).path.lstrip("/")
+    admin = await asyncpg.connect(server_dsn)  # the maintenance database, not the test's
+    try:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            yield
+        finally:
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+    finally:
+        await admin.close()
+
+
+async def test_a_replica_without_its_change_feed_is_not_serving_and_serves_no_stale_state(
+    fault_stack: StartStack, pg_server: str, pg_dsn: str, tmp_path: Path
+) -> None:
+    async with _replicas(fault_stack, pg_dsn, tmp_path) as (a, b):
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        assert (await _health(a), await _health(b)) == (serving, serving)
+        # b caches the session; an approval raised on a has a waiter on b. Several
+        # sessions at once open a few pooled connections on each replica, which stay
+        # open while new ones are refused below.
+        assert (await b.client.decide(read("h", "r0"))).verdict == c_pb2.VERDICT_ALLOW
+        for replica in (a, b):
+            await asyncio.gather(*(replica.client.decide(read(f"warm{i}", "r")) for i in range(8)))
+        asked = await a.client.decide(write("h", "w0"))
+        assert asked.verdict == c_pb2.VERDICT_ASK
+        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout_s=300))
+        async with _connections_refused(pg_server, pg_dsn):
+            # The server cuts both change feeds, and they cannot come back yet.
+            assert await _listen_backends_via(pg_server, pg_dsn) == 2
+            await wait_for(lambda: _status_is(b, not_serving), what="b to report NOT_SERVING")
+            await wait_for(lambda: _status_is(a, not_serving), what="a to report NOT_SERVING")
+            # What still reaches b is served from the database, never from its cache: a
+            # mode change made on a applies to b's very next Decide...
+            await a.admin.stub.SetMode(
+                d_pb2.SetModeRequest(session_id="h", mode=c_pb2.PERMISSION_MODE_PLAN),
+                metadata=(("authorization", f"Bearer {a.stack.admin_token}"),),
+            )
+            got = await b.client.decide(write("h", "w1"))
+            assert got.verdict == c_pb2.VERDICT_DENY and "fail closed" not in got.reason, got
+            # ...and an answer given on a reaches b's waiter without any notification.
+            await _resolve(a, asked.approval_id, d_pb2.RESOLUTION_DENY)
+            answer = await asyncio.wait_for(wait, 120)
+            assert answer.approval.state == d_pb2.APPROVAL_STATE_DENIED
+            assert await _status_is(b, not_serving)  # still cut off: still not ready
+        # Connections are allowed again: both feeds come back, resynchronise, and serve.
+        await wait_for(lambda: _status_is(b, serving), what="b to report SERVING again")
+        await wait_for(lambda: _status_is(a, serving), what="a to report SERVING again")
+        assert await _listen_backends(pg_dsn) == 2
+        got = await b.client.decide(write("h", "w2"))
+        assert got.verdict == c_pb2.VERDICT_DENY and "fail closed" not in got.reason, got
+
+
+async def _status_is(replica: Replica, status: int) -> bool:
+    return await _health(replica) == status
+
+
+async def _listen_backends_via(server_dsn: str, db_dsn: str) -> int:
+    """Terminate the listening connections of the test's database from the maintenance
+    database (the test's own refuses new connections now); how many there were."""
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = $1 AND application_name = $2",
+                urlsplit(db_dsn).path.lstrip("/"),
+                LISTEN_APPLICATION_NAME,
+            )
+        )
+    finally:
+        await conn.close()

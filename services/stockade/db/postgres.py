@@ -10,6 +10,7 @@ pool in one dependency).
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Sequence
 
@@ -36,20 +37,66 @@ Migration = tuple[int, str]
 
 
 async def connect(
-    dsn: str, *, what: str, application_name: str | None = None
+    dsn: str, *, what: str, application_name: str | None = None, timeout: float = 60.0
 ) -> asyncpg.Connection:
-    """One connection to ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails.
+    """One connection to ``dsn``; ``DependencyUnavailable`` naming ``what`` if it fails
+    (or takes more than ``timeout`` seconds).
 
     The message carries the redacted DSN, never the password. ``application_name`` names
     the connection in ``pg_stat_activity`` (what an operator sees on the server).
     """
     settings = {"application_name": application_name} if application_name else None
     try:
-        return await asyncpg.connect(dsn, server_settings=settings)
+        return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout)
     except _OPEN_ERRORS as err:
         raise DependencyUnavailable(
             f"cannot reach the {what} database {redact_dsn(dsn)}: {err}"
         ) from err
+
+
+def keep_alive(conn: asyncpg.Connection, *, idle_s: int, interval_s: int, count: int) -> bool:
+    """Make the kernel notice a dead server on ``conn`` (TCP only; True if applied).
+
+    A connection that only listens sends nothing, so a server that vanished without a
+    FIN or RST (a crashed host, a dropped network path: a half-open connection) goes
+    unnoticed until something is sent. TCP keepalives probe after ``idle_s`` of silence,
+    every ``interval_s``, and give up after ``count`` unanswered probes; the user timeout
+    aborts the connection when data sent (a keepalive or a query) stays unacknowledged for
+    ``(idle_s + interval_s * count)`` seconds. Either way the connection closes with an
+    error, which the owner's termination listener sees. A unix socket has no such failure
+    and is left alone.
+    """
+    transport = getattr(conn, "_transport", None)  # asyncpg keeps its transport here
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    return keep_alive_socket(sock, idle_s=idle_s, interval_s=interval_s, count=count)
+
+
+def keep_alive_socket(sock: object, *, idle_s: int, interval_s: int, count: int) -> bool:
+    """``keep_alive`` on a socket object (anything with ``setsockopt``)."""
+    setsockopt = getattr(sock, "setsockopt", None)
+    if setsockopt is None:
+        return False
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), idle_s),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), interval_s),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), count),
+        (
+            socket.IPPROTO_TCP,
+            getattr(socket, "TCP_USER_TIMEOUT", None),
+            (idle_s + interval_s * count) * 1000,
+        ),
+    ]
+    try:
+        for level, option, value in options:
+            if option is not None:  # not every platform has every option
+                setsockopt(level, option, value)
+    except OSError as err:
+        log.warning("could not set TCP keepalives on a database connection: %s", err)
+        return False
+    return True
 
 
 async def open_pool(

@@ -31,7 +31,7 @@ from stockade.decision.servicer import DecisionServicer
 from stockade.decision.settings import DecisionSettings
 from stockade.decision.shadow import ShadowPolicy
 from stockade.decision.store import open_decision_store
-from stockade.server import Registration
+from stockade.server import Registration, ServingState
 from stockade.server.access import AdminAuth
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import decision_service_pb2_grpc as d_grpc
@@ -140,6 +140,11 @@ class DecisionApp:
             max_session_rules=s.max_session_rules,
             pool_size=s.store_pool_size,
         )
+        # Readiness follows the store: a replica on a shared store that has lost its change
+        # feed reports NOT_SERVING until it has caught up, so calls go to replicas that
+        # see every change (it still answers what reaches it, from the database).
+        serving = ServingState()
+        store.on_health(serving.set)
         log.info("decision loaded %s", describe_policy(policies))
         shadow = None
         if s.shadow_policy_file is not None:
@@ -207,6 +212,7 @@ class DecisionApp:
                     d_grpc.add_DecisionServiceServicer_to_server,
                     DecisionServicer(core),
                     SERVICE_NAME,
+                    serving=serving,
                     admin=AdminAuth(
                         s.admin_tokens,
                         s.admin_identities,

@@ -115,6 +115,9 @@ class ApprovalLimits:
 
 
 ABANDONED_REASON = "abandoned: nobody was waiting for the answer any more"
+GAP_POLL_S = 1.0
+"""How often a waiter re-reads its approval while the store's change feed is down (an
+answer given on another replica then sends no wake-up)."""
 
 
 class _Watcher:
@@ -158,6 +161,7 @@ class ApprovalBroker:
         self._orphaned: dict[str, float] = {}
         """Pending approval id → when its last waiter left (or this service started)."""
         store.on_changes(self)
+        store.on_health(self._feed_changed)
 
     async def load(self) -> None:
         """Read the pending approvals once (at start, or on first use).
@@ -209,6 +213,15 @@ class ApprovalBroker:
         for rec in now_pending.values():
             if rec.approval_id not in self._pending:
                 self._publish(rec)
+        for event in self._answered.values():
+            event.set()
+        self._answered.clear()
+
+    def _feed_changed(self, fresh: bool) -> None:
+        """The store's change feed was lost: wake every waiter, so it re-reads its
+        approval now and keeps polling (``GAP_POLL_S``) until the feed is back."""
+        if fresh:
+            return
         for event in self._answered.values():
             event.set()
         self._answered.clear()
@@ -471,6 +484,10 @@ class ApprovalBroker:
                 if left <= 0:
                     await self._expire(rec)
                     continue
+                if not self._store.fresh:
+                    # The change feed is down: an answer given on another replica would
+                    # not wake us, so read again soon instead of waiting for the resync.
+                    left = min(left, GAP_POLL_S)
                 answered = asyncio.ensure_future(event.wait())
                 stopped = asyncio.ensure_future(stop.wait())
                 try:

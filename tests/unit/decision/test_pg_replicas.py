@@ -7,8 +7,10 @@ resynchronises, and the ALLOW path of Decide reads no database on a cached sessi
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -24,7 +26,11 @@ from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
 from stockade.decision.store import ApprovalState, PendingCall
-from stockade.decision.store.postgres import MIGRATIONS, PostgresDecisionStore
+from stockade.decision.store.postgres import (
+    LISTEN_APPLICATION_NAME,
+    MIGRATIONS,
+    PostgresDecisionStore,
+)
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, InvalidArgument
 
 
@@ -265,6 +271,8 @@ async def _lost_listen(
     a: PostgresDecisionStore, b: PostgresDecisionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker_a, broker_b = ApprovalBroker(a), ApprovalBroker(b)
+    health: list[bool] = []
+    b.on_health(health.append)
     await broker_a.load()
     await broker_b.load()
     await a.create_session("s1", Mode.DEFAULT)
@@ -280,17 +288,21 @@ async def _lost_listen(
     await b.drop_listen_connection()
     await wait_for(lambda: not b.listening, "b to notice the lost feed")
     assert b.cached_sessions == 0 and b.gaps == 1
+    assert not b.fresh and health == [True, False]  # the replica says it is not ready
     # Changes made now never reach b as notifications; b must not serve its old state.
     await a.set_mode("s1", Mode.PLAN)
     await broker_a.resolve(approval, Resolution.DENY, resolver="alice", reason="no")
     assert (await b.get_session("s1")).mode is Mode.PLAN  # read through, not cached
     assert b.cached_sessions == 0  # and not cached while the feed is down
+    # b's waiter gets the answer while the feed is still down (it polls meanwhile).
+    final = await asyncio.wait_for(waiter, 60)
+    assert final.state is ApprovalState.DENIED and final.resolver == "alice"
+    assert not b.listening and not b.fresh
     raised_in_gap = await ask(broker_a, n=1)
     # The feed comes back: b resynchronises (pending re-read, waiters re-read).
     monkeypatch.setattr(b, "_dsn", good_dsn)
     await wait_for(lambda: b.resyncs >= 1, "b to resynchronise")
-    final = await asyncio.wait_for(waiter, 60)
-    assert final.state is ApprovalState.DENIED and final.resolver == "alice"
+    assert b.fresh and health == [True, False, True]
     await wait_for(lambda: raised_in_gap in broker_b._pending, "b to pick up the gap's ask")
     assert approval not in broker_b._pending
     assert b.listening
@@ -412,3 +424,94 @@ async def test_a_hung_database_fails_the_call_instead_of_holding_it(pg_dsn: str)
     finally:
         await blocker.close()
         await store.close()
+
+
+class _FreezingProxy:
+    """A TCP proxy in front of the server's unix socket that can go silent on the
+    listening connection alone: it then forwards nothing and closes nothing, as a server
+    whose host vanished or a network path that dropped (a half-open connection)."""
+
+    def __init__(self, unix_path: str) -> None:
+        self.unix_path = unix_path
+        self.frozen: set[asyncio.StreamWriter] = set()
+        self.listeners: list[asyncio.StreamWriter] = []
+        self.listen_links = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _link(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_unix_connection(self.unix_path)
+        self._writers += [client_w, server_w]
+        first = await client_r.read(65536)  # the startup message names the application
+        if LISTEN_APPLICATION_NAME.encode() in first:
+            self.listen_links += 1
+            self.listeners += [client_w, server_w]
+        server_w.write(first)
+        for src, dst in ((client_r, server_w), (server_r, client_w)):
+            task = asyncio.create_task(self._pump(src, dst))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def freeze_listeners(self) -> None:
+        """Go silent on the listening connections open now (later ones pass)."""
+        self.frozen.update(self.listeners)
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                if dst in self.frozen:
+                    continue  # swallowed: no answer, no error, no close
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        if dst not in self.frozen:
+            dst.close()  # one side closed: pass it on (a frozen link passes on nothing)
+
+    async def close(self) -> None:
+        self.server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for writer in self._writers:
+            writer.close()
+
+
+async def test_a_half_open_listen_connection_is_noticed_and_replaced(pg_dsn: str) -> None:
+    parts = urlsplit(pg_dsn)
+    socket_dir = parse_qs(parts.query)["host"][0]
+    proxy = _FreezingProxy(f"{socket_dir}/.s.PGSQL.{parts.port or 5432}")
+    port = await proxy.start()
+    tcp_dsn = urlunsplit(
+        parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}", query="sslmode=disable")
+    )
+    store = await PostgresDecisionStore.open(tcp_dsn, pool_size=2)
+    try:
+        # Over TCP the listening connection gets keepalives and a user timeout, so the
+        # kernel too gives up on a silent server.
+        conn = store._listen_conn
+        assert conn is not None
+        sock = conn._transport.get_extra_info("socket")  # type: ignore[attr-defined]
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 2
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000
+        await store.create_session("s1", Mode.DEFAULT)
+        await store.get_session("s1")
+        assert store.fresh and store.cached_sessions == 1 and proxy.listen_links == 1
+        # The path to the server goes silent for the listening connection only: no error,
+        # no close. The probe's round trip finds it; the cache is dropped at once.
+        proxy.freeze_listeners()
+        await wait_for(lambda: not store.fresh, "the store to notice the silent feed")
+        assert store.gaps == 1 and store.cached_sessions == 0
+        # A new listening connection (the proxy lets new ones through) and a resync.
+        await wait_for(lambda: store.fresh and store.resyncs >= 1, "the feed to come back")
+        assert proxy.listen_links >= 2
+        await store.get_session("s1")
+        assert store.cached_sessions == 1
+    finally:
+        await store.close()
+        await proxy.close()

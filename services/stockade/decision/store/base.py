@@ -12,7 +12,7 @@ so the approval broker's watchers and waiters see the whole fleet's approvals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from stockade.decision.modes import Mode
@@ -53,8 +53,17 @@ class DecisionStore(Protocol):
 
     max_session_rules: int
 
+    @property
+    def fresh(self) -> bool:
+        """True while this store learns every other replica's change as it happens (a
+        private store always does). While False, nothing is served from a cache and the
+        replica reports NOT_SERVING (``on_health``)."""
+
     def on_changes(self, listener: StoreListener) -> None:
         """Tell ``listener`` what other replicas change (a no-op for a private store)."""
+
+    def on_health(self, observer: Callable[[bool], None]) -> None:
+        """Call ``observer(fresh)`` whenever ``fresh`` changes (never, for a private store)."""
 
     async def close(self) -> None:
         """Close the store."""

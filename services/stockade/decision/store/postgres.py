@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 import asyncpg
 from opentelemetry import metrics
 
-from stockade.db.postgres import CONNECTION_ERRORS, connect, migrate, open_pool
+from stockade.db.postgres import CONNECTION_ERRORS, connect, keep_alive, migrate, open_pool
 from stockade.decision.modes import Mode
 from stockade.decision.rules import Effect, Rule, RuleIndex, Source
 from stockade.decision.store.base import StoreListener
@@ -89,9 +89,23 @@ _MIGRATION_LOCK = 0x53544B_0010
 MAX_ID_CHARS = 1_000
 #: Announced changes queued for the broker; past it the store resynchronises instead.
 MAX_QUEUED_CHANGES = 10_000
-#: How often the LISTEN connection is checked (a half-open TCP connection sends no error).
-PROBE_INTERVAL_S = 2.0
-PROBE_TIMEOUT_S = 5.0
+#: How often the LISTEN connection is checked, and how long the check may take: a
+#: half-open TCP connection (the server or the path to it gone without a FIN or RST)
+#: delivers no notification and raises no error, so only a round trip can tell. The probe
+#: is the cheapest one there is (a simple-protocol ``SELECT`` with no target list: no
+#: parse, plan or row; about 50 µs of the server's time).
+PROBE_INTERVAL_S = 0.5
+PROBE_TIMEOUT_S = 1.5
+#: The longest a lost feed can go unnoticed, so the longest a replica may serve a cached
+#: session after another replica changed it: one interval plus one timeout. TCP keepalives
+#: on the listening connection (``LISTEN_KEEPALIVE``) close it at the kernel level within
+#: about 3 s of silence even if the event loop is too busy to probe.
+FEED_LOSS_BOUND_S = PROBE_INTERVAL_S + PROBE_TIMEOUT_S
+#: A new listening connection that takes longer is given up and tried again (a path that
+#: went silent must not hold the reconnect for asyncpg's default minute).
+LISTEN_CONNECT_TIMEOUT_S = 10.0
+#: TCP keepalive of the listening connection: idle seconds, interval seconds, probes.
+LISTEN_KEEPALIVE = (1, 1, 2)
 #: Longest a statement may take: a hung database fails calls (UNAVAILABLE) instead of
 #: holding them (and the pool's connections) until the callers' deadlines.
 COMMAND_TIMEOUT_S = 10.0
@@ -213,6 +227,8 @@ class PostgresDecisionStore:
         self._changes: asyncio.Queue[str] = asyncio.Queue(MAX_QUEUED_CHANGES)
         self._resync_needed = asyncio.Event()
         self._listener: StoreListener | None = None
+        self._fresh = False
+        self._health_observers: list[Callable[[bool], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self.gaps = 0
@@ -304,8 +320,46 @@ class PostgresDecisionStore:
         """Tell ``listener`` about approvals other replicas change, and about resyncs."""
         self._listener = listener
 
+    @property
+    def fresh(self) -> bool:
+        """True while the change feed is up and the store has caught up with what it
+        missed: this replica then sees every other replica's change as it happens.
+
+        False from the moment the feed is found lost until the resynchronisation after
+        its return has finished. The replica then reports NOT_SERVING (its readiness
+        probe fails, so Kubernetes routes new calls to replicas whose feed is up), and
+        whatever still reaches it is served from the database with no cache, so it never
+        acts on another replica's change late: a mode, rule, grant or answer made
+        elsewhere applies here at once; only the live fan-out (watchers, instant waiter
+        wake-ups) waits for the feed, and waiters poll meanwhile.
+        """
+        return self._fresh
+
+    def on_health(self, observer: Callable[[bool], None]) -> None:
+        """Call ``observer(fresh)`` on every change of ``fresh`` (the decision app mirrors
+        it into the gRPC health status)."""
+        self._health_observers.append(observer)
+        observer(self._fresh)
+
+    def _set_fresh(self, fresh: bool) -> None:
+        if fresh == self._fresh:
+            return
+        self._fresh = fresh
+        for observe in list(self._health_observers):
+            try:
+                observe(fresh)
+            except Exception:  # an observer must not break the change feed
+                log.exception("decision store: a health observer failed")
+
     async def _listen(self) -> None:
-        conn = await connect(self._dsn, what="decision", application_name=LISTEN_APPLICATION_NAME)
+        conn = await connect(
+            self._dsn,
+            what="decision",
+            application_name=LISTEN_APPLICATION_NAME,
+            timeout=LISTEN_CONNECT_TIMEOUT_S,
+        )
+        idle_s, interval_s, count = LISTEN_KEEPALIVE
+        keep_alive(conn, idle_s=idle_s, interval_s=interval_s, count=count)
         try:
             await conn.add_listener(CHANNEL, self._on_notify)
         except BaseException:
@@ -317,6 +371,8 @@ class PostgresDecisionStore:
         # Anything read before this point may have missed a notification: start clean.
         self._gap()
         self._listening = True
+        if not self.gaps:
+            self._set_fresh(True)  # first start: nothing was missed yet
 
     def _on_terminated(self, conn: object) -> None:
         self._feed_lost("the LISTEN connection closed")
@@ -326,6 +382,7 @@ class PostgresDecisionStore:
             return
         self._listening = False
         self.gaps += 1
+        self._set_fresh(False)
         self._feed_events.add(1, {"event": "lost"})
         self._gap()
         self._lost.set()
@@ -340,7 +397,7 @@ class PostgresDecisionStore:
                 conn = self._listen_conn
                 try:
                     assert conn is not None
-                    await conn.fetchval("SELECT 1", timeout=PROBE_TIMEOUT_S)
+                    await conn.execute("SELECT", timeout=PROBE_TIMEOUT_S)
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:  # any failure: the feed can no longer be trusted
@@ -425,6 +482,8 @@ class PostgresDecisionStore:
             await self._listener.resynced(pending)
         self.resyncs += 1
         self._feed_events.add(1, {"event": "resynced"})
+        if self._listening and not self._resync_needed.is_set():
+            self._set_fresh(True)
 
     async def drop_listen_connection(self) -> None:
         """Cut the LISTEN connection from the server's side (for fault tests)."""
@@ -526,6 +585,7 @@ class PostgresDecisionStore:
             return
         self._closed = True
         self._listening = False
+        self._set_fresh(False)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

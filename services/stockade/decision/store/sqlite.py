@@ -440,8 +440,14 @@ class SQLiteDecisionStore:
 
     # -- what only a shared store needs (one process: nothing to do) -----------------
 
+    fresh = True
+    """Nothing changes behind this process's back: what it caches is always current."""
+
     def on_changes(self, listener: object) -> None:
         """No other replica writes this file, so there is nothing to report."""
+
+    def on_health(self, observer: Callable[[bool], None]) -> None:
+        """Always fresh: nothing to report."""
 
     async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
         """Waiters are tracked in this process's memory (the approval broker)."""
