@@ -462,7 +462,7 @@ class ApprovalBroker:
         if self._store.shared:
             # Tell every replica a caller waits (again) for this approval, before the
             # first read: a re-attach after a replica died keeps it from being abandoned.
-            await self._store.touch_waiters([approval_id], self._clock())
+            await self._store.touch_waiters([approval_id])
         self._waiters[approval_id] += 1
         self._orphaned.pop(approval_id, None)
         stop = stopping()
@@ -528,8 +528,13 @@ class ApprovalBroker:
             # The waiters are spread over the replicas: each touches its own, and an
             # approval nobody touched within ``reattach_s`` (its replica died, its caller
             # left) is abandoned by whichever replica sweeps first.
-            await self._store.touch_waiters(list(self._waiters), now)
-            for gone in await self._store.abandon_unwatched(cutoff, ABANDONED_REASON):
+            # Heartbeats and the window are on the store's clock (the database's), so a
+            # replica whose clock is off does not abandon another replica's waiters.
+            await self._store.touch_waiters(list(self._waiters))
+            abandoned_now = await self._store.abandon_unwatched(
+                self.limits.reattach_s, ABANDONED_REASON
+            )
+            for gone in abandoned_now:
                 await self._store.record_outcome(gone.session_id, denied=True)
                 self._publish(gone)
                 abandoned += 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from stockade.decision.store import DecisionStore, PostgresDecisionStore, SQLiteDecisionStore
@@ -53,3 +54,21 @@ async def open_decision_store(
     finally:
         for store in reversed(opener.opened):
             await store.close()
+
+
+async def age_waiter_heartbeats(store: DecisionStore, seconds: float) -> None:
+    """Move every approval's last waiter heartbeat ``seconds`` into the past.
+
+    A shared store keeps heartbeats on the database's clock, which a test's fake clock
+    does not move; a private store keeps its waiters in the broker's memory (on the fake
+    clock), so there is nothing to do there.
+    """
+    if isinstance(store, PostgresDecisionStore):
+        dsn = store._dsn
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                "UPDATE decision_approvals SET waiter_seen = waiter_seen - $1", seconds
+            )
+        finally:
+            await conn.close()

@@ -23,7 +23,7 @@ from stockade.decision.rules import Effect
 from stockade.decision.store import ApprovalState, DecisionStore, PendingCall, SQLiteDecisionStore
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, ResourceExhausted
 from stockade.server.lifecycle import stopping
-from tests.unit.decision.conftest import StoreOpener
+from tests.unit.decision.conftest import StoreOpener, age_waiter_heartbeats
 
 
 class Clock:
@@ -149,6 +149,7 @@ async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, cl
     with pytest.raises(asyncio.CancelledError):
         await waiter
     clock.now += 6
+    await age_waiter_heartbeats(store, 6)
     assert await broker.sweep() == (1, 0, 0)
     assert (await store.get_approval(overdue)).state is ApprovalState.EXPIRED
     # Answering while nobody waits says so.
@@ -162,6 +163,7 @@ async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, cl
     _, _, note = await broker.resolve(probe, Resolution.ALLOW_ONCE, resolver="r")
     assert "nobody is waiting" in note
     clock.now += 5
+    await age_waiter_heartbeats(store, 5)
     assert await broker.sweep() == (0, 1, 0)
     rec = await store.get_approval(left)
     assert rec.state is ApprovalState.EXPIRED and rec.resolve_reason == ABANDONED_REASON
@@ -189,6 +191,7 @@ async def test_a_waiter_that_comes_back_keeps_the_approval(
     while not broker.waiting(approval):
         await asyncio.sleep(0)
     clock.now += 50
+    await age_waiter_heartbeats(store, 50)  # the sweep's heartbeat for the live waiter wins
     assert await broker.sweep() == (0, 0, 0)
     await broker.resolve(approval, Resolution.ALLOW_ONCE, resolver="r")
     assert (await second).state is ApprovalState.ALLOWED
@@ -206,6 +209,7 @@ async def test_after_a_restart_pending_approvals_wait_for_their_waiters(
     while not after.waiting(kept):
         await asyncio.sleep(0)
     clock.now += 11
+    await age_waiter_heartbeats(store, 11)
     assert await after.sweep() == (0, 1, 0)
     assert (await store.get_approval(lost)).state is ApprovalState.EXPIRED
     await after.resolve(kept, Resolution.ALLOW_ONCE, resolver="r")
@@ -232,7 +236,8 @@ async def test_shutdown_ends_waits_at_once_and_keeps_the_approval(
     else:
         # Shared store: the callers re-attach to another replica at once (touching the
         # approval); one that did not within ``reattach_s`` is abandoned by any replica.
-        await store.touch_waiters(approvals[:5], clock())
+        await age_waiter_heartbeats(store, 30)
+        await store.touch_waiters(approvals[:5])
         assert await broker.sweep() == (0, 15, 0)
         states = [(await store.get_approval(a)).state for a in approvals[:5]]
         assert states == [ApprovalState.PENDING] * 5

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -32,6 +33,7 @@ from stockade.decision.store.postgres import (
     PostgresDecisionStore,
 )
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, InvalidArgument
+from tests.unit.decision.conftest import age_waiter_heartbeats
 
 
 async def wait_for(
@@ -391,8 +393,10 @@ async def test_replicas_sweeping_at_once_abandon_each_orphan_once_and_keep_the_t
     await broker_b.load()
     await a.create_session("s1", Mode.DEFAULT)
     made = [await ask(broker_a, n=i) for i in range(20)]
-    # Callers of five of them re-attached (on some replica) just before the sweep.
-    await b.touch_waiters(made[:5], 1_095.0)
+    # Callers of five of them re-attached (on some replica) just before the sweep, the
+    # others have been gone for 100 s (heartbeats are on the database's clock).
+    await age_waiter_heartbeats(a, 100)
+    await b.touch_waiters(made[:5])
     clock.now = 1_100.0
     swept = await asyncio.gather(broker_a.sweep(), broker_b.sweep())
     assert sum(abandoned for _, abandoned, _ in swept) == 15
@@ -515,3 +519,45 @@ async def test_a_half_open_listen_connection_is_noticed_and_replaced(pg_dsn: str
     finally:
         await store.close()
         await proxy.close()
+
+
+class _SkewedClock:
+    """The wall clock of a replica whose time is off by ``skew_s``."""
+
+    def __init__(self, skew_s: float) -> None:
+        self.skew_s = skew_s
+
+    def __call__(self) -> float:
+        return time.time() + self.skew_s
+
+
+async def test_waiter_heartbeats_use_the_database_clock_whatever_the_replicas_clocks(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    limits = ApprovalLimits(reattach_s=10)
+    # a runs a minute fast, b a minute slow: six times the re-attach window apart.
+    broker_a = ApprovalBroker(a, clock=_SkewedClock(+60), limits=limits)
+    broker_b = ApprovalBroker(b, clock=_SkewedClock(-60), limits=limits)
+    await broker_a.load()
+    await broker_b.load()
+    await b.create_session("s1", Mode.DEFAULT)
+    watched = await ask(broker_b, n=0)
+    left = await ask(broker_b, n=1)
+    waiter = asyncio.create_task(broker_b.wait(watched))
+    await wait_for(lambda: broker_b.waiting(watched) == 1, "b's waiter")
+    # a sweeps with its fast clock: b's waiter touched its approval a moment ago on the
+    # database's clock, and so, as far as anyone can know, did the caller of ``left``.
+    assert await broker_a.sweep() == (0, 0, 0)
+    assert (await a.get_approval(watched)).state is ApprovalState.PENDING
+    assert (await a.get_approval(left)).state is ApprovalState.PENDING
+    # Eleven seconds later on the database's clock: b, slow as its clock is, touches its
+    # live waiter's approval and abandons the one nobody waits for, on time; a, fast as
+    # its clock is, then finds nothing more to abandon.
+    await age_waiter_heartbeats(a, 11)
+    assert await broker_b.sweep() == (0, 1, 0)
+    assert await broker_a.sweep() == (0, 0, 0)
+    assert (await a.get_approval(left)).state is ApprovalState.EXPIRED
+    assert (await a.get_approval(watched)).state is ApprovalState.PENDING
+    await broker_a.resolve(watched, Resolution.ALLOW_ONCE, resolver="alice")
+    assert (await asyncio.wait_for(waiter, 60)).state is ApprovalState.ALLOWED

@@ -159,11 +159,13 @@ class DecisionStore(Protocol):
     async def count_approvals(self) -> int:
         """All stored approvals."""
 
-    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
-        """Record that callers on this replica wait for ``approval_ids`` (shared stores:
-        a replica that dies stops touching, and the approval is abandoned elsewhere)."""
+    async def touch_waiters(self, approval_ids: Sequence[str]) -> None:
+        """Record that callers on this replica wait for ``approval_ids`` now, on the
+        store's own clock (shared stores: a replica that dies stops touching, and the
+        approval is abandoned elsewhere)."""
 
-    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
-        """Expire, with ``reason``, the pending approvals no replica has touched since
-        ``cutoff``, in one statement (a touch that lands first keeps its approval);
-        return them as stored now (shared stores; a private one returns [])."""
+    async def abandon_unwatched(self, older_than_s: float, reason: str) -> list[ApprovalRecord]:
+        """Expire, with ``reason``, the pending approvals no replica has touched in the
+        last ``older_than_s`` seconds of the store's clock, in one statement (a touch that
+        lands first keeps its approval); return them as stored now (shared stores; a
+        private one returns [])."""

@@ -180,6 +180,9 @@ CREATE INDEX decision_approvals_finished ON decision_approvals(finish_time)
 _APPROVAL_SELECT = f"SELECT {APPROVAL_COLUMNS} FROM decision_approvals"
 _SESSION_SELECT = f"SELECT {SESSION_COLUMNS} FROM decision_sessions"
 _RETURNING_SESSION = f"RETURNING {SESSION_COLUMNS}"
+#: The database's clock in seconds since the epoch: waiter heartbeats (``waiter_seen``)
+#: and the re-attach window are measured on it, so replicas' clocks never meet there.
+_DB_NOW = "extract(epoch from now())::float8"
 
 
 def _check_id(value: str, what: str) -> str:
@@ -972,7 +975,7 @@ class PostgresDecisionStore:
                     "INSERT INTO decision_approvals (approval_id, session_id, call_id, call_json, "
                     "reason, risk, summary, state, create_time, expire_time, "
                     "always_allow_applies, waiter_seen, rule_json) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9, $12)",
+                    f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {_DB_NOW}, $12)",
                     rec.approval_id,
                     rec.session_id,
                     rec.call.call_id,
@@ -1097,34 +1100,37 @@ class PostgresDecisionStore:
         """All stored approvals (for tests and metrics)."""
         return int(await self._run(lambda c: c.fetchval("SELECT count(*) FROM decision_approvals")))
 
-    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
-        """Record that callers on this replica wait for ``approval_ids`` now."""
+    async def touch_waiters(self, approval_ids: Sequence[str]) -> None:
+        """Record that callers on this replica wait for ``approval_ids`` now (the
+        database's now: every replica's heartbeats are on one clock)."""
         ids = list(approval_ids)
         if not ids:
             return
         await self._run(
             lambda c: c.execute(
-                "UPDATE decision_approvals SET waiter_seen = greatest(waiter_seen, $2) "
+                f"UPDATE decision_approvals SET waiter_seen = {_DB_NOW} "
                 "WHERE approval_id = ANY($1) AND state = 'pending'",
                 ids,
-                now,
             )
         )
 
-    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
-        """Expire (up to 500 of) the pending approvals no replica has waited for since
-        ``cutoff``: one conditional UPDATE, so a waiter that touched its approval first
-        keeps it, and of two sweeping replicas each approval is abandoned by one."""
+    async def abandon_unwatched(self, older_than_s: float, reason: str) -> list[ApprovalRecord]:
+        """Expire (up to 500 of) the pending approvals no replica has waited for in the
+        last ``older_than_s`` seconds of the database's clock: one conditional UPDATE, so
+        a waiter that touched its approval first keeps it, and of two sweeping replicas
+        each approval is abandoned by one. A replica whose own clock is off by minutes
+        abandons nothing early and keeps nothing late."""
 
         async def abandon(conn: asyncpg.Connection) -> list[Any]:
             async with conn.transaction():
                 ids = await conn.fetch(
                     "UPDATE decision_approvals SET state = 'expired', resolve_reason = $2, "
                     "finish_time = $3 WHERE approval_id IN (SELECT approval_id FROM "
-                    "decision_approvals WHERE state = 'pending' AND waiter_seen <= $1 "
+                    f"decision_approvals WHERE state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
                     "ORDER BY waiter_seen LIMIT 500 FOR UPDATE SKIP LOCKED) "
-                    "AND state = 'pending' AND waiter_seen <= $1 RETURNING approval_id, session_id",
-                    cutoff,
+                    f"AND state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
+                    "RETURNING approval_id, session_id",
+                    older_than_s,
                     reason,
                     self._clock(),
                 )

@@ -449,10 +449,10 @@ class SQLiteDecisionStore:
     def on_health(self, observer: Callable[[bool], None]) -> None:
         """Always fresh: nothing to report."""
 
-    async def touch_waiters(self, approval_ids: Sequence[str], now: float) -> None:
+    async def touch_waiters(self, approval_ids: Sequence[str]) -> None:
         """Waiters are tracked in this process's memory (the approval broker)."""
 
-    async def abandon_unwatched(self, cutoff: float, reason: str) -> list[ApprovalRecord]:
+    async def abandon_unwatched(self, older_than_s: float, reason: str) -> list[ApprovalRecord]:
         """Nothing: the broker tracks this process's waiters itself."""
         return []
 
