@@ -36,6 +36,7 @@ from stockade.decision.store.model import (
     ApprovalState,
     GrantRecord,
     PendingCall,
+    PendingLimits,
     new_id,
 )
 from stockade.errors import (
@@ -154,7 +155,6 @@ class ApprovalBroker:
         self._watchers: set[_Watcher] = set()
         self._answered: dict[str, asyncio.Event] = {}
         self._pending: dict[str, ApprovalRecord] = {}
-        self._per_session: Counter[str] = Counter()
         self._loaded = False
         self._load_lock = asyncio.Lock()
         self._waiters: Counter[str] = Counter()
@@ -229,16 +229,9 @@ class ApprovalBroker:
     def _track(self, rec: ApprovalRecord) -> None:
         """Keep ``_pending`` current with ``rec``'s state."""
         if rec.state is ApprovalState.PENDING:
-            if rec.approval_id not in self._pending:
-                self._per_session[rec.session_id] += 1
             self._pending[rec.approval_id] = rec
             return
-        if self._pending.pop(rec.approval_id, None) is not None:
-            left = self._per_session[rec.session_id] - 1
-            if left > 0:
-                self._per_session[rec.session_id] = left
-            else:
-                del self._per_session[rec.session_id]
+        self._pending.pop(rec.approval_id, None)
         self._orphaned.pop(rec.approval_id, None)
 
     @property
@@ -262,21 +255,10 @@ class ApprovalBroker:
         pending limits (the caller's ASK then fails closed)."""
         await self.load()
         limits = self.limits
-        if len(self._pending) >= limits.max_pending:
-            raise ResourceExhausted(
-                f"{len(self._pending)} approvals are pending; the limit is "
-                f"{limits.max_pending} (max_pending_approvals): answer some first",
-                limit="max_pending_approvals",
-                value=str(limits.max_pending),
-            )
-        if self._per_session[session_id] >= limits.max_pending_per_session:
-            raise ResourceExhausted(
-                f"session {session_id!r} has {self._per_session[session_id]} pending "
-                f"approvals; the limit is {limits.max_pending_per_session} "
-                "(max_pending_approvals_per_session): answer some first",
-                limit="max_pending_approvals_per_session",
-                value=str(limits.max_pending_per_session),
-            )
+        # The store checks the caps in the same statement or transaction as the insert,
+        # against what is stored (every replica's approvals), so they hold exactly even
+        # when several replicas (or several calls here) ask at once.
+        caps = PendingLimits(limits.max_pending, limits.max_pending_per_session)
         now = self._clock()
         rec = ApprovalRecord(
             approval_id=new_id("appr"),
@@ -291,7 +273,7 @@ class ApprovalBroker:
             always_allow_applies=always_allow_applies,
             rule=rule,
         )
-        await self._store.insert_approval(rec)
+        await self._store.insert_approval(rec, caps)
         self._publish(rec)
         return rec
 

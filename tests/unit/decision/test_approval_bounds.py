@@ -102,6 +102,28 @@ async def test_a_watcher_that_falls_behind_is_dropped(
     await fast.aclose()
 
 
+async def test_concurrent_asks_stop_exactly_at_the_pending_caps(
+    store: SQLiteDecisionStore, clock: Clock
+) -> None:
+    broker = ApprovalBroker(
+        store, clock=clock, limits=ApprovalLimits(max_pending=7, max_pending_per_session=4)
+    )
+    for sid in ("s2", "s3"):
+        await store.create_session(sid, Mode.DEFAULT)
+    got = await asyncio.gather(
+        *(ask(broker, ("s1", "s2", "s3")[i % 3], n=i) for i in range(30)),
+        return_exceptions=True,
+    )
+    refused = [g for g in got if isinstance(g, ResourceExhausted)]
+    assert len(refused) == 23 and len(got) - len(refused) == 7
+    assert {g.metadata["limit"] for g in refused} <= {
+        "max_pending_approvals",
+        "max_pending_approvals_per_session",
+    }
+    assert len(await store.pending_approvals()) == 7
+    assert max([len(await store.pending_approvals(s)) for s in ("s1", "s2", "s3")]) <= 4
+
+
 async def test_watcher_and_pending_limits(store: SQLiteDecisionStore, clock: Clock) -> None:
     broker = ApprovalBroker(
         store,

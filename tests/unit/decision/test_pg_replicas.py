@@ -32,7 +32,12 @@ from stockade.decision.store.postgres import (
     MIGRATIONS,
     PostgresDecisionStore,
 )
-from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, InvalidArgument
+from stockade.errors import (
+    ApprovalAlreadyResolved,
+    DependencyUnavailable,
+    InvalidArgument,
+    ResourceExhausted,
+)
 from tests.unit.decision.conftest import age_waiter_heartbeats
 
 
@@ -561,3 +566,41 @@ async def test_waiter_heartbeats_use_the_database_clock_whatever_the_replicas_cl
     assert (await a.get_approval(watched)).state is ApprovalState.PENDING
     await broker_a.resolve(watched, Resolution.ALLOW_ONCE, resolver="alice")
     assert (await asyncio.wait_for(waiter, 60)).state is ApprovalState.ALLOWED
+
+
+async def _ask_or_refused(broker: ApprovalBroker, session: str, n: int) -> str:
+    try:
+        return await ask(broker, session, n)
+    except ResourceExhausted as err:
+        return f"refused:{err.metadata['limit']}"
+
+
+async def test_pending_caps_are_exact_under_concurrent_asks_on_two_replicas(
+    replicas: tuple[PostgresDecisionStore, ...],
+) -> None:
+    a, b = replicas
+    limits = ApprovalLimits(max_pending=12, max_pending_per_session=5)
+    brokers = [ApprovalBroker(a, limits=limits), ApprovalBroker(b, limits=limits)]
+    for broker in brokers:
+        await broker.load()
+    for sid in ("s1", "s2", "s3", "s4"):
+        await a.create_session(sid, Mode.DEFAULT)
+    # 40 asks for one session at once, half on each replica: exactly 5 are stored.
+    got = await asyncio.gather(*(_ask_or_refused(brokers[i % 2], "s1", i) for i in range(40)))
+    made = [g for g in got if not g.startswith("refused:")]
+    assert len(made) == 5
+    assert set(got) - set(made) == {"refused:max_pending_approvals_per_session"}
+    assert len(await a.pending_approvals("s1")) == 5
+    # Then 60 asks over three more sessions at once: the whole store stops at exactly 12.
+    got = await asyncio.gather(
+        *(_ask_or_refused(brokers[i % 2], f"s{2 + i % 3}", 100 + i) for i in range(60))
+    )
+    assert len(await a.pending_approvals()) == 12
+    assert sum(not g.startswith("refused:") for g in got) == 7
+    per_session = [len(await a.pending_approvals(s)) for s in ("s2", "s3", "s4")]
+    assert sum(per_session) == 7 and max(per_session) <= 5
+    # An answer on one replica makes room for exactly one more ask on the other.
+    await brokers[0].resolve(made[0], Resolution.DENY, resolver="alice")
+    again = await asyncio.gather(*(_ask_or_refused(brokers[1], "s1", 200 + i) for i in range(4)))
+    assert sum(not g.startswith("refused:") for g in again) == 1
+    assert len(await b.pending_approvals()) == 12

@@ -21,6 +21,7 @@ from stockade.decision.store.model import (
     ApprovalRecord,
     ApprovalState,
     GrantRecord,
+    PendingLimits,
     SessionRecord,
 )
 
@@ -126,8 +127,12 @@ class DecisionStore(Protocol):
         """Spend one use of each counted grant among ``rules``; False when one of them was
         used up meanwhile (by another replica), so the ALLOW it gave must be decided again."""
 
-    async def insert_approval(self, rec: ApprovalRecord) -> None:
-        """Store a new pending approval."""
+    async def insert_approval(
+        self, rec: ApprovalRecord, limits: PendingLimits | None = None
+    ) -> None:
+        """Store a new pending approval; ``ResourceExhausted`` (nothing stored) when it
+        would pass ``limits``, checked atomically with the insert (exact across
+        replicas)."""
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval; ``ApprovalNotFound`` if absent."""

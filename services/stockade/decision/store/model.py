@@ -144,6 +144,36 @@ def check_rule_count(session_id: str, count: int, limit: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class PendingLimits:
+    """Caps on pending approvals, checked by the store in the statement or transaction
+    that inserts one, so they hold exactly however many replicas ask at once."""
+
+    total: int
+    """Pending approvals in the whole store (``max_pending_approvals``)."""
+    per_session: int
+    """Pending approvals of one session (``max_pending_approvals_per_session``)."""
+
+
+def check_pending(session_id: str, total: int, in_session: int, limits: PendingLimits) -> None:
+    """``ResourceExhausted`` naming the limit when one more pending approval (beside
+    ``total`` in the store, ``in_session`` of the session) would pass ``limits``."""
+    if total >= limits.total:
+        raise ResourceExhausted(
+            f"{total} approvals are pending; the limit is {limits.total} "
+            "(max_pending_approvals): answer some first",
+            limit="max_pending_approvals",
+            value=str(limits.total),
+        )
+    if in_session >= limits.per_session:
+        raise ResourceExhausted(
+            f"session {session_id!r} has {in_session} pending approvals; the limit is "
+            f"{limits.per_session} (max_pending_approvals_per_session): answer some first",
+            limit="max_pending_approvals_per_session",
+            value=str(limits.per_session),
+        )
+
+
 def new_session_rule(effect: Effect, pattern: str, reason: str) -> Rule:
     """A new SESSION rule; ``InvalidPattern`` if the pattern is bad (checked before it is
     stored, so a bad rule never reaches the table)."""

@@ -56,10 +56,12 @@ from stockade.decision.store.model import (
     ApprovalState,
     CachedSession,
     GrantRecord,
+    PendingLimits,
     SessionCache,
     SessionRecord,
     approval_from_row,
     call_to_json,
+    check_pending,
     check_rule_count,
     check_task,
     counted_grants,
@@ -85,6 +87,8 @@ APPLICATION_NAME = "stockade-decision"
 LISTEN_APPLICATION_NAME = "stockade-decision-listen"
 #: Advisory lock key of the decision schema's migrations (the audit store uses ...0001).
 _MIGRATION_LOCK = 0x53544B_0010
+#: Advisory lock taken by every capped approval insert (the pending caps hold exactly).
+_APPROVALS_LOCK = 0x53544B_0011
 #: A NOTIFY payload is at most 8,000 bytes and carries a session id: ids are bounded.
 MAX_ID_CHARS = 1_000
 #: Announced changes queued for the broker; past it the store resynchronises instead.
@@ -966,11 +970,29 @@ class PostgresDecisionStore:
 
     # -- approvals ----------------------------------------------------------------------
 
-    async def insert_approval(self, rec: ApprovalRecord) -> None:
-        """Store a new pending approval and announce it to every replica."""
+    async def insert_approval(
+        self, rec: ApprovalRecord, limits: PendingLimits | None = None
+    ) -> None:
+        """Store a new pending approval and announce it to every replica;
+        ``ResourceExhausted`` past ``limits``.
+
+        The limits are exact across replicas: the count and the insert run in one
+        transaction under a transaction-scoped advisory lock that every replica's insert
+        takes, so two asks can never both see room for one. (It serialises the raising of
+        approvals, which wait for people anyway; answers and reads do not take it.)
+        """
 
         async def insert(conn: asyncpg.Connection) -> None:
             async with conn.transaction():
+                if limits is not None:
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _APPROVALS_LOCK)
+                    counts = await conn.fetchrow(
+                        "SELECT count(*), count(*) FILTER (WHERE session_id = $1) "
+                        "FROM decision_approvals WHERE state = 'pending'",
+                        rec.session_id,
+                    )
+                    assert counts is not None  # an aggregate always returns a row
+                    check_pending(rec.session_id, int(counts[0]), int(counts[1]), limits)
                 await conn.execute(
                     "INSERT INTO decision_approvals (approval_id, session_id, call_id, call_json, "
                     "reason, risk, summary, state, create_time, expire_time, "

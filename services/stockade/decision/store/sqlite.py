@@ -37,10 +37,12 @@ from stockade.decision.store.model import (
     ApprovalState,
     CachedSession,
     GrantRecord,
+    PendingLimits,
     SessionCache,
     SessionRecord,
     approval_from_row,
     call_to_json,
+    check_pending,
     check_rule_count,
     check_task,
     counted_grants,
@@ -458,17 +460,47 @@ class SQLiteDecisionStore:
 
     # -- approvals ----------------------------------------------------------------------
 
-    async def insert_approval(self, rec: ApprovalRecord) -> None:
-        """Store a new pending approval."""
-        await self._db.execute(
+    async def insert_approval(
+        self, rec: ApprovalRecord, limits: PendingLimits | None = None
+    ) -> None:
+        """Store a new pending approval; ``ResourceExhausted`` past ``limits``.
+
+        The limits are checked by the INSERT itself (``INSERT … SELECT … WHERE`` the
+        counts are below them): SQLite runs one statement at a time, so concurrent asks
+        cannot both pass a check made before either is stored.
+        """
+        values = (
+            rec.approval_id, rec.session_id, rec.call.call_id, call_to_json(rec.call), rec.reason,
+            rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
+            int(rec.always_allow_applies), rule_to_json(rec.rule),
+        )  # fmt: skip
+        columns = (
             "INSERT INTO approvals (approval_id, session_id, call_id, call_json, reason, risk, "
             "summary, state, create_time, expire_time, always_allow_applies, rule_json) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rec.approval_id, rec.session_id, rec.call.call_id, call_to_json(rec.call), rec.reason,
-             rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
-             int(rec.always_allow_applies), rule_to_json(rec.rule)),
-        )  # fmt: skip
-        await self._db.commit()
+        )
+        if limits is None:
+            await self._db.execute(columns + "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+            await self._db.commit()
+            return
+        while True:
+            cur = await self._db.execute(
+                columns + "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+                "WHERE (SELECT count(*) FROM approvals WHERE state = 'pending') < ? AND "
+                "(SELECT count(*) FROM approvals WHERE state = 'pending' AND session_id = ?) < ?",
+                (*values, limits.total, rec.session_id, limits.per_session),
+            )
+            await self._db.commit()
+            if cur.rowcount == 1:
+                return
+            # Refused: say which cap is full (if one was answered meanwhile, try again).
+            async with self._db.execute(
+                "SELECT count(*), coalesce(sum(session_id = ?), 0) FROM approvals "
+                "WHERE state = 'pending'",
+                (rec.session_id,),
+            ) as counted:
+                row = await counted.fetchone()
+            total, in_session = (int(row[0]), int(row[1])) if row else (0, 0)
+            check_pending(rec.session_id, total, in_session, limits)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval; ``ApprovalNotFound`` if absent."""
