@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 
 from stockade.stack import LocalStack
 from tests.pg import pg_dsn, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
+from tests.pg_tls import tls_pg  # noqa: F401  (fixture: a TLS-only PostgreSQL)
 
 # Tests never export telemetry anywhere; a test that needs spans installs its own exporter.
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")

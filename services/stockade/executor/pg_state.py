@@ -70,6 +70,9 @@ _CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.InternalClientError,
 )
 
+#: What opening the pool can raise: the connection errors, a refused login, a bad DSN.
+_OPEN_ERRORS: tuple[type[Exception], ...] = (*_CONNECTION_ERRORS, asyncpg.PostgresError)
+
 #: The functions the executor's role may call, with their argument types (for GRANT).
 FUNCTIONS: tuple[str, ...] = (
     f"{SCHEMA}.state_version()",
@@ -238,11 +241,14 @@ class PostgresExecutorState:
                 timeout=STORE_WAIT_S,
                 command_timeout=STORE_WAIT_S,
             )
-        except _CONNECTION_ERRORS as exc:
-            raise _unavailable(dsn, exc) from exc
-        except asyncpg.PostgresError as exc:
+        except _OPEN_ERRORS as exc:
+            # At start-up the operator reads this: say why (a certificate for another
+            # host, an unknown CA, a refused login). asyncpg's messages name the host,
+            # user and files, never the password; the DSN shown is redacted. Calls after
+            # start-up keep _unavailable's kind-only message (callers see those).
             raise DependencyUnavailable(
-                f"executor state store {redact_dsn(dsn)}: {exc.__class__.__name__}: {exc}"
+                f"executor state store {redact_dsn(dsn)} is unreachable: "
+                f"{exc.__class__.__name__}: {exc}"
             ) from exc
         try:
             async with pool.acquire() as conn:
