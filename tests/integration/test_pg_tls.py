@@ -331,3 +331,26 @@ async def test_a_service_whose_store_fails_tls_does_not_start(
     assert refusal.says in line[0], line[0]
     assert "Traceback" not in err
     _assert_no_secret(out, err)
+
+
+@pytest.mark.parametrize("sslmode", ["require", "prefer", "disable"])
+def test_a_service_refuses_to_send_its_password_unverified_over_a_network(
+    sslmode: str, tmp_path: Path
+) -> None:
+    """A network host (TEST-NET-1: unroutable, so a connection attempt would hang, not
+    fail) with a mode that does not check the server: refused before any connection."""
+    store = STORES[0]
+    dsn = f"postgresql://stockade_pw:{quote(PASSWORD, safe='')}@192.0.2.10/db?sslmode={sslmode}"
+    ready = tmp_path / "ready"
+    done = subprocess.run(
+        [sys.executable, "-m", "stockade.cli.main", "serve", store.service],
+        env=_service_env(store, dsn, tmp_path, ready),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"over the network with sslmode={sslmode}" in done.stderr
+    assert "sslmode=verify-full" in done.stderr
+    assert "Traceback" not in done.stderr
+    _assert_no_secret(done.stdout, done.stderr)

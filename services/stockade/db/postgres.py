@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from stockade.db.dsn import redact_dsn
+from stockade.db.dsn import check_transport, redact_dsn, scrub
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
 log = logging.getLogger("stockade.db.postgres")
@@ -45,13 +45,14 @@ async def connect(
     The message carries the redacted DSN, never the password. ``application_name`` names
     the connection in ``pg_stat_activity`` (what an operator sees on the server).
     """
+    check_transport(dsn, what=what)
     settings = {"application_name": application_name} if application_name else None
     try:
         return await asyncpg.connect(dsn, server_settings=settings, timeout=timeout)
     except _OPEN_ERRORS as err:
-        raise DependencyUnavailable(
-            f"cannot reach the {what} database {redact_dsn(dsn)}: {err}"
-        ) from err
+        raise unreachable(what, dsn, err) from err
+    except ValueError as err:
+        raise unparsable(what) from err
 
 
 def keep_alive(conn: asyncpg.Connection, *, idle_s: int, interval_s: int, count: int) -> bool:
@@ -115,6 +116,7 @@ async def open_pool(
     """
     if not 1 <= min_size <= max_size:
         raise InvalidArgument("pool sizes must satisfy 1 <= min_size <= max_size")
+    check_transport(dsn, what=what)
     try:
         return await asyncpg.create_pool(
             dsn,
@@ -124,9 +126,27 @@ async def open_pool(
             server_settings={"application_name": application_name} if application_name else None,
         )
     except _OPEN_ERRORS as err:
-        raise DependencyUnavailable(
-            f"cannot reach the {what} database {redact_dsn(dsn)}: {err}"
-        ) from err
+        raise unreachable(what, dsn, err) from err
+    except ValueError as err:
+        raise unparsable(what) from err
+
+
+def unreachable(what: str, dsn: str, err: BaseException) -> DependencyUnavailable:
+    """``DependencyUnavailable`` for a connection to ``dsn`` that failed with ``err``:
+    why (a certificate for another host, an unknown CA, a refused login) with the DSN
+    redacted and anything secret scrubbed from the driver's words."""
+    reason = scrub(f"{type(err).__name__}: {err}", dsn)
+    return DependencyUnavailable(f"cannot reach the {what} database {redact_dsn(dsn)}: {reason}")
+
+
+def unparsable(what: str) -> InvalidArgument:
+    """The DSN that asyncpg could not parse. Its message is not repeated: it may quote a
+    piece of the DSN (a password with an unencoded delimiter reads as a port)."""
+    return InvalidArgument(
+        f"the {what} database DSN does not parse: percent-encode the user and password "
+        "(urllib.parse.quote(value, safe='')) and check the host list and port",
+        field="store_dsn",
+    )
 
 
 def check_migrations(migrations: Sequence[Migration]) -> None:

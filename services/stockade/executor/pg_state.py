@@ -26,8 +26,8 @@ from typing import Any
 
 import asyncpg
 
-from stockade.db.dsn import redact_dsn
-from stockade.db.postgres import CONNECTION_ERRORS, connect
+from stockade.db.dsn import check_transport, redact_dsn, scrub
+from stockade.db.postgres import CONNECTION_ERRORS, connect, unparsable
 from stockade.db.postgres import migrate as apply_migrations
 from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument
 from stockade.executor.readstate import FileStamp
@@ -233,6 +233,7 @@ class PostgresExecutorState:
         ``FailedPrecondition`` when the schema is missing or old and this role may not
         create it (run ``stockade executor-state migrate`` with an administrator's DSN).
         """
+        check_transport(dsn, what="executor state")
         try:
             pool = await asyncpg.create_pool(
                 dsn,
@@ -243,13 +244,15 @@ class PostgresExecutorState:
             )
         except _OPEN_ERRORS as exc:
             # At start-up the operator reads this: say why (a certificate for another
-            # host, an unknown CA, a refused login). asyncpg's messages name the host,
-            # user and files, never the password; the DSN shown is redacted. Calls after
-            # start-up keep _unavailable's kind-only message (callers see those).
+            # host, an unknown CA, a refused login), the DSN redacted and the driver's
+            # words scrubbed. Calls after start-up keep _unavailable's kind-only message
+            # (callers see those).
+            reason = scrub(f"{exc.__class__.__name__}: {exc}", dsn)
             raise DependencyUnavailable(
-                f"executor state store {redact_dsn(dsn)} is unreachable: "
-                f"{exc.__class__.__name__}: {exc}"
+                f"executor state store {redact_dsn(dsn)} is unreachable: {reason}"
             ) from exc
+        except ValueError as exc:  # a DSN asyncpg cannot parse; its words may quote it
+            raise unparsable("executor state") from exc
         try:
             async with pool.acquire() as conn:
                 version = await cls._version(conn)
