@@ -85,7 +85,7 @@ def pg_bin_dir() -> Path:
     return candidates[-1]
 
 
-def _server_user() -> pwd.struct_passwd | None:
+def server_user() -> pwd.struct_passwd | None:
     """Who runs the cluster: None (ourselves) unless we are root, which PostgreSQL
     refuses; then the ``postgres`` user, or pgserver's."""
     if os.geteuid() != 0:
@@ -206,7 +206,7 @@ def _issue(out: Path) -> None:
 def tls_postgres_server() -> Iterator[TlsPostgres]:
     """Start the TLS-only cluster (module docstring); stop and remove it on exit."""
     bin_dir = pg_bin_dir()
-    user = _server_user()
+    user = server_user()
     root = Path(tempfile.mkdtemp(prefix="stk-pgtls-"))
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -277,11 +277,11 @@ def tls_postgres_server() -> Iterator[TlsPostgres]:
         yield server
     finally:
         if proc is not None:
-            _stop(proc, root / "data")
+            stop_server(proc, root / "data")
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _stop(proc: subprocess.Popen[bytes], data: Path) -> None:
+def stop_server(proc: subprocess.Popen[bytes], data: Path) -> None:
     """Fast shutdown (SIGINT: SIGTERM's "smart" one would wait for clients), sent to the
     postmaster itself (``proc`` may be runuser, which need not pass signals on)."""
     with contextlib.suppress(OSError, ValueError, IndexError):

@@ -8,16 +8,14 @@ with passwords handed over as psql variables, and then:
 - the audit service's real PostgreSQL store migrates and writes as its role;
 - the backup/restore commands of deploy/README.md round-trip a live hash-chained trail.
 
-The server is PostgreSQL 16 from the ``pgserver`` wheel (a test dependency, so a fresh
-machine needs nothing but Python), started here as in the pod, with two differences:
-
-- that build has no SSL, so the server runs without the ``ssl*`` arguments and the
-  ``hostssl`` lines are read as ``host`` lines: what TLS adds (only TLS connections match
-  a line that lets anyone in; the server's certificate and key come from the mounted
-  Secret) is checked on the files instead (``test_only_tls_connections_get_in``);
-- the superuser's unix-socket line is ``trust`` instead of ``peer``: peer auth needs an OS
-  user named ``postgres`` (the image has one; a test machine need not). The network lines
-  are what is under test.
+The server is Debian's PostgreSQL (``tests.pg_tls``: built with OpenSSL; pgserver's wheel
+has no SSL), started here as in the pod: the StatefulSet's arguments, TLS on with a
+``postgres`` certificate from ``stockade.devcerts`` where the pod mounts
+``stockade-tls-postgres``, the component's ``pg_hba.conf`` as it is, and the services
+connecting with ``sslmode=verify-full`` as deploy/README tells them to; plaintext is
+refused by the server itself. One difference: the superuser's unix-socket line is
+``trust`` instead of ``peer`` (peer auth would need the tests to run as the OS user
+``postgres``). The network lines are what is under test.
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +36,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from stockade import devcerts
 from stockade.audit.model import AuditEventRow
 from stockade.audit.pg_store import PostgresAuditStore
+from tests.pg_tls import pg_bin_dir, server_user, stop_server
 
 from .conftest import DEPLOY, POSTGRES_COMBINATION, Manifest, env_of, workload
 
@@ -55,13 +55,14 @@ PASSWORDS = {
     "executor_admin": "adm'; GRANT ALL ON DATABASE stockade_decision TO stockade_executor; --",
 }
 SUPERUSER_PASSWORD = "super-secret-not-for-network"
+PASSWORD_OF = {f"stockade_{service}": password for service, password in PASSWORDS.items()}
 
 
 def _bin(name: str) -> str:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pgserver warns about XDG_RUNTIME_DIR at import
-        from pgserver._commands import POSTGRES_BIN_PATH
-    return str(POSTGRES_BIN_PATH / name)
+    try:
+        return str(pg_bin_dir() / name)
+    except RuntimeError as err:  # never a silent skip
+        pytest.fail(str(err))
 
 
 def _free_port() -> int:
@@ -78,13 +79,17 @@ class Server:
     socket_dir: Path
     env: dict[str, str]
     """psql's environment for the superuser over the unix socket."""
+    ca_file: Path
+    """The devcerts CA that issued the server's certificate (the Secret's ``ca.crt``)."""
 
-    def dsn(self, user: str, password: str, database: str) -> str:
+    def dsn(self, user: str, password: str, database: str, sslmode: str = "verify-full") -> str:
+        """A service's DSN as deploy/README writes it: TLS, the server verified."""
         from urllib.parse import quote
 
         return (
             f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}"
-            f"@127.0.0.1:{self.port}/{database}?sslmode=disable"
+            f"@127.0.0.1:{self.port}/{database}?sslmode={sslmode}"
+            f"&sslrootcert={quote(str(self.ca_file), safe='')}"
         )
 
     def superuser_dsn(self, database: str) -> str:
@@ -95,17 +100,22 @@ def _statefulset(rendered: dict[str, list[Manifest]]) -> Manifest:
     return workload(rendered[POSTGRES_COMBINATION], "postgres")
 
 
-def _server_args(obj: Manifest, hba: Path) -> list[str]:
+def _server_args(obj: Manifest, conf: Path) -> list[str]:
     """The container's ``postgres -c …`` arguments with the pod's paths made local."""
-    args = list(obj["spec"]["template"]["spec"]["containers"][0]["args"])
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    args = list(container["args"])
     assert args[0] == "postgres"
-    local = {"/etc/stockade/postgres/pg_hba.conf": str(hba)}
+    tls_dir = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["tls"]
+    local = {
+        "/etc/stockade/postgres/pg_hba.conf": str(conf / "pg_hba.conf"),
+        f"{tls_dir}/tls.crt": str(conf / "tls.crt"),
+        f"{tls_dir}/tls.key": str(conf / "tls.key"),
+    }
     out: list[str] = []
     for arg in args[1:]:
         name, sep, value = arg.partition("=")
-        if name.startswith("ssl"):
-            out.pop()  # its "-c"; no SSL in this build (module docstring)
-            continue
+        if name.startswith("ssl_") and name.endswith("_file"):
+            assert value in local, f"{arg}: a file the test does not provide"
         out.append(f"{name}{sep}{local.get(value, value)}" if sep else arg)
     return out
 
@@ -117,25 +127,24 @@ def server(rendered: dict[str, list[Manifest]]) -> Iterator[Server]:
     root = Path(tempfile.mkdtemp(prefix="stk-pgc-"))
     run_as: list[str] = []
     owner: tuple[int, int] | None = None
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: use pgserver's own user
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from pgserver.utils import ensure_user_exists
-        entry = ensure_user_exists("pgserver")
-        assert entry is not None
+    entry = server_user()  # PostgreSQL refuses to run as root
+    if entry is not None:
         owner = (entry.pw_uid, entry.pw_gid)
-        run_as = ["runuser", "-u", "pgserver", "--"]
+        run_as = ["runuser", "-u", entry.pw_name, "--"]
         os.chmod(root, 0o755)
-    data, sock, conf = root / "data", root / "sock", root / "conf"
+    data, sock, conf, certs = root / "data", root / "sock", root / "conf", root / "certs"
     for folder in (data, sock, conf):
         folder.mkdir()
     hba_text = (COMPONENT / "pg_hba.conf").read_text()
     peer_line = re.compile(r"^local\s+all\s+postgres\s+peer$", re.M)
     assert peer_line.search(hba_text), "the superuser's socket line changed: update the test"
     hba_text = peer_line.sub("local all postgres trust", hba_text)
-    # No SSL in this build (module docstring): hostssl lines become host lines.
-    hba_text = re.sub(r"^hostssl(\s)", r"host\1", hba_text, flags=re.M)
     (conf / "pg_hba.conf").write_text(hba_text)
+    # stockade-tls-postgres as deploy/README creates it: devcerts' postgres certificate.
+    devcerts.generate(certs, ["postgres"])
+    shutil.copy(certs / "postgres.crt", conf / "tls.crt")
+    shutil.copy(certs / "postgres.key", conf / "tls.key")
+    os.chmod(conf / "tls.key", 0o600)  # the Secret's defaultMode; PostgreSQL insists
     if owner:
         for path in (data, sock, conf, *conf.iterdir()):
             os.chown(path, *owner)
@@ -146,7 +155,7 @@ def server(rendered: dict[str, list[Manifest]]) -> Iterator[Server]:
         check=True,
         capture_output=True,
     )
-    args = _server_args(obj, conf / "pg_hba.conf")
+    args = _server_args(obj, conf)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -156,7 +165,7 @@ def server(rendered: dict[str, list[Manifest]]) -> Iterator[Server]:
                 str(data),
                 *args,
                 "-c",
-                "listen_addresses=127.0.0.1",
+                "listen_addresses=127.0.0.1,127.0.0.2",
                 "-p",
                 str(port),
                 "-k",
@@ -179,14 +188,9 @@ def server(rendered: dict[str, list[Manifest]]) -> Iterator[Server]:
                 pytest.fail(f"the component's server did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.1)
         _run_init_script(obj, env, conf)
-        yield Server(port=port, socket_dir=sock, env=env)
+        yield Server(port=port, socket_dir=sock, env=env, ca_file=certs / "ca.crt")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc, data)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -334,9 +338,9 @@ HBA_LINE = re.compile(r"^(local|host|hostssl|hostnossl|hostgssenc|hostnogssenc)\
 
 
 def test_only_tls_connections_get_in(rendered: dict[str, list[Manifest]]) -> None:
-    """What the SSL-less test build cannot show: every network line that lets anyone in
-    is ``hostssl`` with SCRAM, everything else over the network is rejected at the end,
-    and the server is told to use TLS with the certificate of its mounted Secret."""
+    """On the files: every network line that lets anyone in is ``hostssl`` with SCRAM,
+    everything else over the network is rejected at the end, and the server is told to
+    use TLS with the certificate of its mounted Secret (the live server: below)."""
     lines = [
         line.split()
         for line in (COMPONENT / "pg_hba.conf").read_text().splitlines()
@@ -372,6 +376,24 @@ def test_only_tls_connections_get_in(rendered: dict[str, list[Manifest]]) -> Non
     assert settings["ssl_key_file"] == f"{tls_dir}/tls.key"
     # PostgreSQL refuses a key file group-writable or readable by others.
     assert volumes["tls"]["secret"]["defaultMode"] & 0o037 == 0
+
+
+async def test_the_live_server_admits_only_verified_tls(server: Server) -> None:
+    """What the lines above do on the running server: a service's login with the README's
+    DSN is TLS; the same login in plaintext is refused by pg_hba.conf; a client that
+    dials an address the certificate does not name refuses the server."""
+    role = "stockade_decision"
+    conn = await _connect(server.dsn(role, PASSWORD_OF[role], role))
+    try:
+        tls = await conn.fetchval("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        assert tls is True
+    finally:
+        await conn.close()
+    with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="no encryption"):
+        await _connect(server.dsn(role, PASSWORD_OF[role], role, sslmode="disable"))
+    wrong_host = server.dsn(role, PASSWORD_OF[role], role).replace("@127.0.0.1:", "@127.0.0.2:")
+    with pytest.raises(ssl.SSLCertVerificationError, match="not valid for '127.0.0.2'"):
+        await _connect(wrong_host)
 
 
 async def test_hostile_passwords_stay_passwords(server: Server) -> None:
