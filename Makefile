@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := $(VENV)/buf/node_modules/.bin/buf
 
-.PHONY: help venv lock chromium proto proto-check lint test demo demo-ha bench render certs clean
+.PHONY: help venv lock chromium postgresql proto proto-check lint test demo demo-ha bench render certs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -48,6 +48,17 @@ chromium: ## Install Debian's chromium (the console's browser tests drive it) wh
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "could not install chromium: run 'apt-get install -y chromium' as root" >&2; exit 1; }
 
+# Debian's PostgreSQL server: the stores' TLS tests run it (tests/pg_tls.py; pgserver's
+# wheel has no SSL). Installed without a cluster (the tests make their own, throwaway).
+PG_SERVER_GLOB ?= /usr/lib/postgresql/*/bin/postgres
+PG_CREATECLUSTER_DIR ?= /etc/postgresql-common/createcluster.d
+APT_GET ?= apt-get
+postgresql: ## Install Debian's PostgreSQL server (the stores' TLS tests run it) when missing
+	@ls $(PG_SERVER_GLOB) >/dev/null 2>&1 || { echo "installing Debian's postgresql for the stores' TLS tests (no cluster is created)"; \
+	  mkdir -p $(PG_CREATECLUSTER_DIR) && echo "create_main_cluster = false" > $(PG_CREATECLUSTER_DIR)/stockade-tests.conf \
+	  && $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq postgresql >/dev/null; } \
+	  || { echo "could not install postgresql: run 'apt-get install -y postgresql' as root" >&2; exit 1; }
+
 proto: $(STAMP) ## Regenerate clients/stockade/v1 from protos/
 	$(BIN)/python -m stockade.protogen --out clients
 
@@ -69,7 +80,7 @@ lint: $(STAMP) $(BUF) ## ruff, mypy strict, import-linter contracts, buf lint an
 	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#ref=$$base,subdir=protos"; \
 	else echo "buf breaking: no local main branch to compare with, skipped"; fi
 
-test: $(STAMP) chromium lint proto-check ## Lint, generated-code check and the whole test suite
+test: $(STAMP) chromium postgresql lint proto-check ## Lint, generated-code check and the whole test suite
 	$(BIN)/pytest -q
 
 demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripted agent session

@@ -2,8 +2,8 @@
 
 pgserver's PostgreSQL 16 (``tests.pg``) is built without SSL, so this fixture runs
 Debian's PostgreSQL (``/usr/lib/postgresql/<version>/bin``, built with OpenSSL; package
-``postgresql-15`` on these machines and on CI) as a throwaway cluster, once per test
-session:
+``postgresql-15`` on these machines and on CI; ``make test`` installs it when missing,
+through ``make postgresql``) as a throwaway cluster, once per test session:
 
 - a private folder in ``/tmp`` holds the data, the unix socket and the configuration;
 - the server certificate and the client certificates come from ``stockade.devcerts``,
@@ -79,8 +79,8 @@ def pg_bin_dir() -> Path:
     if not candidates:
         raise RuntimeError(
             f"no PostgreSQL server under {PG_ROOT}/<version>/bin: the TLS tests need "
-            "Debian's (apt-get install postgresql-15), or set "
-            f"{ENV_BIN} to a folder with initdb and postgres built with OpenSSL"
+            "Debian's (`make postgresql` installs it; `make test` does so by itself), or "
+            f"set {ENV_BIN} to a folder with initdb and postgres built with OpenSSL"
         )
     return candidates[-1]
 
