@@ -104,9 +104,15 @@ class Judge(Protocol):
     def denied(self, resolved: str, absolute: str) -> bool:
         """Whether the policy denies reading the path."""
 
-    def tracks_denied(self, git_dir: str) -> bool:
-        """Whether that git directory's index tracks a path the policy denies reading
-        (True when it cannot be read with certainty)."""
+    def tracks_denied(self, git_dir: str, prefixes: Sequence[str] = ("",)) -> bool:
+        """Whether that git directory's index tracks a path the policy denies reading, at
+        or under one of ``prefixes`` (True when it cannot be read with certainty)."""
+
+    def history_denied(
+        self, git_dir: str, top: str, prefixes: Sequence[str], ids: Sequence[str]
+    ) -> bool | None:
+        """Whether a commit git can reach (refs, reflogs, the object ids ``ids``) holds a
+        path the policy denies reading at or under one of ``prefixes``; None: unknown."""
 
     def credential(self, absolute: str) -> bool:
         """Whether the absolute path is a credential file (``~/.ssh/id_*`` ...)."""

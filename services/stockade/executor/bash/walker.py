@@ -30,6 +30,7 @@ from stockade.executor.bash.findings import (
     short,
     word_text,
 )
+from stockade.executor.bash.githistory import HistoryCache, history_holds_denied
 from stockade.executor.bash.gitindex import tracked_paths
 from stockade.executor.bash.judges import git, interpreters, readers, variables, writes
 from stockade.executor.bash.options import canonical, literal, split_option
@@ -99,6 +100,11 @@ class SimpleCommand:
     match per sub-command."""
 
 
+def _under_any(path: str, prefixes: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``prefixes`` or lies under one (``""``: everything)."""
+    return any(not p or path == p or path.startswith(p + "/") for p in prefixes)
+
+
 class WalkContext:
     """What every walk with the same home directory and denied reads shares (compiled
     once by the analyzer, not per command line)."""
@@ -108,6 +114,7 @@ class WalkContext:
         "credential_re",
         "denied_re",
         "denied_read_globs",
+        "history",
         "home",
         "index_verdicts",
     )
@@ -119,7 +126,9 @@ class WalkContext:
         self.credential_re = compile_globs(self.credential_globs)
         self.denied_re = compile_globs(self.denied_read_globs) if self.denied_read_globs else None
         # git index file identity (path, inode, size, mtime) -> it tracks a denied path.
-        self.index_verdicts: dict[tuple[str, int, int, int], bool] = {}
+        self.index_verdicts: dict[tuple[str, int, int, int, tuple[str, ...]], bool] = {}
+        # What was learned from git objects (immutable): commits, trees holding denied paths.
+        self.history = HistoryCache()
 
 
 class Walker:
@@ -675,9 +684,10 @@ class Walker:
         """Whether ``absolute`` is a credential file (``~/.ssh/id_*``, cloud tokens ...)."""
         return self._credential_re.match(absolute) is not None
 
-    def tracks_denied(self, git_dir: str) -> bool:
-        """Whether the index of ``git_dir`` tracks a path the policy denies reading (or
-        cannot be read with certainty). Remembered per index file version."""
+    def tracks_denied(self, git_dir: str, prefixes: Sequence[str] = ("",)) -> bool:
+        """Whether the index of ``git_dir`` tracks a path the policy denies reading at or
+        under one of ``prefixes`` (relative to the work tree's top, ``""``: anywhere), or
+        cannot be read with certainty. Remembered per index file version."""
         if self._denied_re is None:
             return False
         index = os.path.join(git_dir, "index")
@@ -687,19 +697,38 @@ class Walker:
             return False  # nothing tracked yet
         except OSError:
             return True
-        key = (index, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (index, st.st_ino, st.st_size, st.st_mtime_ns, tuple(prefixes))
         cached = self.context.index_verdicts.get(key)
         if cached is not None:
             return cached
         names = tracked_paths(git_dir)
         top = os.path.dirname(git_dir.rstrip("/"))
+        lowered = [p.lower() for p in prefixes]
         verdict = names is None or any(
-            self._denied_re.match(os.path.join(top, name)) is not None for name in names
+            _under_any(name.lower(), lowered)
+            and self._denied_re.match(os.path.join(top, name)) is not None
+            for name in names
         )
         if len(self.context.index_verdicts) >= 64:
             self.context.index_verdicts.clear()
         self.context.index_verdicts[key] = verdict
         return verdict
+
+    def history_denied(
+        self, git_dir: str, top: str, prefixes: Sequence[str], ids: Sequence[str]
+    ) -> bool | None:
+        """Whether a commit git can reach holds a denied (or credential) path at or under
+        one of ``prefixes``; None when that cannot be told (githistory.py)."""
+        if self._denied_re is None:
+            return False
+        return history_holds_denied(
+            git_dir,
+            top,
+            prefixes,
+            ids,
+            lambda path: self.denied(path, path) or self.credential(path),
+            self.context.history,
+        )
 
     def credential_check(self, absolute: str, write: bool) -> bool:
         """False (after a DENY) when the path is a credential file, or a secrets file

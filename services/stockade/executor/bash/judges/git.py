@@ -289,6 +289,12 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
             if attached and _names_denied(j, sub, value, attached, top):
                 return
             continue
+        if _excludes(value):
+            # `':!.env'` / `':(exclude).env'` takes a path away from the pathspecs: not a
+            # read of it. (As a revision it names the index entry `!.env` literally.)
+            if _names_denied(j, sub, value, "./" + value[1:], top):
+                return
+            continue
         if sub in _GIT_CONTENT_SUBCOMMANDS and (pathspecs or ":" in value):
             # Files whose committed copy is printed are reads of that file (for the
             # policy's read rules downstream, e.g. an ASK on reading it).
@@ -354,26 +360,24 @@ def _history(j: Judge, sub: str, rest: list[Word], *, elsewhere: bool = False) -
     ``git grep PATTERN <rev>``, ``git format-patch`` ...): the repository keeps every
     version of a file the policy denies reading, and the run-time masks hide only the
     working copy (DEC-16). With any denied read, such a form is asked about (bypass-immune)
-    unless its pathspecs name only files (existing, not denied): a directory or no
-    pathspec at all can reach the denied file's history."""
+    unless neither the history git can reach nor the index holds a denied path under the
+    form's pathspecs: a file pathspec that was a directory in older commits (``x/.env``),
+    a directory, an exclusion or no pathspec reach what lies under them, ``--follow``
+    crosses renames from any name. The history is read from the object store, never by
+    running git (githistory.py)."""
     if not j.denied_read_globs:
         return
     contents = _prints_contents(j, sub, rest)
     if not contents and not _against_the_index(j, sub, rest):
         return
-    pathspecs = _pathspecs(j, sub, rest)
-    if pathspecs and all(_names_a_file(j, spec) for spec in pathspecs):
-        return
-    if not elsewhere and not os.path.lexists(os.path.join(repository_top(j), ".git")):
+    top = repository_top(j)
+    if not elsewhere and not os.path.lexists(os.path.join(top, ".git")):
         return  # not inside a repository (and none named): git prints nothing
-    if not contents and not elsewhere:
+    if not elsewhere and _history_clear(j, sub, rest, top, contents=contents):
+        return
+    if not contents:
         # `git diff`: the index's copy of a tracked file whose work-tree copy differs.
         # A denied file is masked by an empty file at run time, so it always differs.
-        top = repository_top(j)
-        git_dir = os.path.join(top, ".git")
-        if os.path.isdir(git_dir) and not os.path.islink(git_dir):
-            if not j.tracks_denied(git_dir):
-                return
         j.ask(
             f"git {sub} prints the committed copy of changed tracked files, and the index "
             "tracks a file policy denies reading (masked, so it shows as changed)",
@@ -387,6 +391,78 @@ def _history(j: Judge, sub: str, rest: list[Word], *, elsewhere: bool = False) -
         "high",
         immune=True,
     )
+
+
+def _history_clear(j: Judge, sub: str, rest: list[Word], top: str, *, contents: bool) -> bool:
+    """Whether neither the index nor (for ``contents`` forms) any commit git can reach
+    holds a denied path under this form's pathspecs."""
+    git_dir = os.path.join(top, ".git")
+    if not os.path.isdir(git_dir) or os.path.islink(git_dir):
+        return False  # a `.git` file or link: another git directory (asked)
+    names, _ = _option_names(rest)
+    if names & _UNREADABLE_REVISIONS:
+        return False  # revisions from stdin, or submodules' own history
+    prefixes = _reach_prefixes(j, sub, rest, top)
+    if j.tracks_denied(git_dir, prefixes):
+        return False
+    if not contents:
+        return True
+    return j.history_denied(git_dir, top, prefixes, _object_ids(rest)) is False
+
+
+# Options after which what git walks or prints is not in this repository's refs: revisions
+# read from stdin; submodules' own histories.
+_UNREADABLE_REVISIONS = frozenset({"--stdin", "--submodule", "--recurse-submodules"})
+
+
+def _reach_prefixes(j: Judge, sub: str, rest: list[Word], top: str) -> list[str]:
+    """The leading directories (relative to ``top``) under which this form can print
+    files: each plain pathspec (git matches a path and everything under it); ``""`` (the
+    whole tree) when there is none, or for ``--follow`` (renames from any name), a
+    revision with a path (``HEAD:sub``: pathspecs are then relative to that subtree), a
+    glob or magic pathspec, or pathspecs that cannot be told. Exclusions only narrow."""
+    whole = [""]
+    names, _ = _option_names(rest)
+    if "--follow" in names or any(":" in v for v in _before_dashes(rest, sub)):
+        return whole
+    pathspecs = _pathspecs(j, sub, rest)
+    if pathspecs is None:
+        return whole
+    prefixes: list[str] = []
+    for spec in pathspecs:
+        if _excludes(spec):
+            continue
+        if spec.startswith(":"):
+            return whole  # `:(top)`, `:/`, `:(glob)`, `:(icase)`, `:(attr:…)`: the superset
+        if not spec or any(c in spec for c in "*?[\\"):
+            return whole
+        relative = os.path.relpath(os.path.normpath(_here(j, spec)), top)
+        if relative == "." or relative.startswith(".."):
+            return whole
+        prefixes.append(relative)
+    return prefixes or whole
+
+
+def _excludes(spec: str) -> bool:
+    """Whether a pathspec is an exclusion (``:!x``, ``:^x``, ``:(exclude,…)x``)."""
+    if spec[:2] in (":!", ":^"):
+        return True
+    return spec.startswith(":(") and "exclude" in spec[2:].partition(")")[0].split(",")
+
+
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{4,64}")
+
+
+def _object_ids(rest: list[Word]) -> list[str]:
+    """Every run of 4+ hex digits before ``--`` (``abc123~2``, ``a1b2..c3d4``,
+    ``--ancestry-path=abc1``): object ids the command may name beyond the refs."""
+    out: list[str] = []
+    for word in rest:
+        if word.value == "--":
+            break
+        if word.value is not None:
+            out.extend(m.group() for m in _HEX_RUN.finditer(word.value))
+    return out
 
 
 # Options that make log-like commands print patches (file contents).
@@ -586,17 +662,6 @@ def _here(j: Judge, value: str) -> str:
     """``value`` as git reads an operand: from the directory the command runs in (after
     ``cd`` and ``git -C``), not the call's working directory."""
     return j.absolute(value, j.bases[-1])
-
-
-def _names_a_file(j: Judge, spec: str) -> bool:
-    """Whether a pathspec names one existing regular file the policy does not deny (no
-    magic, no glob, not a directory: those can reach other files' history)."""
-    if not spec or spec.startswith(":") or any(c in spec for c in "*?[\\"):
-        return False
-    absolute = os.path.normpath(_here(j, spec))
-    if j.denied(absolute, absolute) or j.credential(absolute):
-        return False
-    return os.path.isfile(absolute) and not os.path.islink(absolute)
 
 
 def _glob_denied(j: Judge, pattern: str) -> bool:
