@@ -20,7 +20,7 @@ from stockade.executor.globs import validate_globs
 from stockade.executor.inspect import inspect_call
 from stockade.executor.paths import PathSandbox, Root
 
-__all__ = ["bash_check", "path_check", "register"]
+__all__ = ["bash_check", "check_sandbox", "path_check", "register"]
 
 USAGE_ERROR = 2
 
@@ -34,6 +34,31 @@ def validate_globs_problem(globs: tuple[str, ...]) -> str:
     return ""
 
 
+def check_sandbox(
+    roots: list[Root],
+    cwd: str,
+    *,
+    denied: tuple[str, ...] = (),
+    policy_files: tuple[str, ...] = (),
+) -> tuple[PathSandbox, tuple[str, ...]]:
+    """The sandbox the executor would judge with, and the paths its policy asks about.
+
+    The same union the executor builds at start (app.sandbox_with_globs): the policy
+    files' read denials first, then the executor's own ``DENIED_READ_GLOBS`` (``denied``,
+    which adds, never replaces). Raises ``InvalidArgument`` for a policy file that cannot
+    be read or a glob the executor cannot use.
+    """
+    from stockade.contract.protected import load_protected_reads
+    from stockade.errors import InvalidArgument
+
+    reads = load_protected_reads(policy_files, cwd)
+    deny = tuple(dict.fromkeys((*reads.deny, *denied)))
+    problem = validate_globs_problem((*deny, *reads.ask))
+    if problem:
+        raise InvalidArgument(problem)
+    return PathSandbox(roots, cwd, denied_read_globs=deny), tuple(reads.ask)
+
+
 # --- bash-check ------------------------------------------------------------------------
 
 
@@ -43,6 +68,7 @@ def bash_check(
     *,
     network: bool,
     denied_read_globs: tuple[str, ...] = (),
+    ask_read_globs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The bash-check JSON object for one command."""
     try:
@@ -52,6 +78,7 @@ def bash_check(
             sandbox=sandbox,
             network_enabled=network,
             denied_read_globs=denied_read_globs,
+            ask_read_globs=ask_read_globs,
         )
     except StockadeError as exc:
         return {
@@ -101,15 +128,19 @@ def _bash_text(result: dict[str, Any], command: str) -> str:
 def _run_bash_check(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
     roots = [Root(os.path.abspath(r), True) for r in args.root] or [Root(cwd, True)]
-    denied = tuple(args.denied_read)
-    problem = validate_globs_problem(denied)
-    if problem:
-        args.parser.error(problem)
-    sandbox = PathSandbox(roots, cwd, denied_read_globs=denied)
+    try:
+        sandbox, ask = check_sandbox(
+            roots, cwd, denied=tuple(args.denied_read), policy_files=tuple(args.policy)
+        )
+    except StockadeError as exc:
+        args.parser.error(exc.message)
+    denied = sandbox.denied_read_globs
     return _run(
         args,
         args.command,
-        lambda item: bash_check(item, sandbox, network=args.network, denied_read_globs=denied),
+        lambda item: bash_check(
+            item, sandbox, network=args.network, denied_read_globs=denied, ask_read_globs=ask
+        ),
         _bash_text,
         lambda reason: {
             "verdict": "deny",
@@ -124,13 +155,25 @@ def _run_bash_check(args: argparse.Namespace) -> int:
 # --- path-check ------------------------------------------------------------------------
 
 
-def path_check(path: str, sandbox: PathSandbox, *, write: bool) -> dict[str, Any]:
-    """The path-check JSON object for one path."""
+def path_check(
+    path: str, sandbox: PathSandbox, *, write: bool, ask_read_globs: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The path-check JSON object for one path: the sandbox's answer, and for a read the
+    policy's protected reads as the executor's file tools judge them ("ask" when the
+    policy asks about reading it)."""
     decision = sandbox.check(path, write=write)
+    verdict = "allow" if decision.allowed else "deny"
+    reason = decision.reason
+    if decision.allowed and not write and ask_read_globs:
+        asked = inspect_call(
+            "read_file", {"file_path": path}, sandbox=sandbox, ask_read_globs=ask_read_globs
+        )
+        if asked.verdict != "allow":
+            verdict, reason = asked.verdict, "; ".join(r.reason for r in asked.rules)
     return {
-        "verdict": "allow" if decision.allowed else "deny",
+        "verdict": verdict,
         "resolved": decision.resolved,
-        "reason": decision.reason,
+        "reason": reason,
         "root": decision.root.path if decision.root else None,
         "writable": decision.root.writable if decision.root else False,
     }
@@ -145,11 +188,17 @@ def _run_path_check(args: argparse.Namespace) -> int:
     roots = [Root(r, True) for r in args.root] + [Root(r, False) for r in args.read_only_root]
     if not roots:
         args.parser.error("give at least one --root or --read-only-root")
-    sandbox = PathSandbox(roots, args.cwd or os.getcwd())
+    cwd = args.cwd or os.getcwd()
+    try:
+        sandbox, ask = check_sandbox(
+            roots, cwd, denied=tuple(args.denied_read), policy_files=tuple(args.policy)
+        )
+    except StockadeError as exc:
+        args.parser.error(exc.message)
     return _run(
         args,
         args.path,
-        lambda item: path_check(item, sandbox, write=args.write),
+        lambda item: path_check(item, sandbox, write=args.write, ask_read_globs=ask),
         _path_text,
         lambda reason: {
             "verdict": "deny",
@@ -242,6 +291,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a path nothing may read, as the executor's DENIED_READ_GLOBS (e.g. '**/.env'); "
         "repeatable",
     )
+    bash.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a policy file the executor reads (its protected reads: denied and asked); repeatable",
+    )
     bash.add_argument("--json", action="store_true", help="print one JSON object")
     bash.add_argument(
         "--batch",
@@ -271,6 +327,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     path.add_argument("--cwd", metavar="DIR", help="working directory (default: current)")
     path.add_argument("--write", action="store_true", help="judge a write, not a read")
+    path.add_argument(
+        "--denied-read",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="a path nothing may read, as the executor's DENIED_READ_GLOBS; repeatable",
+    )
+    path.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a policy file the executor reads (its protected reads); repeatable",
+    )
     path.add_argument("--json", action="store_true", help="print one JSON object")
     path.add_argument(
         "--batch",

@@ -29,5 +29,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--subagent", action="store_true", help="the call comes from a subagent")
     p.add_argument("--root", action="append", default=[], help="an allowed root (repeatable)")
     p.add_argument("--cwd", help="working directory (default: the current one)")
+    p.add_argument(
+        "--denied-read",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="the executor's own DENIED_READ_GLOBS (added to the policy's); repeatable",
+    )
+    p.add_argument("--network", action="store_true", help="the executor has the network enabled")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_check)

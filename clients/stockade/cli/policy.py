@@ -44,6 +44,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--root", action="append", default=[], help="an allowed root directory (repeatable)"
     )
     check.add_argument("--cwd", help="working directory (default: the current one)")
+    check.add_argument(
+        "--denied-read",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="the executor's own DENIED_READ_GLOBS (added to the policy's); repeatable",
+    )
+    check.add_argument(
+        "--network", action="store_true", help="the executor has the network enabled"
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(func=run_check)
 
@@ -118,27 +128,34 @@ def executor_facts(
     roots: list[str],
     cwd: str,
     policy_files: Sequence[str] = (),
+    denied_read: Sequence[str] = (),
+    network: bool = False,
 ) -> Facts | None:
     """The executor's Inspect findings for its own tools, turned into facts exactly as the
     ``Decide`` RPC turns the inspection it receives (one path, DEC-15); None for other
     tools. The policy files' protected reads bind the inspection as they bind a running
-    executor that mounts the same files (DEC-16)."""
+    executor that mounts the same files (DEC-16); ``denied_read`` and ``network`` are the
+    executor's own settings (``DENIED_READ_GLOBS`` adds to the policy's denials). The
+    sandbox is built as ``bash-check`` and ``path-check`` build it (checks.check_sandbox),
+    so the three judge alike."""
     from google.protobuf import struct_pb2
 
-    from stockade.contract.protected import load_protected_reads
+    from stockade.cli.checks import check_sandbox
     from stockade.decision.facts import facts_from_inspection
     from stockade.executor.convert import inspection_to_proto
     from stockade.executor.inspect import EXECUTOR_TOOLS, inspect_call
-    from stockade.executor.paths import PathSandbox, Root
+    from stockade.executor.paths import Root
     from stockade.v1 import common_pb2
 
     if tool not in EXECUTOR_TOOLS:
         return None
-    reads = load_protected_reads(policy_files, cwd)
-    sandbox = PathSandbox(
-        [Root(os.path.realpath(r), True) for r in roots or [cwd]], cwd, denied_read_globs=reads.deny
+    sandbox, ask = check_sandbox(
+        [Root(os.path.realpath(r), True) for r in roots or [cwd]],
+        cwd,
+        denied=tuple(denied_read),
+        policy_files=tuple(policy_files),
     )
-    ins = inspect_call(tool, args, sandbox=sandbox, ask_read_globs=reads.ask)
+    ins = inspect_call(tool, args, sandbox=sandbox, network_enabled=network, ask_read_globs=ask)
     arguments = struct_pb2.Struct()
     arguments.update(dict(args))
     call = common_pb2.ToolCall(tool_name=tool, arguments=arguments)
@@ -159,7 +176,13 @@ def run_check(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy, {}, cwd=cwd, mode_override=mode)
         facts = (
             executor_facts(
-                args.tool, call_args, roots=args.root, cwd=cwd, policy_files=[args.policy]
+                args.tool,
+                call_args,
+                roots=args.root,
+                cwd=cwd,
+                policy_files=[args.policy],
+                denied_read=args.denied_read,
+                network=args.network,
             )
             or Facts()
         )
