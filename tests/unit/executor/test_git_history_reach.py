@@ -107,6 +107,9 @@ REACHING = [
     ("git log -p -- .", S1),
     ("git log -p --all", S1),
     ("git whatchanged -p -- x", S1),
+    ("git archive HEAD~4 x", S1),  # the tree of that commit under x
+    ("git archive --format=tar HEAD~4 x", S1),
+    ("git archive --format tar HEAD~4 src", ""),  # an option taking a value: the whole tree
 ]
 
 
@@ -129,6 +132,8 @@ CLEAN_UNDER = [
     "git log -p -- README.md",
     "git grep -n y HEAD~3 -- src",
     "git log -p -- ':!x' src",  # the positive pathspec bounds it
+    "git archive HEAD src",
+    "git archive --format=tar HEAD~4 src README.md",
 ]
 
 

@@ -320,13 +320,10 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
         unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
     ):
         unbounded = True
-    if sub == "archive" and (
-        len(operands) <= 1
-        or any(":" in v for v in operands)
-        or any(not os.path.isfile(j.absolute(v)) for v in operands[1:] if v != "--")
-    ):
-        # The whole tree, a subtree (`HEAD:sub`) or a directory pathspec: it may hold
-        # files the policy denies reading.
+    if sub == "archive" and not _archive_clear(j, rest, top):
+        # The tree named (the whole of it, a subtree `HEAD:sub`, or what lies under its
+        # paths in that commit — a path that is a file now may be a directory there) may
+        # hold files the policy denies reading.
         unbounded = True
     if sub in ("fast-export", "bundle") or unbounded:
         j.ask(
@@ -335,6 +332,41 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
             "high",
             immune=True,
         )
+
+
+_ARCHIVE_FLAGS = frozenset({"-v", "--verbose", "-l", "--list", "--worktree-attributes", "--"})
+
+
+def _archive_clear(j: Judge, rest: list[Word], top: str) -> bool:
+    """Whether ``git archive TREE-ISH [PATH...]`` reaches no denied path: no commit git
+    can reach (or that the command names) holds one under the paths (all of the tree
+    when none is given, or when an option could take the next word as its value)."""
+    git_dir = os.path.join(top, ".git")
+    if not os.path.isdir(git_dir) or os.path.islink(git_dir):
+        return False
+    values = [w.value for w in rest]
+    if any(v is None for v in values):
+        return False
+    operands: list[str] = []
+    precise = True
+    for value in values:
+        assert value is not None
+        if value.startswith("-"):
+            if "=" not in value and value not in _ARCHIVE_FLAGS and not value[1:].isdigit():
+                precise = False  # `--format tar`, `-o FILE`: the next word is a value
+            continue
+        operands.append(value)
+    if not operands:
+        return False
+    prefixes: list[str] = []
+    if precise and ":" not in operands[0]:
+        for path in operands[1:]:
+            relative = os.path.relpath(os.path.normpath(_here(j, path)), top)
+            if relative == "." or relative.startswith("..") or any(c in path for c in "*?[\\:"):
+                prefixes = []
+                break
+            prefixes.append(relative)
+    return j.history_denied(git_dir, top, prefixes or [""], _object_ids(rest)) is False
 
 
 def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
