@@ -32,6 +32,7 @@ from stockade.executor.bash.findings import (
 )
 from stockade.executor.bash.githistory import HistoryCache, history_holds_denied
 from stockade.executor.bash.gitindex import tracked_paths
+from stockade.executor.bash.globsyntax import python_glob
 from stockade.executor.bash.judges import git, interpreters, readers, variables, writes
 from stockade.executor.bash.options import canonical, literal, split_option
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
@@ -287,9 +288,8 @@ class Walker:
         for word in args:
             value = word.value
             if word.glob and value and not _NO_WILDCARD.isdisjoint(value):
-                self.globs.append(
-                    (os.path.normpath(self.absolute(self.expand(value), self.bases[-1])), value)
-                )
+                pattern = python_glob(self.expand(value), mixed_quoting=word.quoted)
+                self.globs.append((os.path.normpath(self.absolute(pattern, self.bases[-1])), value))
         for variant in self.variants(args):
             self.glob_options(variant)
             self.words(name, by_path, variant, raw, stdin_args=False)
@@ -361,7 +361,9 @@ class Walker:
                 self.ask("too many globs to check each of them", immune=True)
                 return
             for base in dict.fromkeys(self.bases):
-                pattern = os.path.join(globmod.escape(base), value)
+                pattern = os.path.join(
+                    globmod.escape(base), python_glob(value, mixed_quoting=word.quoted)
+                )
                 for match in itertools.islice(globmod.iglob(pattern), _MAX_GLOB_MATCHES):
                     relative = os.path.relpath(match, base)
                     if relative.startswith("-"):
@@ -643,8 +645,10 @@ class Walker:
             self.network(f"{value} is a network connection opened by bash")
             return None
         expanded = self.expand(value)
+        # bash's pattern as a Python glob that matches at least what bash matches.
+        pattern = python_glob(expanded, mixed_quoting=word.quoted) if word.glob else expanded
         if word.glob and not write:
-            self.glob_credentials(expanded)
+            self.glob_credentials(pattern)
         result = None
         bases = self.bases if not expanded.startswith("/") else self.bases[:1]
         for base in bases:
@@ -676,7 +680,7 @@ class Walker:
             else:
                 self.reads[resolved] = None
             if word.glob and not write:
-                self.expand_glob(absolute, value)
+                self.expand_glob(self.absolute(pattern, base), value)
             result = resolved
         return result
 
