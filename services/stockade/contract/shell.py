@@ -144,8 +144,13 @@ WRAPPERS: dict[str, WrapperSpec] = {
     ),
     # fakeroot CMD: pretends to be root (LD_PRELOAD), CMD still runs as us.
     # -s saves the fake ownership database to a file (-i loads one).
+    # fakeroot -l/--lib LIB preloads a library and --faked BIN runs a program as its daemon
+    # (`fakeroot --faked ./x true` runs ./x: found by the option-table test).
     "fakeroot": WrapperSpec(
-        value_options=_f("-l", "--lib", "--faked", "-s", "-i"), write_options=_f("-s")
+        value_options=_f("-l", "--lib", "--faked", "-s", "-i"),
+        deny_options=_f("-l", "--lib", "--faked"),
+        read_options=_f("-i"),
+        write_options=_f("-s"),
     ),
     # faketime TIME CMD: fakes the clock.
     "faketime": WrapperSpec(positionals=1),

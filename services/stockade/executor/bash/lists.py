@@ -72,13 +72,22 @@ class SafeSpec:
     """Options that make the command run other programs (``rg --pre CMD``)."""
     pattern_options: frozenset[str] = frozenset()
     """Options that supply the pattern, so the first operand is a file (``grep -e PAT``)."""
+    names_options: frozenset[str] = frozenset()
+    """Options whose value is a file naming more files the command reads and prints
+    (``sort --files0-from=F``): a read of F, and of files only known at run time."""
     what: str = "reads files"
     """Words for the explanation (DEC-10)."""
 
     @functools.cached_property
     def takes_value(self) -> frozenset[str]:
         """Every option that takes a value (made once per spec, not per command)."""
-        return self.value_options | self.read_options | self.write_options | self.pattern_options
+        return (
+            self.value_options
+            | self.read_options
+            | self.write_options
+            | self.pattern_options
+            | self.names_options
+        )
 
 
 def _f(*options: str) -> frozenset[str]:
@@ -221,7 +230,9 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--batch-size",
             "--sort",
         ),
-        read_options=_f("--files0-from", "--random-source"),
+        read_options=_f("--random-source"),
+        # The files named in FILE are printed: which ones is only known at run time.
+        names_options=_f("--files0-from"),
         write_options=_f("-o", "--output", "-T", "--temporary-directory"),
         deny_options=_f("--compress-program"),
         what="sorts lines",
@@ -235,8 +246,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--skip-fields",
             "--skip-chars",
             "--check-chars",
-            "--group",
-            "--all-repeated",
+            # (--group[=METHOD] and --all-repeated[=METHOD] take their value attached
+            # only: `uniq --group /etc/shadow` reads /etc/shadow.)
         ),
         what="filters lines",
     ),
@@ -359,7 +370,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "tac": _PLAIN,  # prints files backwards
     "rev": _PLAIN,  # reverses lines
     # Formats columns.
-    "column": SafeSpec(value_options=_f("-s", "-c", "-o", "-t", "-N", "-R", "-H")),
+    # (-t is --table, a flag: `column -t FILE` reads FILE.)
+    "column": SafeSpec(value_options=_f("-s", "-c", "-o", "-N", "-R", "-H")),
     "fold": SafeSpec(value_options=_f("-w", "--width")),  # wraps lines
     "fmt": SafeSpec(value_options=_f("-w", "--width", "-p", "--prefix")),  # reflows text
     "paste": SafeSpec(value_options=_f("-d", "--delimiters")),  # merges lines of files
@@ -385,7 +397,7 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "-j",
             "-N",
             "-t",
-            "-w",
+            # (-w[BYTES]: attached only; `od -w FILE` reads FILE.)
             "--address-radix",
             "--skip-bytes",
             "--read-bytes",
@@ -477,8 +489,9 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     "base32": _PLAIN,  # encodes; decoding only prints
     "base64": _PLAIN,  # encodes or decodes to stdout
     # Converts encodings; -o writes a file.
+    # An encoding name with a `/` is a charmap file iconv reads (`iconv -f /etc/shadow`).
     "iconv": SafeSpec(
-        value_options=_f("-f", "-t", "--from-code", "--to-code"), write_options=_f("-o", "--output")
+        read_options=_f("-f", "-t", "--from-code", "--to-code"), write_options=_f("-o", "--output")
     ),
     "zcat": _PLAIN,  # prints compressed files
     "bzcat": _PLAIN,

@@ -46,6 +46,14 @@ def judge(
     return operands
 
 
+def remote_archive(name: str) -> bool:
+    """Whether tar (and cpio, through the same rmt library) takes ``name`` as a file on
+    another machine: a ``:`` after the first character with no ``/`` before it
+    (``host:file``, ``user@host:/dev/st0``; GNU tar's ``_remdev``)."""
+    colon = name.find(":")
+    return colon > 0 and "/" not in name[:colon]
+
+
 def tar(j: Judge, args: list[Word], flags: set[str], operands: list[Word]) -> None:
     """tar: listing (-t) reads the archive, extracting (-x) writes where it unpacks,
     creating or appending writes the archive."""
@@ -74,6 +82,14 @@ def tar(j: Judge, args: list[Word], flags: set[str], operands: list[Word]) -> No
                 rest = text[text.index("f", 1) + 1 :]
                 archive = literal(rest) if rest else (args[k + 1] if k + 1 < len(args) else None)
                 break
+    if (
+        archive is not None
+        and archive.value is not None
+        and "--force-local" not in flags
+        and remote_archive(archive.value)
+    ):
+        j.network(f"tar opens the remote archive {archive.value} through a remote shell")
+        return
     directory = option_value(args, ("-C", "--directory"))
     if mode == "t":
         if archive is not None:

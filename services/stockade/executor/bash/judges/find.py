@@ -58,6 +58,14 @@ def judge(j: Judge, args: list[Word]) -> None:
         elif value in ("-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"):
             if nxt is not None:
                 j.path(nxt, write=False)
+                if value == "-files0-from":
+                    # The starting points are read from the file: where find looks (and
+                    # what -exec gets) is only known at run time.
+                    j.ask(
+                        f"find -files0-from takes its starting points from {word_text(nxt)}",
+                        "high",
+                        immune=True,
+                    )
             k += 2
             continue
         elif value is None:

@@ -92,6 +92,7 @@ def _options(
     option (``grep -e``) was given."""
     takes_value = spec.takes_value
     known = (
+        spec.names_options,
         spec.deny_options,
         spec.write_options,
         spec.ask_options,
@@ -126,6 +127,14 @@ def _options(
                     j.effect(f"{name} {option} writes {word_text(operand)}", "low")
                 elif option in spec.read_options:
                     j.path(operand, write=False)
+                elif option in spec.names_options:
+                    j.path(operand, write=False)
+                    j.ask(
+                        f"{name} {option} reads the files named in {word_text(operand)}, "
+                        "which are only known at run time",
+                        "high",
+                        immune=True,
+                    )
     return operands, pattern_given
 
 
