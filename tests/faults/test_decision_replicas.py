@@ -357,7 +357,7 @@ async def test_a_replica_without_its_change_feed_is_not_serving_and_serves_no_st
             await asyncio.gather(*(replica.client.decide(read(f"warm{i}", "r")) for i in range(8)))
         asked = await a.client.decide(write("h", "w0"))
         assert asked.verdict == c_pb2.VERDICT_ASK
-        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout_s=300))
+        wait = asyncio.create_task(b.client.await_approval(asked.approval_id, timeout=300))
         async with _connections_refused(pg_server, pg_dsn):
             # The server cuts both change feeds, and they cannot come back yet.
             assert await _listen_backends_via(pg_server, pg_dsn) == 2

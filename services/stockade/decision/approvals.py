@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -116,6 +116,8 @@ class ApprovalLimits:
 
 
 ABANDONED_REASON = "abandoned: nobody was waiting for the answer any more"
+FINISHED_REMEMBERED = 10_000
+"""Answered approvals whose ids the broker remembers (a catch-up re-reads at most 1,000)."""
 GAP_POLL_S = 1.0
 """How often a waiter re-reads its approval while the store's change feed is down (an
 answer given on another replica then sends no wake-up)."""
@@ -155,6 +157,8 @@ class ApprovalBroker:
         self._watchers: set[_Watcher] = set()
         self._answered: dict[str, asyncio.Event] = {}
         self._pending: dict[str, ApprovalRecord] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        """Ids of the latest approvals this broker saw answered or expired."""
         self._loaded = False
         self._load_lock = asyncio.Lock()
         self._waiters: Counter[str] = Counter()
@@ -195,11 +199,18 @@ class ApprovalBroker:
             if event is not None:
                 event.set()
 
-    async def resynced(self, pending: Sequence[ApprovalRecord]) -> None:
+    async def resynced(
+        self, pending: Sequence[ApprovalRecord], finished: Sequence[ApprovalRecord] = ()
+    ) -> None:
         """The store's change feed was lost and is back: reconcile with ``pending`` (what
-        the store holds now) and wake every waiter to re-read its approval."""
+        the store holds now), tell the watchers of the answers in ``finished`` they have
+        not seen (an approval raised and answered inside the gap included), and wake
+        every waiter to re-read its approval."""
         if not self._loaded:
             return
+        for rec in finished:
+            if rec.approval_id not in self._pending and rec.approval_id not in self._finished:
+                self._publish(rec)
         now_pending = {rec.approval_id: rec for rec in pending}
         for approval_id in [a for a in self._pending if a not in now_pending]:
             try:
@@ -233,6 +244,10 @@ class ApprovalBroker:
             return
         self._pending.pop(rec.approval_id, None)
         self._orphaned.pop(rec.approval_id, None)
+        # Remembered (bounded) so a catch-up after a gap does not send an answer twice.
+        self._finished[rec.approval_id] = None
+        while len(self._finished) > FINISHED_REMEMBERED:
+            self._finished.popitem(last=False)
 
     @property
     def pending_count(self) -> int:

@@ -7,8 +7,10 @@ resynchronises, and the ALLOW path of Decide reads no database on a cached sessi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -604,3 +606,52 @@ async def test_pending_caps_are_exact_under_concurrent_asks_on_two_replicas(
     again = await asyncio.gather(*(_ask_or_refused(brokers[1], "s1", 200 + i) for i in range(4)))
     assert sum(not g.startswith("refused:") for g in again) == 1
     assert len(await b.pending_approvals()) == 12
+
+
+async def test_an_approval_raised_and_answered_inside_a_feed_gap_reaches_the_watchers(
+    replicas: tuple[PostgresDecisionStore, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = replicas
+    broker_a, broker_b = ApprovalBroker(a), ApprovalBroker(b)
+    await broker_a.load()
+    await broker_b.load()
+    await a.create_session("s1", Mode.DEFAULT)
+    seen: list[tuple[str, ApprovalState]] = []
+    watch = broker_b.watch()
+
+    async def collect() -> None:
+        async for rec in watch:
+            seen.append((rec.approval_id, rec.state))
+
+    collector = asyncio.create_task(collect())
+    try:
+        # Before the gap: raised and answered on a, seen on b as it happens.
+        before = await ask(broker_a, n=0)
+        await broker_a.resolve(before, Resolution.ALLOW_ONCE, resolver="alice")
+        await wait_for(lambda: (before, ApprovalState.ALLOWED) in seen, "b to see the answer")
+        # b's feed is cut and stays cut; a raises and answers one, and raises another.
+        good_dsn = b._dsn
+        monkeypatch.setattr(b, "_dsn", "postgresql://x@/nowhere?host=/nonexistent-socket-dir")
+        await b.drop_listen_connection()
+        await wait_for(lambda: not b.fresh, "b to notice the lost feed")
+        inside = await ask(broker_a, n=1)
+        await broker_a.resolve(inside, Resolution.DENY, resolver="alice", reason="no")
+        still_pending = await ask(broker_a, n=2)
+        assert all(x != inside for x, _ in seen)  # b cannot know yet
+        # The feed comes back: b catches up from the database.
+        monkeypatch.setattr(b, "_dsn", good_dsn)
+        await wait_for(lambda: b.fresh, "b to resynchronise")
+        await wait_for(lambda: (inside, ApprovalState.DENIED) in seen, "the gap's answer")
+        await wait_for(lambda: (still_pending, ApprovalState.PENDING) in seen, "the gap's ask")
+        # A change after the catch-up marks the end; nothing was sent twice.
+        after = await ask(broker_a, n=3)
+        await wait_for(lambda: (after, ApprovalState.PENDING) in seen, "the next ask")
+        counts = Counter(seen)
+        assert counts[(before, ApprovalState.ALLOWED)] == 1
+        assert counts[(inside, ApprovalState.DENIED)] == 1
+        assert (inside, ApprovalState.PENDING) not in counts  # never pending as seen from b
+    finally:
+        collector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collector
+        await watch.aclose()

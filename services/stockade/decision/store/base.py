@@ -32,9 +32,13 @@ class StoreListener(Protocol):
     async def approval_changed(self, rec: ApprovalRecord) -> None:
         """Another replica raised, answered or expired ``rec`` (its state as stored now)."""
 
-    async def resynced(self, pending: Sequence[ApprovalRecord]) -> None:
+    async def resynced(
+        self, pending: Sequence[ApprovalRecord], finished: Sequence[ApprovalRecord]
+    ) -> None:
         """The change feed was lost and is back: ``pending`` is every approval pending
-        now; anything learnt before the gap may be stale."""
+        now, ``finished`` the approvals answered or expired since shortly before the gap
+        began (some may be known already); anything learnt before the gap may be
+        stale."""
 
 
 class DecisionStore(Protocol):

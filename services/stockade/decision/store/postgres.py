@@ -108,6 +108,12 @@ FEED_LOSS_BOUND_S = PROBE_INTERVAL_S + PROBE_TIMEOUT_S
 #: A new listening connection that takes longer is given up and tried again (a path that
 #: went silent must not hold the reconnect for asyncpg's default minute).
 LISTEN_CONNECT_TIMEOUT_S = 10.0
+#: After a gap, approvals answered since the feed was last known good, less this margin
+#: (``finish_time`` comes from the answering replica's clock), are re-read, at most
+#: ``MAX_CATCH_UP`` of them: what was raised and answered inside the gap reaches the
+#: watchers too.
+CATCH_UP_MARGIN_S = 60.0
+MAX_CATCH_UP = 1_000
 #: TCP keepalive of the listening connection: idle seconds, interval seconds, probes.
 LISTEN_KEEPALIVE = (1, 1, 2)
 #: Longest a statement may take: a hung database fails calls (UNAVAILABLE) instead of
@@ -234,6 +240,11 @@ class PostgresDecisionStore:
         self._changes: asyncio.Queue[str] = asyncio.Queue(MAX_QUEUED_CHANGES)
         self._resync_needed = asyncio.Event()
         self._listener: StoreListener | None = None
+        self._last_good = clock()
+        """When the change feed was last known to deliver (its latest good probe)."""
+        self._missed_since: float | None = None
+        """The earliest moment since which changes may have been missed and not yet
+        caught up (None: nothing missed)."""
         self._fresh = False
         self._health_observers: list[Callable[[bool], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -389,6 +400,7 @@ class PostgresDecisionStore:
             return
         self._listening = False
         self.gaps += 1
+        self._missed(self._last_good)
         self._set_fresh(False)
         self._feed_events.add(1, {"event": "lost"})
         self._gap()
@@ -410,6 +422,7 @@ class PostgresDecisionStore:
                 except Exception as err:  # any failure: the feed can no longer be trusted
                     self._feed_lost(f"the LISTEN connection failed ({type(err).__name__})")
                 else:
+                    self._last_good = self._clock()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._lost.wait(), PROBE_INTERVAL_S)
                     continue
@@ -446,6 +459,7 @@ class PostgresDecisionStore:
             try:
                 self._changes.put_nowait(approval_id)
             except asyncio.QueueFull:
+                self._missed(self._last_good)
                 self._resync_needed.set()
         elif kind == "x":  # a session was deleted
             self._invalidate(rest)
@@ -473,20 +487,34 @@ class PostgresDecisionStore:
                 # The database is unreachable or the broker failed: do not lose the change,
                 # resynchronise as soon as the next change (or the feed's return) arrives.
                 log.exception("decision store: delivering a change failed; will resync")
+                self._missed(self._last_good)
                 self._resync_needed.set()
                 await asyncio.sleep(0.5)
                 with contextlib.suppress(asyncio.QueueFull):
                     self._changes.put_nowait("")
 
+    def _missed(self, since: float) -> None:
+        """Changes since ``since`` may not have been delivered: the next resync re-reads
+        the approvals answered from then on."""
+        if self._missed_since is None or since < self._missed_since:
+            self._missed_since = since
+
     async def _resync(self) -> None:
         self._resync_needed.clear()
-        # Drain what is queued: the full re-read below covers it.
+        # Drain what is queued: the re-reads below cover it.
         while not self._changes.empty():
             self._changes.get_nowait()
         self._gap()
-        pending = await self.pending_approvals()
-        if self._listener is not None:
-            await self._listener.resynced(pending)
+        since, self._missed_since = self._missed_since, None
+        try:
+            pending = await self.pending_approvals()
+            finished = [] if since is None else await self.finished_since(since - CATCH_UP_MARGIN_S)
+            if self._listener is not None:
+                await self._listener.resynced(pending, finished)
+        except BaseException:
+            if since is not None:
+                self._missed(since)  # not caught up: the next resync covers it again
+            raise
         self.resyncs += 1
         self._feed_events.add(1, {"event": "resynced"})
         if self._listening and not self._resync_needed.is_set():
@@ -1093,6 +1121,19 @@ class PostgresDecisionStore:
             return None if sid is None else str(sid)
 
         return await self._run(update) is not None
+
+    async def finished_since(self, since: float, limit: int = MAX_CATCH_UP) -> list[ApprovalRecord]:
+        """Approvals answered or expired at ``since`` or later (oldest first, at most
+        ``limit``): what a replica re-reads after a gap in its change feed."""
+        rows = await self._run(
+            lambda c: c.fetch(
+                _APPROVAL_SELECT + " WHERE state <> 'pending' AND finish_time >= $1 "
+                "ORDER BY finish_time LIMIT $2",
+                since,
+                limit,
+            )
+        )
+        return [approval_from_row(r) for r in rows]
 
     async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
         """Pending approvals whose deadline has passed (oldest deadline first)."""
