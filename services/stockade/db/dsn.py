@@ -242,7 +242,8 @@ def effective_sslmode(dsn: str, environ: Mapping[str, str] | None = None) -> str
     env = os.environ if environ is None else environ
     _, query = _asyncpg_view(dsn)
     modes = [value for key, value in parse_qsl(query, keep_blank_values=True) if key == "sslmode"]
-    return (modes[-1] if modes else env.get("PGSSLMODE", "")).strip() or "prefer"
+    # Exactly as written: asyncpg refuses "verify-full " or "VERIFY-FULL", so must we.
+    return (modes[-1] if modes else env.get("PGSSLMODE", "")) or "prefer"
 
 
 def check_transport(dsn: str, *, what: str, environ: Mapping[str, str] | None = None) -> None:

@@ -67,6 +67,17 @@ REFUSED = [
     f"postgresql://u:p@{REMOTE}/db?sslmode=VERIFY-FULL",
     f"postgresql://u:p@{REMOTE}/db?sslmode=verify_full",
     f"postgresql://u:p@{REMOTE}/db?sslmode=",
+    f"postgresql://u:p@{REMOTE}/db?sslmode=verify-full%20",
+    f"postgresql://u:p@{REMOTE}/db?SSLMODE=verify-full",
+    f"postgresql://u:p@{REMOTE}/db?sslmode=require&sslrootcert=/ca.crt",
+    f"postgresql://u:p@{REMOTE}/db?sslmode=require&sslnegotiation=direct",
+    # other spellings of addresses that are not loopback, or not obviously so
+    "postgresql://u:p@2130706433/db?sslmode=require",
+    "postgresql://u:p@0x7f.0.0.1/db?sslmode=require",
+    "postgresql://u:p@127.0.0.1./db?sslmode=require",
+    "postgresql://u:p@localhost./db?sslmode=require",
+    "postgresql://u:p@[::]/db?sslmode=require",
+    f"postgresql://u:p@{REMOTE}%2c127.0.0.1/db?sslmode=require",
     # a host hidden from one reading of the URI but not from the other
     f"postgresql://u@{REMOTE}?x=@127.0.0.1/db",
     # a local URI host with a remote host parameter: stricter than asyncpg, on purpose
@@ -84,6 +95,9 @@ ACCEPTED = [
     "postgresql://u:p@127.8.9.10/db",
     "postgresql://u:p@[::1]:5432/db?sslmode=prefer",
     "postgresql://u:p@[::ffff:127.0.0.1]/db",
+    "postgresql://u:p@[::ffff:7f00:1]/db",
+    "postgresql://u:p@[0:0:0:0:0:0:0:1]/db",
+    f"postgresql://u:p@{REMOTE}/db?ssl%6Dode=verify-full",
     "postgresql://u:p@127.0.0.1,[::1]:5433/db",
     f"postgresql://u:p@{REMOTE}/db?sslmode=verify-full&sslrootcert=/ca.crt",
     f"postgresql://u:p@{REMOTE}/db?sslmode=verify-ca&sslrootcert=/ca.crt",
