@@ -97,9 +97,10 @@ MAX_QUEUED_CHANGES = 10_000
 #: half-open TCP connection (the server or the path to it gone without a FIN or RST)
 #: delivers no notification and raises no error, so only a round trip can tell. The probe
 #: is the cheapest one there is (a simple-protocol ``SELECT`` with no target list: no
-#: parse, plan or row; about 50 µs of the server's time).
+#: parse, plan or row; about 50 µs of the server's time). The timeout leaves room for a
+#: loaded server or event loop: a false alarm costs a cache drop and a resync.
 PROBE_INTERVAL_S = 0.5
-PROBE_TIMEOUT_S = 1.5
+PROBE_TIMEOUT_S = 2.0
 #: The longest a lost feed can go unnoticed, so the longest a replica may serve a cached
 #: session after another replica changed it: one interval plus one timeout. TCP keepalives
 #: on the listening connection (``LISTEN_KEEPALIVE``) close it at the kernel level within
