@@ -578,6 +578,11 @@ class Walker:
         if value == "-":
             return
         decision = self.path(target, write=False)
+        if decision is None and not any(f.verdict == "deny" for f in self.findings):
+            # Refused as a read (outside the roots: asked), but bash goes there all the
+            # same: what follows is judged from there (`cd /etc && cat shadow` reads
+            # /etc/shadow, a credential), not from where the line started.
+            decision = os.path.normpath(self.absolute(self.expand(value), self.bases[-1]))
         if decision is not None:
             if len(self.bases) >= _MAX_BASES:
                 if not self.too_many_bases:

@@ -1,0 +1,69 @@
+"""Issue 11, red-team pass (session 3): a `cd` the checker refuses is still taken by bash.
+
+`cd DIR` outside the roots was an ASK (a read outside the roots), and the checker then
+judged the relative paths after it from where the line started — but bash goes to DIR.
+`cd /etc && cat shadow` read a credential under a (bypass-immune) ASK that named only
+"reads /etc", and a denied path named relatively after the `cd` was judged against the
+wrong directory. Now the walk follows the `cd` it asks about.
+Real bash runs only in throwaway directories; attack strings are data here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stockade.executor.bash import analyze
+from stockade.executor.paths import PathSandbox, Root
+
+
+def _setup(tmp_path: Path) -> tuple[Path, Path, PathSandbox]:
+    base = Path(os.path.realpath(tmp_path))
+    ws = base / "ws"
+    outside = base / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOKEN=SEKRIT\n")
+    denied = (str(outside / "secret.txt"),)
+    return ws, outside, PathSandbox([Root(str(ws), True)], str(ws), denied_read_globs=denied)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "cd {outside} && cat secret.txt",
+        "cd {outside}; head -1 secret.txt",
+        "pushd {outside} >/dev/null; cat ./secret.txt",
+        "cd ../outside && cat secret.txt",
+        "cd .. && cat outside/secret.txt",
+    ],
+)
+def test_relative_paths_after_a_cd_outside_are_judged_from_there(
+    tmp_path: Path, template: str
+) -> None:
+    ws, outside, sandbox = _setup(tmp_path)
+    command = template.format(outside=outside)
+    done = subprocess.run(["bash", "-c", command], cwd=ws, capture_output=True, text=True)
+    assert "SEKRIT" in done.stdout  # bash reads the file
+    result = analyze(command, sandbox=sandbox, denied_read_globs=sandbox.denied_read_globs)
+    # Outside the roots a read is a bypass-immune ASK (a denied one too); what matters is
+    # that the file bash reads is the one judged (before, `secret.txt` was looked up in
+    # the workspace and passed).
+    assert result.verdict == "ask" and result.bypass_immune, result.reasons
+    assert any(str(outside / "secret.txt") in r for r in result.reasons), result.reasons
+
+
+def test_a_credential_read_after_cd_is_refused(tmp_path: Path) -> None:
+    ws, _, sandbox = _setup(tmp_path)
+    for command in ("cd /etc && cat shadow", "cd /etc; grep root shadow", "pushd /etc; cat shadow"):
+        result = analyze(command, sandbox=sandbox)
+        assert result.verdict == "deny", (command, result.reasons)
+
+
+def test_a_cd_outside_alone_stays_an_ask(tmp_path: Path) -> None:
+    _, outside, sandbox = _setup(tmp_path)
+    result = analyze(f"cd {outside} && ls", sandbox=sandbox)
+    assert result.verdict == "ask" and result.bypass_immune
