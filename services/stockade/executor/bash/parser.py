@@ -723,7 +723,8 @@ class _Walker:
             # Recorded script-wide when the statement's redirect nodes are walked.
             redirects.extend(self._make_redirects(outer))
             late.extend(_words_after_redirect(outer))
-        for container in (node, *(e for e in extra if e.type in _WORD_REDIRECTS)):
+        containers = (node, *[e for e in extra if e.type in _WORD_REDIRECTS]) if extra else (node,)
+        for container in containers:
             split = _split_word(container, self.data) if self.error is None else None
             if split is not None:
                 self.error = (
@@ -1049,15 +1050,26 @@ def _split_word(node: Node, data: bytes) -> Node | None:
         if ctype == "heredoc_redirect":
             end = -1  # its body and delimiter are lines of their own
             continue
-        if end >= 0 and _joined(data, end, child):
+        start = child.start_byte
+        # _joined and the word case of _blank_inside, inline: this runs for every command,
+        # and almost every gap is one blank and almost no word holds one.
+        if end >= 0 and (
+            start == end or (start > end and data[end] == 0x5C and _joined(data, end, child))
+        ):
             return child
-        if _blank_inside(child, data):
-            return child
-        if ctype in _WORD_REDIRECTS:
+        child_end = child.end_byte
+        if ctype == "word":
+            raw = data[start:child_end]
+            if (b" " in raw or b"\t" in raw) and _unescaped_blank(raw):
+                return child
+        elif ctype == "concatenation":
+            if _blank_inside(child, data):
+                return child
+        elif ctype in _WORD_REDIRECTS:
             inner = _split_word(child, data)
             if inner is not None:
                 return inner
-        end = child.end_byte
+        end = child_end
     return None
 
 
@@ -1076,6 +1088,11 @@ def _blank_inside(node: Node, data: bytes) -> bool:
     raw = data[node.start_byte : node.end_byte]
     if b" " not in raw and b"\t" not in raw:
         return False
+    return _unescaped_blank(raw)
+
+
+def _unescaped_blank(raw: bytes) -> bool:
+    """Whether the source of a word has a space or TAB not escaped by a backslash."""
     escaped = False
     for byte in raw:
         if escaped:

@@ -193,14 +193,23 @@ class Walker:
             value = assignment.value.value if assignment.value is not None else None
             exported = assignment.kind in ("prefix", "export")
             variables.assignment(self, assignment.name, value, exported=exported)
-        for text in dict.fromkeys(self.parsed.evaluated_texts):
-            self.deny(f"the text {short(text, 40)!r} is evaluated by bash as code later")
-        for name in dict.fromkeys(self.parsed.recursive_functions):
-            self.deny(f"function {name!r} calls itself (fork-bomb shape)")
-        variables.arithmetic(self)
-        variables.file_variables(self)
-        git.layouts(self)
-        self.created_then_globbed()
+        # The whole-line checks, each called only when the line has what it looks at
+        # (each returns at once otherwise; most lines have none of these).
+        parsed = self.parsed
+        if parsed.evaluated_texts:
+            for text in dict.fromkeys(parsed.evaluated_texts):
+                self.deny(f"the text {short(text, 40)!r} is evaluated by bash as code later")
+        if parsed.recursive_functions:
+            for name in dict.fromkeys(parsed.recursive_functions):
+                self.deny(f"function {name!r} calls itself (fork-bomb shape)")
+        if parsed.arithmetic_names or self.shell.integer_names:
+            variables.arithmetic(self)
+        if parsed.assignments:
+            variables.file_variables(self)
+        if len(self.writes) >= 2:
+            git.layouts(self)
+        if self.globs or self.creates_links:
+            self.created_then_globbed()
 
     def created_then_globbed(self) -> None:
         """A glob is checked against the files present when the line is judged; a file,
