@@ -404,11 +404,20 @@ class PathSandbox:
         """Whether the canonical path ``resolved`` lies inside the working directory."""
         return _is_within(resolved, self.cwd)
 
-    def check(self, path: str, *, write: bool = False) -> PathDecision:
-        """Decide whether ``path`` may be read (or written, with ``write=True``)."""
+    def check(
+        self, path: str, *, write: bool = False, known_dirs: set[str] | None = None
+    ) -> PathDecision:
+        """Decide whether ``path`` may be read (or written, with ``write=True``).
+
+        ``known_dirs``: directories already found to exist without a symlink on their way,
+        shared by the checks of ONE analysis (a bash command line judges several paths,
+        mostly in the same directories) and extended by this one. Never keep it longer:
+        the file system changes between analyses, and a symlink planted since must be
+        seen.
+        """
         try:
             lexical = self._lexical(path)
-            resolved, existing = self._resolve_existing(lexical)
+            resolved, existing = self._resolve_existing(lexical, known_dirs)
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
         root = self.root_for(resolved)
@@ -606,7 +615,9 @@ class PathSandbox:
         """EXE-3: the canonical form of ``absolute`` (see :meth:`_resolve_existing`)."""
         return self._resolve_existing(absolute)[0]
 
-    def _resolve_existing(self, absolute: str) -> tuple[str, str]:
+    def _resolve_existing(
+        self, absolute: str, known_dirs: set[str] | None = None
+    ) -> tuple[str, str]:
         """EXE-3: canonicalise, following symlinks one hop at a time.
 
         Returns the canonical path (for a path that does not exist yet: the canonical
@@ -624,9 +635,28 @@ class PathSandbox:
         first that passes is the deepest existing one, and the component after it is the
         missing one. Anything else, including any other error, takes the walk. Nothing is
         kept between calls: a symlink planted since the last check is seen.
+
+        ``known_dirs`` (see :meth:`check`): when the parent is one of them, an lstat of
+        the last component alone settles the path (one system call, no descriptor), as
+        the walk would after that parent; the directories found here are added to it.
         """
         if openat2_available():
+            parent = os.path.dirname(absolute)
+            if known_dirs is not None and parent in known_dirs and parent != absolute:
+                try:
+                    st = os.lstat(absolute)
+                except FileNotFoundError:
+                    return absolute, parent
+                except OSError:
+                    pass  # the checks below, then the walk, say what it is
+                else:
+                    if not stat.S_ISLNK(st.st_mode):
+                        if stat.S_ISDIR(st.st_mode):
+                            known_dirs.add(absolute)
+                        return absolute, absolute
             if _symlink_free(absolute):
+                if known_dirs is not None and parent != absolute:
+                    known_dirs.add(parent)  # the parent of an existing path: a directory
                 return absolute, absolute
             probe = absolute
             for _ in range(_FAST_MISSING_LEVELS):
@@ -636,6 +666,9 @@ class PathSandbox:
                 if parent == probe:
                     break
                 if _symlink_free(parent):
+                    if known_dirs is not None:
+                        # ENOENT below it (not ENOTDIR): a directory.
+                        known_dirs.add(parent)
                     return absolute, parent
                 probe = parent
         stack = list(reversed(absolute.split("/")))

@@ -228,3 +228,69 @@ def test_a_path_taken_as_normal_is_what_normpath_returns(parts: list[str], slash
     if _is_normal(path):
         assert os.path.normpath(path) == path
         assert not path.startswith("//")
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(raws=st.lists(st.tuples(fast_paths, st.booleans()), min_size=1, max_size=6))
+def test_checks_sharing_known_directories_decide_as_the_walk_does(
+    world: tuple[Path, PathSandbox],
+    raws: list[tuple[str, bool]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checks of one analysis share the directories found to exist without symlinks
+    (one lstat for the next path in them); every decision is still the walk's, and only
+    directories are remembered."""
+    from stockade.executor import paths
+
+    t, sb = world
+    known: set[str] = set()
+    for raw, write in raws:
+        path = raw.replace("{t}", str(t))
+        fast = sb.check(path, write=write, known_dirs=known)
+        with monkeypatch.context() as patched:
+            patched.setattr(paths, "_OPENAT2", False)
+            walked = sb.check(path, write=write)
+        assert fast == walked
+    for directory in known:
+        assert os.path.isdir(directory) and os.path.realpath(directory) == directory
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "in_link",
+        "out_link",
+        "out_dir/secret.txt",
+        "dangling",
+        "loop",
+        "up_link",
+        "ro_link/f.txt",
+        "sub/chain",
+        "sub/ws2/f.txt",
+        "f.txt/x",
+        "bare/HEAD",
+        "bare/new",
+        "nowhere/deeper/file",
+    ],
+)
+@pytest.mark.parametrize("write", [False, True])
+def test_a_known_directory_does_not_hide_a_symlink_below_it(
+    world: tuple[Path, PathSandbox], name: str, write: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a check found the workspace (and sub/) to exist without symlinks, each link,
+    loop, missing or non-directory name below them is still decided as the walk does."""
+    from stockade.executor import paths
+
+    t, sb = world
+    known: set[str] = set()
+    sb.check(str(t / "ws" / "f.txt"), known_dirs=known)
+    sb.check(str(t / "ws" / "sub" / "g.txt"), known_dirs=known)
+    assert {str(t / "ws"), str(t / "ws" / "sub")} <= known
+    path = str(t / "ws" / name)
+    fast = sb.check(path, write=write, known_dirs=known)
+    with monkeypatch.context() as patched:
+        patched.setattr(paths, "_OPENAT2", False)
+        walked = sb.check(path, write=write)
+    assert fast == walked

@@ -158,6 +158,9 @@ class Walker:
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
         self.too_many_bases = False
+        self.known_dirs: set[str] = set()
+        """Directories found to exist without symlinks by this walk's path checks (see
+        PathSandbox.check): one analysis only, a new walk starts empty."""
         self.globs_expanded = 0
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.creates_links = False
@@ -669,7 +672,7 @@ class Walker:
             absolute = self.absolute(expanded, base)
             if not self.credential_check(absolute, write):
                 return None
-            decision = self.sandbox.check(absolute, write=write)
+            decision = self.sandbox.check(absolute, write=write, known_dirs=self.known_dirs)
             resolved = decision.resolved or absolute
             if resolved != absolute and not self.credential_check(resolved, write):
                 return None
@@ -790,7 +793,7 @@ class Walker:
             self.ask(f"the glob {value} matches too many files to check", immune=True)
             return
         for match in matches:
-            decision = self.sandbox.check(match)
+            decision = self.sandbox.check(match, known_dirs=self.known_dirs)
             if not self.credential_check(decision.resolved or match, False):
                 return
             if not decision.allowed:
