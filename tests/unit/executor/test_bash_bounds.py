@@ -29,9 +29,11 @@ class _CountingSandbox(PathSandbox):
 
     checks = 0
 
-    def check(self, path: str, *, write: bool = False) -> PathDecision:
+    def check(
+        self, path: str, *, write: bool = False, known_dirs: set[str] | None = None
+    ) -> PathDecision:
         self.checks += 1
-        return super().check(path, write=write)
+        return super().check(path, write=write, known_dirs=known_dirs)
 
 
 @pytest.fixture
