@@ -67,3 +67,34 @@ def test_a_cd_outside_alone_stays_an_ask(tmp_path: Path) -> None:
     _, outside, sandbox = _setup(tmp_path)
     result = analyze(f"cd {outside} && ls", sandbox=sandbox)
     assert result.verdict == "ask" and result.bypass_immune
+
+
+# --- the grammar reads a reserved word as a command name -------------------------------
+
+RESERVED_MISPARSES = [
+    "coproc x { touch PWNED; }",
+    "coproc x while true; do touch PWNED; break; done",
+    "coproc x if true; then touch PWNED; fi",
+    "coproc x for f in a; do touch PWNED; done",
+    "coproc x until false; do touch PWNED; break; done",
+]
+
+
+@pytest.mark.parametrize("command", RESERVED_MISPARSES)
+def test_a_coprocess_with_a_name_runs_its_body(tmp_path: Path, command: str) -> None:
+    """bash runs the compound command of `coproc NAME …`; tree-sitter reads `coproc` as a
+    command with arguments and the body's `}`, `do`, `then` as command names, so the
+    payload was an argument of an unknown command `x` (a plain ASK that bypass mode
+    settles): `coproc x { rm -rf ~; }` ran rm unjudged."""
+    ws = Path(os.path.realpath(tmp_path))
+    subprocess.run(["bash", "-c", command + "; wait"], cwd=ws, capture_output=True, timeout=30)
+    assert (ws / "PWNED").exists()  # bash ran the body
+    sandbox = PathSandbox([Root(str(ws), True)], str(ws))
+    result = analyze(command.replace("touch PWNED", "rm -rf ~"), sandbox=sandbox)
+    assert result.verdict == "deny", result.reasons
+
+
+def test_quoted_reserved_words_are_ordinary_names(tmp_path: Path) -> None:
+    sandbox = PathSandbox([Root(str(tmp_path), True)], str(tmp_path))
+    for command in ("echo do done then fi }", "for f in a; do echo $f; done", "{ ls; }"):
+        assert analyze(command, sandbox=sandbox).verdict == "allow", command

@@ -66,6 +66,10 @@ _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
 _MAX_VARIANTS = 16
 _NO_WILDCARD = frozenset("*?[")
+# Reserved words that end or continue a compound command: never a simple command's name
+# to bash when unquoted in command position (`{`, `if`, `while` … start compound
+# commands the grammar parses as such; these it reads as names only when it misparses).
+_RESERVED_WORDS = frozenset({"}", "do", "done", "then", "fi", "elif", "else", "esac", "in"})
 
 
 def _may_match(written: str, pattern: str, directory: str) -> bool:
@@ -286,6 +290,15 @@ class Walker:
             self.deny(f"brace expansion in command position {raw.name.text!r}")
             self.record(word_text(words[0]), words[1:])
             return
+        if raw.name.value in _RESERVED_WORDS and not raw.name.quoted:
+            # bash reads this word as a reserved word where the grammar saw a command
+            # name: the two disagree on the script's shape (`coproc x { rm -rf /; }` is a
+            # coprocess running rm to bash, a command `x` with arguments and a command `}`
+            # to the grammar), so what bash runs is not what was judged (EXE-8a).
+            self.deny(
+                f"{raw.name.value!r} is a bash reserved word here, parsed as a command name: "
+                "the parser and bash disagree on what this line runs"
+            )
         resolved = self.resolve_name(raw.name)
         args = expanded(raw.args)
         if () in [a.braces for a in raw.args]:
