@@ -441,6 +441,26 @@ _EVAL_CONTEXTS = frozenset(
     }
 )
 
+
+def _unread_expansion(text: str) -> bool:
+    """Whether ``text`` (here-document body text outside the expansions the grammar
+    found) still holds an unescaped ``$(``, ``${`` or ``$[``: code bash expands."""
+    i, n = 0, len(text)
+    while i < n - 1:
+        char = text[i]
+        if char == "\\":
+            i += 2  # `\$` and `\\` are escapes in a here-document body
+            continue
+        if char == "$" and text[i + 1] in "({[":
+            if not _PLAIN_BRACED.match(text, i):
+                return True  # (`${HOME}` only substitutes a value: no code)
+        i += 1
+    return False
+
+
+_PLAIN_BRACED = re.compile(r"\$\{(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}")
+
+
 _REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 _ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
@@ -812,6 +832,13 @@ class _Walker:
             text = b" ".join(pieces).decode("utf-8", "surrogateescape")
             if "`" in text:
                 self._backticks(text, depth)
+            if "$" in text and self.error is None and _unread_expansion(text):
+                # tree-sitter drops an expansion at the start of a body line after a blank
+                # (`cat <<E` / TAB `$(cmd)` / `E`): bash runs it (EXE-8a).
+                self.error = (
+                    "a $(…), ${…} or $[…] in a here-document body the parser did not read "
+                    "as an expansion"
+                )
 
     def _backticks(self, text: str, depth: int) -> None:
         """Walk the commands inside every unescaped `...` pair of ``text``."""
