@@ -81,6 +81,19 @@ def test_a_line_with_too_many_directory_changes_is_asked_immune(workspace: Path)
     assert any("/etc" in r for r in denied.reasons), denied.reasons
 
 
+@pytest.mark.parametrize("last", ["cd /etc && cat shadow", "pushd /etc; grep root shadow"])
+def test_the_latest_directory_is_followed_past_the_bound(workspace: Path, last: str) -> None:
+    """Past the bound the oldest directories are dropped, not the newest: where bash is
+    when the credential is read is still the directory judged from (a DENY, not only the
+    bound's ASK)."""
+    sandbox = PathSandbox([Root(str(workspace), True)], str(workspace))
+    analyzer = BashAnalyzer(isolated=False, parse_cache=0)
+    steps = "; ".join(f"cd src; cat f{i}" for i in range(_MAX_BASES + 3))
+    result = analyzer.analyze(f"{steps}; {last}", sandbox=sandbox)
+    assert result.verdict == "deny", result.reasons
+    assert any("credentials" in r and "/etc/shadow" in r for r in result.reasons), result.reasons
+
+
 def test_a_few_directory_changes_are_judged_as_before(workspace: Path) -> None:
     sandbox = PathSandbox([Root(str(workspace), True)], str(workspace))
     analyzer = BashAnalyzer(isolated=False, parse_cache=0)

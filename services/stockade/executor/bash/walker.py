@@ -162,6 +162,8 @@ class Walker:
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
         self.too_many_bases = False
+        self.bases_version = 0
+        """Counts the changes of ``bases``: a path judged before a change is judged again."""
         self.known_dirs: set[str] = set()
         """Directories found to exist without symlinks by this walk's path checks (see
         PathSandbox.check): one analysis only, a new walk starts empty."""
@@ -618,8 +620,12 @@ class Walker:
                         "high",
                         immune=True,
                     )
-                return
+                # The directory bash goes to is still followed (`cd /etc && cat shadow`
+                # stays a DENY past the bound); the oldest one after the starting
+                # directory is no longer judged from (that is what the ASK says).
+                del self.bases[1]
             self.bases.append(decision)
+            self.bases_version += 1
 
     def expand(self, value: str) -> str:
         """Tilde expansion as bash does it (``~``, ``~/x``, ``~user``)."""
@@ -639,7 +645,7 @@ class Walker:
 
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
         """Judge one path operand; the canonical path when it is allowed, else None."""
-        key = (word.text, word.path_value, write, len(self.bases))
+        key = (word.text, word.path_value, write, self.bases_version)
         if key in self.judged_paths:
             return self.judged_paths[key]  # its findings were recorded the first time
         result = self.judge_path(word, write=write, what=what)
