@@ -27,7 +27,7 @@ from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import ReadLedger
 from stockade.executor.servicer import ExecutorServicer
 from stockade.executor.settings import ExecutorSettings
-from stockade.executor.state import ExecutorState, StoreReadState, open_state
+from stockade.executor.state import ExecutorState, open_state
 from stockade.executor.tools import file_tools
 from stockade.executor.tools.base import Tool, ToolLimits
 from stockade.executor.tools.run_bash import RunBashTool
@@ -153,7 +153,7 @@ def build_core(
     check = grant_check if grant_check is not None else grant_check_from_settings(settings, state)
     read_state: ReadLedger | None = None
     if state is not None and state.shared:
-        read_state = StoreReadState(state, asyncio.get_running_loop())
+        read_state = state.read_ledger(asyncio.get_running_loop())
 
     def inspector_for(box: PathSandbox, policy: ProtectedReads) -> Inspector:
         return functools.partial(

@@ -21,6 +21,7 @@ applies it at start, under an advisory lock so replicas starting together do not
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -30,7 +31,7 @@ from stockade.db.dsn import check_transport, redact_dsn, scrub
 from stockade.db.postgres import CONNECTION_ERRORS, connect, unparsable
 from stockade.db.postgres import migrate as apply_migrations
 from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument
-from stockade.executor.readstate import FileStamp
+from stockade.executor.readstate import FileStamp, ReadLedger
 from stockade.executor.state import (
     MAX_GRANT_ID,
     MAX_GRANT_LIFETIME_S,
@@ -40,6 +41,7 @@ from stockade.executor.state import (
     PRUNE_MARGIN_S,
     READ_TTL_S,
     STORE_WAIT_S,
+    StoreReadState,
     _check_bounds,
 )
 
@@ -334,6 +336,11 @@ class PostgresExecutorState:
         if row is None:
             return None
         return FileStamp(int(row["mtime_ns"]), int(row["size"]), str(row["sha256"]))
+
+    def read_ledger(self, loop: asyncio.AbstractEventLoop) -> ReadLedger:
+        """See ``ExecutorState.read_ledger``: the tools wait for the server from a worker
+        thread (``StoreReadState``)."""
+        return StoreReadState(self, loop)
 
     async def close(self) -> None:
         """Close the pool."""

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 from stockade.db.dsn import parse_store_dsn
 from stockade.errors import DependencyUnavailable, InvalidArgument
-from stockade.executor.readstate import FileStamp, ReadState, check_fresh
+from stockade.executor.readstate import FileStamp, ReadLedger, ReadState, check_fresh
 
 __all__ = [
     "MAX_GRANT_ID",
@@ -40,6 +40,7 @@ __all__ = [
     "ExecutorState",
     "MemoryExecutorState",
     "SqliteExecutorState",
+    "SqliteReadLedger",
     "StoreReadState",
     "open_state",
     "parse_state_dsn",
@@ -63,8 +64,12 @@ READ_TTL_S = 24 * 3600.0
 #: Longest a spent grant may claim to live (grants live 60 s by default): a bound on how
 #: long a record can be kept, so the table cannot be filled with records never pruned.
 MAX_GRANT_LIFETIME_S = 3600.0
-#: Rows pruned per write (bounded work on the hot path; pruning keeps up with inserts).
+#: Rows pruned per pruning write (bounded work on the hot path).
 PRUNE_BATCH = 64
+#: Every this many writes of a table, one also prunes it (up to ``PRUNE_BATCH`` rows, so
+#: pruning removes records four times as fast as writes add them; a statement that finds
+#: nothing to prune still costs a lock, hence not on every write).
+PRUNE_EVERY = 16
 #: How long a tool's worker thread waits for the store before giving up (fail closed).
 STORE_WAIT_S = 10.0
 
@@ -90,6 +95,11 @@ class ExecutorState(Protocol):
 
     async def last_read(self, session_id: str, path: str) -> FileStamp | None:
         """The stamp of the session's last read of ``path``, if any."""
+        ...
+
+    def read_ledger(self, loop: asyncio.AbstractEventLoop) -> ReadLedger:
+        """The tools' view of the session reads kept here (``loop`` is the executor's
+        event loop, for a store whose calls must run on it)."""
         ...
 
     async def close(self) -> None:
@@ -139,6 +149,10 @@ class MemoryExecutorState:
         """See :meth:`ExecutorState.last_read`."""
         return self._reads.get(session_id, path)
 
+    def read_ledger(self, loop: asyncio.AbstractEventLoop) -> ReadLedger:
+        """See :meth:`ExecutorState.read_ledger` (the same records, in memory)."""
+        return self._reads
+
     async def close(self) -> None:
         """Nothing to release."""
 
@@ -183,6 +197,7 @@ class SqliteExecutorState:
             path, isolation_level=None, check_same_thread=False, timeout=STORE_WAIT_S
         )
         self._lock = threading.Lock()
+        self._writes: dict[str, int] = {}
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a committed row survives the process being killed (the
@@ -227,22 +242,19 @@ class SqliteExecutorState:
         now = self._clock()
 
         def spend(db: sqlite3.Connection) -> bool:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            # One statement, its own transaction: the insert is the single arbiter (only
+            # the first of any number of executors sharing the file inserts the row).
+            cur = db.execute(
+                "INSERT INTO spent_grant VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (grant_id, expires_at),
+            )
+            fresh = cur.rowcount == 1
+            if self._due_for_pruning("spent_grant"):
                 db.execute(
                     "DELETE FROM spent_grant WHERE grant_id IN (SELECT grant_id FROM "
                     "spent_grant WHERE expires_at < ? LIMIT ?)",
                     (now - PRUNE_MARGIN_S, PRUNE_BATCH),
                 )
-                cur = db.execute(
-                    "INSERT INTO spent_grant VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    (grant_id, expires_at),
-                )
-                fresh = cur.rowcount == 1
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
             return fresh
 
         return self._run(spend)
@@ -253,25 +265,26 @@ class SqliteExecutorState:
         now = self._clock()
 
         def record(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            db.execute(
+                "INSERT INTO read_state VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(session_id, path) DO UPDATE SET mtime_ns = excluded.mtime_ns, "
+                "size = excluded.size, sha256 = excluded.sha256, read_at = excluded.read_at",
+                (session_id, path, stamp.mtime_ns, stamp.size, stamp.sha256, now),
+            )
+            if self._due_for_pruning("read_state"):
                 db.execute(
                     "DELETE FROM read_state WHERE (session_id, path) IN (SELECT "
                     "session_id, path FROM read_state WHERE read_at < ? LIMIT ?)",
                     (now - READ_TTL_S, PRUNE_BATCH),
                 )
-                db.execute(
-                    "INSERT INTO read_state VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
-                    "(session_id, path) DO UPDATE SET mtime_ns = excluded.mtime_ns, "
-                    "size = excluded.size, sha256 = excluded.sha256, read_at = excluded.read_at",
-                    (session_id, path, stamp.mtime_ns, stamp.size, stamp.sha256, now),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
         self._run(record)
+
+    def _due_for_pruning(self, table: str) -> bool:
+        """True on every ``PRUNE_EVERY``-th write of ``table`` by this process (called
+        under the lock)."""
+        count = self._writes[table] = self._writes.get(table, 0) + 1
+        return count % PRUNE_EVERY == 0
 
     def last_read_now(self, session_id: str, path: str) -> FileStamp | None:
         """Synchronous :meth:`last_read`."""
@@ -297,10 +310,41 @@ class SqliteExecutorState:
         """See :meth:`ExecutorState.last_read`."""
         return self.last_read_now(session_id, path)
 
+    def read_ledger(self, loop: asyncio.AbstractEventLoop) -> ReadLedger:
+        """See :meth:`ExecutorState.read_ledger`: the file is local, so the tools write
+        and look up reads directly, from the event loop or a worker thread (a statement
+        takes tens of microseconds; a hop to the loop and back costs more)."""
+        return SqliteReadLedger(self)
+
     async def close(self) -> None:
         """Close the file."""
         with self._lock:
             self._db.close()
+
+
+class SqliteReadLedger:
+    """The tools' read state in an :class:`SqliteExecutorState` (shared by the executors of
+    the node), called directly: it never waits on the event loop, so it may be called on it."""
+
+    blocking = False
+    """Local file statements: safe on the event loop."""
+
+    def __init__(self, store: SqliteExecutorState) -> None:
+        """Reads recorded in ``store``."""
+        self.store = store
+
+    def record(self, session_id: str, path: str, stamp: FileStamp) -> None:
+        """Remember that ``session_id`` saw ``path`` as ``stamp`` (in the shared file)."""
+        self.store.record_read_now(session_id, path, stamp)
+
+    def get(self, session_id: str, path: str) -> FileStamp | None:
+        """The stamp the file holds for ``path`` in ``session_id``."""
+        return self.store.last_read_now(session_id, path)
+
+    def require_fresh(self, session_id: str, path: str, current: FileStamp) -> None:
+        """Raise ``StaleWrite`` unless ``path`` was read in the session (by any executor
+        sharing the file) and is unchanged since."""
+        check_fresh(path, self.get(session_id, path), current)
 
 
 class StoreReadState:

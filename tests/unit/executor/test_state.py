@@ -19,17 +19,23 @@ import pytest
 from stockade.cli.main import main as cli_main
 from stockade.db.dsn import redact_dsn
 from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument, StaleWrite
+from stockade.executor.app import build_core, build_sandbox
+from stockade.executor.core import CallSpec, ExecutorCore
 from stockade.executor.pg_state import SCHEMA, VERSION_TABLE, PostgresExecutorState
 from stockade.executor.readstate import FileStamp
+from stockade.executor.settings import ExecutorSettings
 from stockade.executor.state import (
     MAX_GRANT_ID,
+    PRUNE_EVERY,
     PRUNE_MARGIN_S,
     ExecutorState,
     SqliteExecutorState,
+    SqliteReadLedger,
     StoreReadState,
     open_state,
     parse_state_dsn,
 )
+from stockade.executor.tools.base import Status, ToolResult
 from tests.pg import with_database
 
 Opener = Callable[[], Awaitable[ExecutorState]]
@@ -99,7 +105,8 @@ async def test_records_long_expired_are_pruned_fresh_ones_kept(open_store: Opene
     assert await store.spend_grant(old, now - PRUNE_MARGIN_S - 100)
     # Expired, but within the margin: kept (clocks may differ between replicas).
     assert await store.spend_grant(recent, now - 5)
-    assert await store.spend_grant(_id(), now + 60)  # a write prunes
+    for _ in range(PRUNE_EVERY):  # every PRUNE_EVERY-th write prunes
+        assert await store.spend_grant(_id(), now + 60)
     assert await store.spend_grant(old, now - PRUNE_MARGIN_S - 100) is True  # forgotten
     assert await store.spend_grant(recent, now - 5) is False  # still remembered
 
@@ -140,6 +147,32 @@ async def test_store_read_state_from_worker_threads(open_store: Opener) -> None:
         await asyncio.to_thread(b.require_fresh, "other", "/w/f", STAMP)
     with pytest.raises(RuntimeError, match="worker thread"):
         b.require_fresh("s", "/w/f", STAMP)
+
+
+async def test_each_store_gives_the_tools_a_ledger_of_its_own_records(
+    open_store: Opener,
+) -> None:
+    """The tools' view of two stores on one set of records: what one records the other
+    sees. SQLite's ledger calls the local file directly (callable on the event loop, no
+    thread hop); PostgreSQL's waits for the server from a worker thread."""
+    loop = asyncio.get_running_loop()
+    a_store, b_store = await open_store(), await open_store()
+    a, b = a_store.read_ledger(loop), b_store.read_ledger(loop)
+    if isinstance(a_store, SqliteExecutorState):
+        assert isinstance(a, SqliteReadLedger) and not a.blocking
+        a.record("s", "/w/f", STAMP)
+        b.require_fresh("s", "/w/f", STAMP)
+        with pytest.raises(StaleWrite, match="changed since"):
+            b.require_fresh("s", "/w/f", OTHER)
+        await a_store.close()
+        with pytest.raises(DependencyUnavailable):  # a closed file refuses, never "fresh"
+            a.require_fresh("s", "/w/f", STAMP)
+    else:
+        assert isinstance(a, StoreReadState) and a.blocking
+        await asyncio.to_thread(a.record, "s", "/w/f", STAMP)
+        await asyncio.to_thread(b.require_fresh, "s", "/w/f", STAMP)
+    with pytest.raises(StaleWrite, match="not been read"):
+        await asyncio.to_thread(b.require_fresh, "other", "/w/f", STAMP)
 
 
 def test_dsn_parsing_and_redaction(tmp_path: Path) -> None:
@@ -330,3 +363,41 @@ def test_migrate_cli_refuses_bad_dsns_without_showing_passwords(
     err = capsys.readouterr().err
     assert "migrate failed" in err
     assert "hunter2" not in err
+
+
+async def test_two_executors_on_one_sqlite_file_share_reads_through_the_tools(
+    tmp_path: Path,
+) -> None:
+    """Two cores (two executors of one node) on one SQLite file: a read through one
+    counts for an edit through the other, on the event loop (the ledger calls the file
+    directly, so read_file takes its on-loop path); a change on disk refuses both."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f.txt").write_text("one\n")
+    settings = ExecutorSettings(workspace=ws, allow_ungranted=True)
+    path = tmp_path / "shared.sqlite3"
+    stores = [SqliteExecutorState(path), SqliteExecutorState(path)]
+    a, b = (build_core(settings, build_sandbox(settings), state=s) for s in stores)
+    assert not a.read_state.blocking
+
+    async def run(core: ExecutorCore, call_id: str, tool: str, **args: object) -> ToolResult:
+        results = [
+            item
+            async for item in core.execute(CallSpec("s", call_id, tool, args))
+            if isinstance(item, ToolResult)
+        ]
+        assert len(results) == 1
+        return results[0]
+
+    edit = {"file_path": "f.txt", "old_string": "one", "new_string": "two"}
+    refused = await run(b, "c0", "file_edit", **edit)
+    assert refused.status is Status.ERROR and "not been read" in refused.content
+    assert (await run(a, "c1", "read_file", file_path="f.txt")).status is Status.OK
+    assert (await run(b, "c2", "file_edit", **edit)).status is Status.OK
+    (ws / "f.txt").write_text("changed elsewhere\n")
+    back = {"file_path": "f.txt", "old_string": "two", "new_string": "three"}
+    for core, call_id in ((a, "c3"), (b, "c4")):
+        stale = await run(core, call_id, "file_edit", **back)
+        assert stale.status is Status.ERROR and "changed since" in stale.content
+    for store in stores:
+        await store.close()
