@@ -10,7 +10,7 @@ decision service itself is not needed to say what the executor accepts)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +26,8 @@ from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
 from stockade.v1 import executor_service_pb2_grpc as x_grpc
-from tests.faults.conftest import FaultStack, StartStack
+from tests.faults.conftest import FaultStack, StartStack, wait_for
+from tests.secretvolume import SecretVolume
 
 APPROVED = {"by": "approval", "approval": "ap-1", "resolver": "token:alice"}
 
@@ -245,6 +246,70 @@ async def test_key_rotation(fault_stack: StartStack, tmp_path: Path, workspace: 
     assert (await replica.execute(grant, "s", "c4", "read_file", args)).status == (
         x_pb2.EXECUTION_STATUS_OK
     )
+
+
+async def test_keys_rotate_in_a_running_executor(
+    fault_stack: StartStack, tmp_path: Path, workspace: Path
+) -> None:
+    """The key file is a mounted Secret that changes under the running executor (no
+    restart): the new key is put in force and the old one dropped, an unusable content
+    keeps the last good key and is reported (GetCapabilities, log), a fix takes effect."""
+    old, new, third = (Grants(tmp_path / name) for name in ("old", "new", "third"))
+    volume = SecretVolume(tmp_path / "grant-verify")
+    volume.publish({"grant-signing.pub": old.public.read_bytes()})
+    env = _executor_env(workspace, [volume.path("grant-signing.pub")], None)
+    env["STOCKADE_EXECUTOR_GRANT_KEY_POLL_S"] = "0.05"
+    replica = Replica(await fault_stack(["executor"], env={"executor": env}))
+    args = {"file_path": str(workspace / "notes.txt")}
+    calls = iter(range(10_000))
+
+    async def runs(keys: Grants) -> bool:
+        """A fresh grant of ``keys`` runs (True) or is refused for its key (False)."""
+        call = f"c{next(calls)}"
+        try:
+            result = await replica.execute(keys.sign("s", call, "read_file", args), "s", call,
+                                           "read_file", args)  # fmt: skip
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
+            assert "does not accept" in (err.details() or "")
+            return False
+        assert result.status == x_pb2.EXECUTION_STATUS_OK
+        return True
+
+    async def grant_layer() -> str:
+        async with grpc.aio.insecure_channel(replica.stack.addresses["executor"]) as channel:
+            caps = await x_grpc.ExecutorServiceStub(channel).GetCapabilities(
+                x_pb2.GetCapabilitiesRequest(), timeout=30
+            )
+        (layer,) = [x for x in caps.layers if x.name == "grant_verification"]
+        return str(layer.detail)
+
+    assert await runs(old) and not await runs(new)
+    minted_before = old.sign("s", "early", "read_file", args)
+    volume.publish({"grant-signing.pub": new.public.read_bytes()})
+    await wait_for(lambda: runs(new), interval_s=0.1, what="the new key in force")
+    assert not await runs(old)
+    details = await _refused(
+        replica, grpc.StatusCode.PERMISSION_DENIED, minted_before, "s", "early", "read_file", args
+    )
+    assert "does not accept" in details  # unexpired and never used: refused for its key
+
+    volume.publish({"grant-signing.pub": b""})  # an empty Secret value
+    await wait_for(
+        lambda: _contains(grant_layer(), "KEY FILE PROBLEM"), interval_s=0.1, what="reported"
+    )
+    assert await runs(new) and not await runs(third)  # the last good key, nothing else
+    log = replica.stack.log_tail("executor", 200)
+    assert "keeping its last good key" in log and "grant-signing.pub" in log
+
+    volume.publish({"grant-signing.pub": third.public.read_bytes()})
+    await wait_for(lambda: runs(third), interval_s=0.1, what="the fixed key in force")
+    assert not await runs(new)
+    assert "KEY FILE PROBLEM" not in await grant_layer()
+
+
+async def _contains(text: Awaitable[str], part: str) -> bool:
+    return part in await text
 
 
 async def test_an_unreachable_store_refuses_the_grant_and_keeps_it_unspent(

@@ -60,6 +60,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "parse_claims",
+    "public_key_from_pem",
     "settlement_covers",
 ]
 
@@ -311,13 +312,19 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
 
 def load_public_key(path: str | Path) -> Ed25519PublicKey:
     """Read an Ed25519 public key (PEM, SubjectPublicKeyInfo)."""
-    data = _read(path)
+    return public_key_from_pem(_read(path), str(path))
+
+
+def public_key_from_pem(data: bytes, source: str) -> Ed25519PublicKey:
+    """The Ed25519 public key in ``data`` (PEM, SubjectPublicKeyInfo) read from ``source``;
+    ``InvalidArgument`` naming ``source`` when it holds none (empty, truncated, another
+    kind of key)."""
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError as exc:
-        raise InvalidArgument(f"{path}: not a PEM public key") from exc
+        raise InvalidArgument(f"{source}: not a PEM public key") from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise InvalidArgument(f"{path}: not an Ed25519 public key")
+        raise InvalidArgument(f"{source}: not an Ed25519 public key")
     return key
 
 

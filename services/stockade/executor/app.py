@@ -12,6 +12,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from stockade.contract.protected import ProtectedReads, load_protected_reads
 from stockade.errors import InvalidArgument, StockadeError
@@ -20,7 +21,7 @@ from stockade.executor.confine import Launcher
 from stockade.executor.confine.policy import Layer
 from stockade.executor.core import ExecutorCore, GrantCheck, Inspector, no_process_confinement
 from stockade.executor.globs import validate_globs
-from stockade.executor.grants import grant_check_from_settings, grant_layer
+from stockade.executor.grants import StoreGrantCheck, grant_check_from_settings, grant_layer
 from stockade.executor.inspect import inspect_call
 from stockade.executor.metrics import ExecutorMetrics
 from stockade.executor.paths import PathSandbox
@@ -43,6 +44,7 @@ __all__ = [
     "executor_servicer",
     "policy_reads",
     "tool_limits",
+    "watch_grant_keys",
     "watch_policy",
 ]
 
@@ -223,6 +225,40 @@ async def watch_policy(core: ExecutorCore, settings: ExecutorSettings, interval_
         )
 
 
+async def watch_grant_keys(core: ExecutorCore, check: StoreGrantCheck, interval_s: float) -> None:
+    """Re-read the grant public key files every ``interval_s`` and put what changed in
+    force, until cancelled. Each change and each problem (a file unreadable or invalid,
+    keeping its last good key) is logged once, and shows in the grant_verification layer
+    that GetCapabilities reports."""
+    files = check.key_files
+    if files is None:
+        return
+    reported: dict[Path, str] = {}
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            added, removed = await check.reload_keys()
+        except Exception:  # a watcher that dies would leave keys unrotated, silently
+            log.exception("grant public key reload failed; keeping the keys in force")
+            continue
+        if added or removed:
+            log.warning(
+                "grant public keys reloaded: now accepting %s (added %s, removed %s)",
+                ", ".join(check.verifier.key_ids),
+                ", ".join(sorted(added)) or "none",
+                ", ".join(sorted(removed)) or "none",
+            )
+        problems = dict(files.problems)
+        for path, why in problems.items():
+            if reported.get(path) != why:
+                log.error("grant public key file problem, keeping its last good key: %s", why)
+        for path in reported.keys() - problems.keys():
+            log.warning("grant public key file %s holds a valid key again", path)
+        if added or removed or problems != reported:
+            core.grant_layer = grant_layer(check)
+        reported = problems
+
+
 @contextlib.asynccontextmanager
 async def executor_servicer(
     settings: ExecutorSettings, sandbox: PathSandbox | None = None
@@ -254,13 +290,20 @@ async def executor_servicer(
                 analyzer=analyzer,
                 state=state,
             )
-            watcher = asyncio.create_task(watch_policy(core, settings, settings.policy_poll_s))
+            watchers = [asyncio.create_task(watch_policy(core, settings, settings.policy_poll_s))]
+            if isinstance(core.grant_check, StoreGrantCheck):
+                watchers.append(
+                    asyncio.create_task(
+                        watch_grant_keys(core, core.grant_check, settings.grant_key_poll_s)
+                    )
+                )
             try:
                 yield ExecutorServicer(core, metrics=ExecutorMetrics())
             finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                for watcher in watchers:
+                    watcher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await watcher
         finally:
             await launcher.close()
             await asyncio.to_thread(analyzer.close)

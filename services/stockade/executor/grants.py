@@ -12,11 +12,14 @@ allow rule or a mode the decision service recorded.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -29,8 +32,8 @@ from stockade.contract.grant import (
     argument_digest,
     findings_digest,
     key_id,
-    load_public_key,
     parse_claims,
+    public_key_from_pem,
     settlement_covers,
 )
 from stockade.errors import (
@@ -41,6 +44,7 @@ from stockade.errors import (
     GrantMismatch,
     GrantMissing,
     GrantReplayed,
+    InvalidArgument,
 )
 from stockade.executor.confine.policy import Layer
 from stockade.executor.core import CallSpec, GrantCheck
@@ -49,6 +53,8 @@ from stockade.executor.settings import ExecutorSettings
 from stockade.executor.state import ExecutorState, MemoryExecutorState
 
 __all__ = [
+    "MAX_KEY_FILE",
+    "GrantKeyFiles",
     "GrantVerifier",
     "StoreGrantCheck",
     "grant_check_from_settings",
@@ -104,17 +110,28 @@ class GrantVerifier:
         clock: Callable[[], float] = time.time,
     ) -> None:
         keys = [public_keys] if isinstance(public_keys, Ed25519PublicKey) else list(public_keys)
-        if not keys:
-            raise ValueError("a grant verifier needs at least one public key")
-        self._keys = {key_id(key): key for key in keys}
         self._clock = clock
-        self.key_ids = tuple(self._keys)
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        self.key_ids: tuple[str, ...] = ()
         """The ids of the accepted keys, in the order given."""
-        self.key_id = self.key_ids[0]
+        self.key_id = ""
+        """The first accepted key's id."""
+        self.set_keys(keys)
         self._used: dict[str, float] = {}
         self._expiries: list[tuple[float, str]] = []
         """The used nonces by expiry (a heap), so forgetting expired ones costs O(log n)."""
         self._lock = threading.Lock()
+
+    def set_keys(self, public_keys: Sequence[Ed25519PublicKey]) -> None:
+        """Accept exactly ``public_keys`` from now on (a reload after a rotation): a grant
+        signed by a key no longer listed is refused from the next check on."""
+        if not public_keys:
+            raise ValueError("a grant verifier needs at least one public key")
+        keys = {key_id(key): key for key in public_keys}
+        # One assignment: a check running in another thread sees the old set or the new.
+        self._keys = keys
+        self.key_ids = tuple(keys)
+        self.key_id = self.key_ids[0]
 
     def check(
         self,
@@ -227,6 +244,72 @@ class GrantVerifier:
         return len(self._used)
 
 
+#: A PEM Ed25519 public key is about 113 bytes; a larger key file is refused unread.
+MAX_KEY_FILE = 64 * 1024
+
+
+def _read_key_file(path: Path) -> bytes:
+    """The bytes of key file ``path`` (symlinks followed, as a Kubernetes Secret volume
+    needs); ``InvalidArgument`` naming the file when it cannot be read or is too large."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_KEY_FILE:
+                raise InvalidArgument(f"{path}: larger than {MAX_KEY_FILE} bytes")
+            return f.read(MAX_KEY_FILE + 1)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+class GrantKeyFiles:
+    """The grant public keys in the configured files, one key per file, re-read on demand
+    (:meth:`reload`) so a rotation needs no restart.
+
+    A file whose content changed to another valid Ed25519 public key gives that key, and
+    the key it held before is dropped at once (never accepted again). A file that cannot
+    be read, or whose new content is no valid key (empty, half-written, another kind of
+    key, gone), keeps the key it last held: the executor keeps verifying with known keys
+    and says what is wrong (:attr:`problems`) instead of accepting anything new or
+    refusing everything.
+    """
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        """Read every file; ``InvalidArgument`` naming the first that holds no valid key
+        (at start a bad file stops the executor, as before)."""
+        if not paths:
+            raise ValueError("no grant public key files")
+        self.paths = tuple(paths)
+        self._held: dict[Path, tuple[bytes, Ed25519PublicKey]] = {}
+        for path in self.paths:
+            data = _read_key_file(path)
+            self._held[path] = (data, public_key_from_pem(data, str(path)))
+        self.problems: dict[Path, str] = {}
+        """Files whose current content could not be used, and why (their last good key is
+        still in force)."""
+
+    def keys(self) -> list[Ed25519PublicKey]:
+        """The key each file holds (its last good one), in the configured order."""
+        return [key for _, key in self._held.values()]
+
+    def reload(self) -> bool:
+        """Re-read every file (blocking: call it from a worker thread); True when a file
+        now holds another key. Updates :attr:`problems`."""
+        changed = False
+        problems: dict[Path, str] = {}
+        for path in self.paths:
+            try:
+                data = _read_key_file(path)
+                if data == self._held[path][0]:
+                    continue
+                key = public_key_from_pem(data, str(path))
+            except InvalidArgument as exc:
+                problems[path] = exc.message
+                continue
+            self._held[path] = (data, key)
+            changed = True
+        self.problems = problems
+        return changed
+
+
 async def refuse_all(
     call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
 ) -> None:
@@ -242,10 +325,29 @@ class StoreGrantCheck:
     the executor state shared by the replicas (single use across replicas and restarts,
     STORE-3). A store that cannot answer refuses the call (UNAVAILABLE), never runs it."""
 
-    def __init__(self, verifier: GrantVerifier, state: ExecutorState) -> None:
-        """Check with ``verifier``, spend in ``state``."""
+    def __init__(
+        self,
+        verifier: GrantVerifier,
+        state: ExecutorState,
+        key_files: GrantKeyFiles | None = None,
+    ) -> None:
+        """Check with ``verifier``, spend in ``state``; ``key_files`` are where the
+        verifier's keys come from (for :meth:`reload_keys`)."""
         self.verifier = verifier
         self.state = state
+        self.key_files = key_files
+
+    async def reload_keys(self) -> tuple[set[str], set[str]]:
+        """Re-read the key files and put their keys in force: (ids added, ids removed)."""
+        if self.key_files is None:
+            return set(), set()
+        files = self.key_files
+        if not await asyncio.to_thread(files.reload):
+            return set(), set()
+        before = set(self.verifier.key_ids)
+        self.verifier.set_keys(files.keys())
+        after = set(self.verifier.key_ids)
+        return after - before, before - after
 
     async def __call__(
         self, call: CallSpec, payload: bytes, signature: bytes, inspection: Inspection
@@ -282,8 +384,11 @@ def grant_check_from_settings(
         return None if settings.allow_ungranted else refuse_all
     # The grant format comes from the neutral contract package (never the decision
     # service's internals): one implementation of the format on both sides.
-    verifier = GrantVerifier([load_public_key(path) for path in files])
-    return StoreGrantCheck(verifier, state if state is not None else MemoryExecutorState())
+    key_files = GrantKeyFiles(files)
+    verifier = GrantVerifier(key_files.keys())
+    return StoreGrantCheck(
+        verifier, state if state is not None else MemoryExecutorState(), key_files
+    )
 
 
 def grant_layer(check: GrantCheck | None) -> Layer:
@@ -302,10 +407,15 @@ def grant_layer(check: GrantCheck | None) -> Layer:
             "no grant_public_key_file configured: every Execute is refused",
         )
     if isinstance(check, StoreGrantCheck):
-        return Layer(
-            "grant_verification",
-            True,
+        detail = (
             f"Ed25519 grants required on Execute ({len(check.verifier.key_ids)} "
-            f"accepted key(s)); spent grants recorded in {check.state.description}",
+            f"accepted key(s): {', '.join(check.verifier.key_ids)}); spent grants recorded "
+            f"in {check.state.description}"
         )
+        problems = check.key_files.problems if check.key_files is not None else {}
+        if problems:
+            detail += "; KEY FILE PROBLEM, each keeps its last good key: " + "; ".join(
+                problems.values()
+            )
+        return Layer("grant_verification", True, detail)
     return Layer("grant_verification", True, "Ed25519 grants required on Execute")

@@ -53,6 +53,11 @@ class ExecutorSettings(ServerSettings):
     """More accepted grant public keys, comma-separated PEM files (a key rotation: the new
     key is listed before the decision service signs with it, the old one removed after its
     last grant expired). Grants are verified by the key their ``kid`` names."""
+    grant_key_poll_s: float = Field(2.0, gt=0)
+    """How often the grant public key files are re-read, in seconds: a file that now holds
+    another key puts it in force and drops the one it held (a rotation needs no restart;
+    a Kubernetes Secret volume updates its files in place). A file that becomes unreadable,
+    empty or invalid keeps its last good key, and the executor says so (log, GetCapabilities)."""
     state_dsn: str = Field(default="", repr=False)
     """Where spent grants and session reads are recorded (STORE-3, EXE-11): empty for an
     SQLite file in ``state_dir`` (one node; survives restarts), ``sqlite:///path`` for
