@@ -269,7 +269,9 @@ async def executor_servicer(
     reads = policy_reads(settings)
     if sandbox is None:
         sandbox = build_sandbox(settings)
-    state = await open_state(settings.state_dsn or None, settings.state_dir)
+    state = await open_state(
+        settings.state_dsn or None, settings.state_dir, wait_s=settings.store_wait_s
+    )
     log.info("executor state (spent grants, session reads): %s", state.description)
     try:
         launcher = Launcher()

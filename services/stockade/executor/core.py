@@ -25,7 +25,13 @@ from enum import Enum
 from typing import Any, Protocol
 
 from stockade.contract.protected import ProtectedReads
-from stockade.errors import FailedPrecondition, PermissionDenied, StockadeError, UnknownTool
+from stockade.errors import (
+    FailedPrecondition,
+    PermissionDenied,
+    ResourceExhausted,
+    StockadeError,
+    UnknownTool,
+)
 from stockade.executor.bash import BashAnalyzer
 from stockade.executor.confine.policy import Layer
 from stockade.executor.inspect import Inspection, parses_in_child
@@ -280,6 +286,8 @@ class ExecutorCore:
             # queue, nothing to cancel or time out, since nothing else runs meanwhile.
             try:
                 now: ToolResult | None = run_now(call.arguments, ctx)
+            except ResourceExhausted:
+                raise  # a bound of the executor's, the caller's status (not a tool error)
             except Exception as exc:
                 now = _failure(call, exc)
             if now is not None:
@@ -312,6 +320,9 @@ class ExecutorCore:
                         error=f"the call did not finish within {limit:g} s",
                     )
                     return
+                if isinstance(item, ResourceExhausted):
+                    finished = True
+                    raise item
                 if item is _DONE:
                     finished = True
                     if not got_result:
@@ -363,6 +374,10 @@ class ExecutorCore:
             result = ToolResult(status=Status.CANCELLED, content="Cancelled", error="cancelled")
             state.queue.put_nowait(result)
             raise
+        except ResourceExhausted as exc:
+            # An executor bound (say, the session's files on record): the call fails with
+            # RESOURCE_EXHAUSTED naming it, as the tools' run on the loop does.
+            state.queue.put_nowait(exc)
         except Exception as exc:
             result = _failure(call, exc)
             state.queue.put_nowait(result)

@@ -30,8 +30,18 @@ import asyncpg
 from stockade.db.dsn import check_transport, redact_dsn, scrub
 from stockade.db.postgres import CONNECTION_ERRORS, connect, unparsable
 from stockade.db.postgres import migrate as apply_migrations
-from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument
-from stockade.executor.readstate import FileStamp, ReadLedger
+from stockade.errors import (
+    DependencyUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+)
+from stockade.executor.readstate import (
+    MAX_READS_PER_SESSION,
+    FileStamp,
+    ReadLedger,
+    reads_exhausted,
+)
 from stockade.executor.state import (
     MAX_GRANT_ID,
     MAX_GRANT_LIFETIME_S,
@@ -167,6 +177,40 @@ REVOKE ALL ON FUNCTION {FUNCTIONS[2]} FROM PUBLIC;
 REVOKE ALL ON FUNCTION {FUNCTIONS[3]} FROM PUBLIC;
 """,
     ),
+    (
+        2,
+        # The per-session limit of files on record (EXE-11): a new path past it is
+        # refused with program_limit_exceeded; a path on record is updated. CREATE OR
+        # REPLACE keeps the function's owner and grants.
+        f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.record_read(
+  p_session TEXT, p_path TEXT, p_mtime BIGINT, p_size BIGINT, p_sha TEXT)
+RETURNS VOID LANGUAGE plpgsql {_DEFINER} AS $$
+DECLARE
+  now_s DOUBLE PRECISION := extract(epoch FROM clock_timestamp());
+BEGIN
+  IF p_session IS NULL OR length(p_session) NOT BETWEEN 1 AND {MAX_SESSION_ID}
+     OR p_path IS NULL OR length(p_path) NOT BETWEEN 1 AND {MAX_PATH}
+     OR p_sha IS NULL OR length(p_sha) <> 64 OR p_mtime IS NULL OR p_size IS NULL THEN
+    RAISE EXCEPTION 'read record out of bounds' USING ERRCODE = '22023';
+  END IF;
+  DELETE FROM {SCHEMA}.read_state WHERE (session_id, path) IN (
+    SELECT session_id, path FROM {SCHEMA}.read_state WHERE read_at < now_s - {READ_TTL_S}
+    LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED);
+  IF NOT EXISTS (SELECT 1 FROM {SCHEMA}.read_state
+                 WHERE session_id = p_session AND path = p_path)
+     AND (SELECT count(*) FROM {SCHEMA}.read_state
+          WHERE session_id = p_session AND read_at >= now_s - {READ_TTL_S})
+         >= {MAX_READS_PER_SESSION} THEN
+    RAISE EXCEPTION 'session has {MAX_READS_PER_SESSION} files on record'
+      USING ERRCODE = '54000';
+  END IF;
+  INSERT INTO {SCHEMA}.read_state VALUES (p_session, p_path, p_mtime, p_size, p_sha, now_s)
+  ON CONFLICT (session_id, path) DO UPDATE SET mtime_ns = excluded.mtime_ns,
+    size = excluded.size, sha256 = excluded.sha256, read_at = excluded.read_at;
+END $$;
+""",
+    ),
 )
 LATEST = MIGRATIONS[-1][0]
 
@@ -221,14 +265,17 @@ class PostgresExecutorState:
 
     shared = True
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
-        """Use ``pool`` (see :meth:`open`)."""
+    def __init__(self, pool: asyncpg.Pool, dsn: str, *, wait_s: float = STORE_WAIT_S) -> None:
+        """Use ``pool`` (see :meth:`open`); a call waits at most ``wait_s`` for it."""
         self._pool = pool
         self._dsn = dsn
+        self._wait_s = wait_s
         self.description = f"postgresql:{redact_dsn(dsn)}"
 
     @classmethod
-    async def open(cls, dsn: str, *, max_size: int = 8) -> PostgresExecutorState:
+    async def open(
+        cls, dsn: str, *, max_size: int = 8, wait_s: float = STORE_WAIT_S
+    ) -> PostgresExecutorState:
         """Connect and check the schema; migrate it when it is older and this role may.
 
         Raises ``DependencyUnavailable`` when the server cannot be reached and
@@ -241,8 +288,8 @@ class PostgresExecutorState:
                 dsn,
                 min_size=1,
                 max_size=max_size,
-                timeout=STORE_WAIT_S,
-                command_timeout=STORE_WAIT_S,
+                timeout=wait_s,
+                command_timeout=wait_s,
             )
         except _OPEN_ERRORS as exc:
             # At start-up the operator reads this: say why (a certificate for another
@@ -276,7 +323,7 @@ class PostgresExecutorState:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, dsn)
+        return cls(pool, dsn, wait_s=wait_s)
 
     @staticmethod
     async def _version(conn: _Conn) -> int:
@@ -293,12 +340,14 @@ class PostgresExecutorState:
 
     async def _call(self, method: str, query: str, *args: Any) -> Any:
         try:
-            async with self._pool.acquire(timeout=STORE_WAIT_S) as conn:
+            async with self._pool.acquire(timeout=self._wait_s) as conn:
                 return await getattr(conn, method)(query, *args)
         except _CONNECTION_ERRORS as exc:
             raise _unavailable(self._dsn, exc) from exc
         except asyncpg.DataError as exc:
             raise InvalidArgument(f"executor state: {exc}") from exc
+        except asyncpg.ProgramLimitExceededError as exc:
+            raise ResourceExhausted(f"executor state: {exc}") from exc
         except asyncpg.PostgresError as exc:
             # Anything else the server says (a revoked right, a dropped function) is no
             # answer either: refuse, never treat it as "fresh".
@@ -315,8 +364,15 @@ class PostgresExecutorState:
         return fresh is True
 
     async def record_read(self, session_id: str, path: str, stamp: FileStamp) -> None:
-        """See ``ExecutorState.record_read``."""
+        """See ``ExecutorState.record_read`` (past the session's limit of files on record:
+        ``ResourceExhausted``, enforced by the function)."""
         _check_bounds(None, session_id, path)
+        try:
+            await self._record(session_id, path, stamp)
+        except ResourceExhausted:
+            raise reads_exhausted(session_id) from None
+
+    async def _record(self, session_id: str, path: str, stamp: FileStamp) -> None:
         await self._call(
             "execute",
             f"SELECT {SCHEMA}.record_read($1, $2, $3, $4, $5)",
@@ -340,7 +396,7 @@ class PostgresExecutorState:
     def read_ledger(self, loop: asyncio.AbstractEventLoop) -> ReadLedger:
         """See ``ExecutorState.read_ledger``: the tools wait for the server from a worker
         thread (``StoreReadState``)."""
-        return StoreReadState(self, loop)
+        return StoreReadState(self, loop, wait_s=self._wait_s)
 
     async def close(self) -> None:
         """Close the pool."""

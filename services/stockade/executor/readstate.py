@@ -16,9 +16,32 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from stockade.errors import StaleWrite
+from stockade.errors import ResourceExhausted, StaleWrite
 
-__all__ = ["FileStamp", "ReadLedger", "ReadState", "check_fresh", "stamp_fd"]
+__all__ = [
+    "MAX_READS_PER_SESSION",
+    "FileStamp",
+    "ReadLedger",
+    "ReadState",
+    "check_fresh",
+    "reads_exhausted",
+    "stamp_fd",
+]
+
+#: Distinct files one session may have on record (every backend; the PostgreSQL function
+#: enforces it too): past it a read of another file is refused, RESOURCE_EXHAUSTED, so one
+#: session cannot grow the shared record without bound. Files already on record can be
+#: read again (their record is updated).
+MAX_READS_PER_SESSION = 10_000
+
+
+def reads_exhausted(session_id: str, limit: int = MAX_READS_PER_SESSION) -> ResourceExhausted:
+    """The refusal of a read past the per-session limit."""
+    return ResourceExhausted(
+        f"session {session_id!r} has {limit} files on record as read (the limit of "
+        f"reads remembered per session, MAX_READS_PER_SESSION): start a new session to "
+        "read more files"
+    )
 
 
 @dataclass(frozen=True)
@@ -92,21 +115,40 @@ class ReadState:
     blocking = False
     """In memory: safe to call on the event loop."""
 
-    def __init__(self, max_entries: int = 50_000) -> None:
-        """Keep at most ``max_entries`` (session, path) records."""
+    def __init__(
+        self, max_entries: int = 50_000, *, per_session: int = MAX_READS_PER_SESSION
+    ) -> None:
+        """Keep at most ``max_entries`` (session, path) records, ``per_session`` of one
+        session (past it: ``ResourceExhausted``)."""
         self._entries: OrderedDict[tuple[str, str], FileStamp] = OrderedDict()
         self._max = max_entries
+        self._per_session = per_session
+        self._counts: dict[str, int] = {}
         # Tools may run in worker threads; the dict is shared across sessions.
         self._lock = threading.Lock()
 
     def record(self, session_id: str, path: str, stamp: FileStamp) -> None:
-        """Remember that ``session_id`` saw ``path`` (canonical) as ``stamp``."""
+        """Remember that ``session_id`` saw ``path`` (canonical) as ``stamp``; raise
+        ``ResourceExhausted`` for a new path past the session's limit."""
         with self._lock:
             key = (session_id, path)
+            if key not in self._entries:
+                count = self._counts.get(session_id, 0)
+                if count >= self._per_session:
+                    raise reads_exhausted(session_id, self._per_session)
+                self._counts[session_id] = count + 1
             self._entries[key] = stamp
             self._entries.move_to_end(key)
             while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+                (old_session, _), _ = self._entries.popitem(last=False)
+                self._forget_one(old_session)
+
+    def _forget_one(self, session_id: str) -> None:
+        count = self._counts[session_id] - 1
+        if count:
+            self._counts[session_id] = count
+        else:
+            del self._counts[session_id]
 
     def get(self, session_id: str, path: str) -> FileStamp | None:
         """The stamp recorded for ``path`` in ``session_id``, if any."""
@@ -122,6 +164,7 @@ class ReadState:
         with self._lock:
             for key in [k for k in self._entries if k[0] == session_id]:
                 del self._entries[key]
+            self._counts.pop(session_id, None)
 
     def __len__(self) -> int:
         """How many (session, path) records are held."""

@@ -63,6 +63,10 @@ class ExecutorSettings(ServerSettings):
     SQLite file in ``state_dir`` (one node; survives restarts), ``sqlite:///path`` for
     another file, ``postgresql://…`` for many replicas (the role needs only EXECUTE on the
     ``stockade_executor`` functions). Not shown in repr: it may hold a password."""
+    store_wait_s: float = Field(10.0, gt=0, le=300)
+    """How long a call waits for the state store (a lock held by another executor on the
+    SQLite file, a PostgreSQL connection or answer) before it is refused, UNAVAILABLE:
+    the grant stays unspent, the edit is not made."""
     execute_identities: Annotated[list[str], NoDecode] = ["agent"]
     """Certificate identities allowed to call Execute and Cancel when mTLS is on."""
     allow_ungranted: bool = False

@@ -19,6 +19,7 @@ accepted (UNAVAILABLE), an edit whose read cannot be looked up is not made.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import threading
@@ -29,7 +30,14 @@ from typing import Any, Protocol, TypeVar
 
 from stockade.db.dsn import parse_store_dsn
 from stockade.errors import DependencyUnavailable, InvalidArgument
-from stockade.executor.readstate import FileStamp, ReadLedger, ReadState, check_fresh
+from stockade.executor.readstate import (
+    MAX_READS_PER_SESSION,
+    FileStamp,
+    ReadLedger,
+    ReadState,
+    check_fresh,
+    reads_exhausted,
+)
 
 __all__ = [
     "MAX_GRANT_ID",
@@ -70,7 +78,8 @@ PRUNE_BATCH = 64
 #: pruning removes records four times as fast as writes add them; a statement that finds
 #: nothing to prune still costs a lock, hence not on every write).
 PRUNE_EVERY = 16
-#: How long a tool's worker thread waits for the store before giving up (fail closed).
+#: How long a call waits for the store before giving up (fail closed), unless the
+#: ``STORE_WAIT_S`` setting says otherwise.
 STORE_WAIT_S = 10.0
 
 
@@ -186,15 +195,24 @@ class SqliteExecutorState:
 
     shared = True
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
-        """Open (creating, migrating) the file at ``path``."""
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        wait_s: float = STORE_WAIT_S,
+    ) -> None:
+        """Open (creating, migrating) the file at ``path``; a statement waits at most
+        ``wait_s`` for another process's write lock."""
         self.path = path
         self.description = f"sqlite:{path}"
         self._clock = clock
+        self.max_reads_per_session = MAX_READS_PER_SESSION
+        """Distinct files one session may have on record (tests lower it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         # Autocommit; every statement is its own transaction unless BEGIN is said.
         self._db = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=STORE_WAIT_S
+            path, isolation_level=None, check_same_thread=False, timeout=wait_s
         )
         self._lock = threading.Lock()
         self._writes: dict[str, int] = {}
@@ -264,21 +282,37 @@ class SqliteExecutorState:
         _check_bounds(None, session_id, path)
         now = self._clock()
 
-        def record(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO read_state VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+        def record(db: sqlite3.Connection) -> bool:
+            # One statement: a path already on record is updated; a new one is inserted
+            # only while the session has fewer than the limit (live records) on record.
+            cur = db.execute(
+                "INSERT INTO read_state SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 "
+                "FROM read_state WHERE session_id = ?1 AND path = ?2) OR (SELECT count(*) "
+                "FROM read_state WHERE session_id = ?1 AND read_at >= ?7) < ?8 ON CONFLICT "
                 "(session_id, path) DO UPDATE SET mtime_ns = excluded.mtime_ns, "
                 "size = excluded.size, sha256 = excluded.sha256, read_at = excluded.read_at",
-                (session_id, path, stamp.mtime_ns, stamp.size, stamp.sha256, now),
+                (
+                    session_id,
+                    path,
+                    stamp.mtime_ns,
+                    stamp.size,
+                    stamp.sha256,
+                    now,
+                    now - READ_TTL_S,
+                    self.max_reads_per_session,
+                ),
             )
+            recorded = cur.rowcount == 1
             if self._due_for_pruning("read_state"):
                 db.execute(
                     "DELETE FROM read_state WHERE (session_id, path) IN (SELECT "
                     "session_id, path FROM read_state WHERE read_at < ? LIMIT ?)",
                     (now - READ_TTL_S, PRUNE_BATCH),
                 )
+            return recorded
 
-        self._run(record)
+        if not self._run(record):
+            raise reads_exhausted(session_id, self.max_reads_per_session)
 
     def _due_for_pruning(self, table: str) -> bool:
         """True on every ``PRUNE_EVERY``-th write of ``table`` by this process (called
@@ -413,12 +447,15 @@ def parse_state_dsn(dsn: str | None, state_dir: Path) -> tuple[str, str | Path]:
     return (kind, target) if kind == "postgresql" else (kind, Path(target))
 
 
-async def open_state(dsn: str | None, state_dir: Path) -> ExecutorState:
-    """The store the settings name (see :func:`parse_state_dsn`), opened and migrated."""
+async def open_state(
+    dsn: str | None, state_dir: Path, *, wait_s: float = STORE_WAIT_S
+) -> ExecutorState:
+    """The store the settings name (see :func:`parse_state_dsn`), opened and migrated;
+    each call to it waits at most ``wait_s`` (then refuses, UNAVAILABLE)."""
     kind, target = parse_state_dsn(dsn, state_dir)
     if kind == "postgresql":
         from stockade.executor.pg_state import PostgresExecutorState
 
-        return await PostgresExecutorState.open(str(target))
+        return await PostgresExecutorState.open(str(target), wait_s=wait_s)
     assert isinstance(target, Path)
-    return await asyncio.to_thread(SqliteExecutorState, target)
+    return await asyncio.to_thread(functools.partial(SqliteExecutorState, target, wait_s=wait_s))

@@ -18,11 +18,17 @@ import pytest
 
 from stockade.cli.main import main as cli_main
 from stockade.db.dsn import redact_dsn
-from stockade.errors import DependencyUnavailable, FailedPrecondition, InvalidArgument, StaleWrite
+from stockade.errors import (
+    DependencyUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    StaleWrite,
+)
 from stockade.executor.app import build_core, build_sandbox
 from stockade.executor.core import CallSpec, ExecutorCore
-from stockade.executor.pg_state import SCHEMA, VERSION_TABLE, PostgresExecutorState
-from stockade.executor.readstate import FileStamp
+from stockade.executor.pg_state import LATEST, SCHEMA, VERSION_TABLE, PostgresExecutorState
+from stockade.executor.readstate import MAX_READS_PER_SESSION, FileStamp, ReadState
 from stockade.executor.settings import ExecutorSettings
 from stockade.executor.state import (
     MAX_GRANT_ID,
@@ -343,7 +349,8 @@ async def test_replicas_migrating_together_apply_the_schema_once(pg_dsn: str) ->
     stores = await asyncio.gather(*(PostgresExecutorState.open(pg_dsn) for _ in range(4)))
     conn = await asyncpg.connect(pg_dsn)
     try:
-        assert await conn.fetchval(f"SELECT count(*) FROM {VERSION_TABLE}") == 1
+        # One row per migration, each applied once.
+        assert await conn.fetchval(f"SELECT count(*) FROM {VERSION_TABLE}") == LATEST
     finally:
         await conn.close()
     for store in stores:
@@ -401,3 +408,94 @@ async def test_two_executors_on_one_sqlite_file_share_reads_through_the_tools(
         assert stale.status is Status.ERROR and "changed since" in stale.content
     for store in stores:
         await store.close()
+
+
+async def test_a_session_has_a_bounded_number_of_files_on_record(
+    open_store: Opener, pg_or_none: str | None
+) -> None:
+    """Past the per-session limit a read of another file is refused (ResourceExhausted,
+    naming the limit); files on record can be read again; other sessions are unaffected.
+    On PostgreSQL the function enforces it (the executor's role cannot go around it)."""
+    store = await open_store()
+    if isinstance(store, SqliteExecutorState):
+        store.max_reads_per_session = limit = 3
+        for n in range(limit):
+            await store.record_read("s", f"/w/{n}", STAMP)
+    else:
+        assert pg_or_none is not None
+        limit = MAX_READS_PER_SESSION
+        admin = await asyncpg.connect(pg_or_none)
+        try:  # the records a long session made, written at once
+            await admin.execute(
+                f"INSERT INTO {SCHEMA}.read_state SELECT 's', '/w/' || n, 1, 3, $1, "
+                "extract(epoch FROM clock_timestamp()) FROM generate_series(0, $2 - 1) n",
+                STAMP.sha256,
+                limit,
+            )
+        finally:
+            await admin.close()
+    with pytest.raises(ResourceExhausted, match="MAX_READS_PER_SESSION") as err:
+        await store.record_read("s", "/w/one-more", STAMP)
+    assert str(limit) in err.value.message
+    assert await store.last_read("s", "/w/one-more") is None
+    await store.record_read("s", "/w/0", OTHER)  # on record: updated
+    assert await store.last_read("s", "/w/0") == OTHER
+    await store.record_read("other", "/w/one-more", STAMP)  # another session
+
+
+@pytest.fixture
+def pg_or_none(state_dsn: str) -> str | None:
+    """The PostgreSQL DSN of the store under test (None for SQLite)."""
+    return state_dsn if state_dsn.startswith("postgresql") else None
+
+
+def test_the_memory_read_state_has_the_same_bound() -> None:
+    reads = ReadState(max_entries=5, per_session=2)
+    reads.record("s", "/a", STAMP)
+    reads.record("s", "/b", STAMP)
+    reads.record("s", "/a", OTHER)  # on record: fine
+    with pytest.raises(ResourceExhausted):
+        reads.record("s", "/c", STAMP)
+    reads.forget_session("s")
+    reads.record("s", "/c", STAMP)
+    # The global bound evicts the oldest records, which frees their session's count.
+    for n in range(5):
+        reads.record(f"t{n}", "/x", STAMP)
+    assert reads.get("s", "/c") is None
+    reads.record("s", "/d", STAMP)
+    reads.record("s", "/e", STAMP)
+
+
+async def test_reads_past_the_bound_fail_the_call_with_resource_exhausted(
+    tmp_path: Path,
+) -> None:
+    """Through the tools: read_file past the limit fails the call (RESOURCE_EXHAUSTED, the
+    gRPC status the interceptor gives it), on the loop and from a worker thread (a file
+    too large to read on the loop); a write past it is done and reported as done, and
+    the next edit asks for a read first."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (ws / name).write_text("x\n")
+    (ws / "big.txt").write_text("y" * 100 + "\n" * 1000 + "z" * 70_000)
+    settings = ExecutorSettings(workspace=ws, allow_ungranted=True)
+    store = SqliteExecutorState(tmp_path / "s.sqlite3")
+    store.max_reads_per_session = 1
+    core = build_core(settings, build_sandbox(settings), state=store)
+
+    async def run(call_id: str, tool: str, **args: object) -> ToolResult:
+        items = [i async for i in core.execute(CallSpec("s", call_id, tool, args))]
+        assert isinstance(items[-1], ToolResult)
+        return items[-1]
+
+    assert (await run("c1", "read_file", file_path="a.txt")).status is Status.OK
+    for call_id, name in (("c2", "b.txt"), ("c3", "big.txt")):
+        with pytest.raises(ResourceExhausted, match="MAX_READS_PER_SESSION"):
+            await run(call_id, "read_file", file_path=name)
+    assert (await run("c4", "read_file", file_path="a.txt")).status is Status.OK  # on record
+    written = await run("c5", "file_write", file_path="new.txt", content="n\n")
+    assert written.status is Status.OK and (ws / "new.txt").read_text() == "n\n"
+    edit = await run("c6", "file_edit", file_path="new.txt", old_string="n", new_string="m")
+    assert edit.status is Status.ERROR and "not been read" in edit.content
+    assert (ws / "new.txt").read_text() == "n\n"
+    await store.close()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.errors import PathRefused, StaleWrite
+from stockade.errors import PathRefused, ResourceExhausted, StaleWrite
 from stockade.executor.output import shape_output
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import FileStamp, ReadLedger, stamp_fd
@@ -198,7 +198,12 @@ def atomic_write(
     finally:
         os.close(dir_fd)
     if read_state is not None:
-        read_state.record(session_id, resolved, stamp)
+        try:
+            read_state.record(session_id, resolved, stamp)
+        except ResourceExhausted:
+            # The write is done; failing the call now would say it was not. The session
+            # must read the file before its next edit, and that read names the limit.
+            pass
     return stamp
 
 
