@@ -499,3 +499,30 @@ async def test_reads_past_the_bound_fail_the_call_with_resource_exhausted(
     assert edit.status is Status.ERROR and "not been read" in edit.content
     assert (ws / "new.txt").read_text() == "n\n"
     await store.close()
+
+
+async def test_a_held_lock_refuses_after_the_store_wait_and_spends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another executor holding the SQLite file's write lock past STORE_WAIT_S: the spend
+    is refused (UNAVAILABLE, never "fresh"), and the grant is still fresh afterwards."""
+    monkeypatch.setenv("STOCKADE_EXECUTOR_STORE_WAIT_S", "0.2")
+    settings = ExecutorSettings(workspace=tmp_path)
+    assert settings.store_wait_s == 0.2
+    path = tmp_path / "s.sqlite3"
+    store = await open_state(f"sqlite:///{path}", tmp_path, wait_s=settings.store_wait_s)
+    other = sqlite3.connect(path, isolation_level=None)
+    grant = _id()
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(DependencyUnavailable, match="locked"):
+            await store.spend_grant(grant, time.time() + 60)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await store.spend_grant(grant, time.time() + 60) is True
+    await store.close()
+    for bad in ("0", "301"):
+        monkeypatch.setenv("STOCKADE_EXECUTOR_STORE_WAIT_S", bad)
+        with pytest.raises(ValueError, match="store_wait_s"):
+            ExecutorSettings(workspace=tmp_path)
