@@ -133,6 +133,11 @@ FORMS = [
     "{} >/dev/null",
     "! {}",
     "c1 <<EOF\n$({})\nEOF\n",
+    # An expansion starting a body line after blanks: the grammar dropped it (session 3).
+    # (`:` after the body: any separator may follow it and bash still runs the line.)
+    "c1 <<EOF\n\t$({})\nEOF\n:",
+    "c1 <<-EOF\n\t\t$({})\n\tEOF\n:",
+    "c2 <<EOF\nw\n  ${{u:-$({})}}\nEOF\n:",
     "c2 ${{u:-$({})}}",
 ]
 
