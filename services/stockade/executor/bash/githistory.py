@@ -37,8 +37,10 @@ __all__ = ["MAX_COMMITS", "MAX_OBJECTS", "HistoryCache", "history_holds_denied"]
 
 MAX_COMMITS = 10_000
 """More reachable commits than this: unknown."""
-MAX_OBJECTS = 20_000
-"""More objects read (uncached) in one question than this: unknown."""
+MAX_OBJECTS = 5_000
+"""More objects read (uncached) in one question than this: unknown. The analysis runs on
+the executor's event loop: this bounds a first look at a repository to well under a
+second on an idle machine (what is read is kept, so the next question costs little)."""
 MAX_REFS = 20_000
 """More refs and reflog entries than this: unknown."""
 MAX_OBJECT_BYTES = 32 << 20
@@ -550,14 +552,15 @@ class _History:
         if depth > _MAX_TREE_DEPTH:
             raise Unknown("tree too deep")
         result = False
+        base = f"{self.top}/{path}/" if path else f"{self.top.rstrip('/')}/"
         for mode, raw, child in self.tree(oid):
             name = raw.decode("utf-8", "surrogateescape")
-            inner = f"{path}/{name}" if path else name
             if mode == _GITLINK:
                 raise Unknown("a submodule (its own history)")
-            if self.denied(os.path.join(self.top, inner)):
+            if self.denied(base + name):
                 result = True
                 break
+            inner = f"{path}/{name}" if path else name
             if mode == _TREE and self.holds_denied(child, inner, depth + 1):
                 result = True
                 break
