@@ -7,6 +7,7 @@ corpus may be asked about or refused. The workspace holds the files the commands
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -198,4 +199,37 @@ def test_false_blocks_of_read_only_commands_stay_at_or_below_5_percent(workspace
     rate = len(blocked) / len(READ_ONLY)
     assert rate <= FALSE_BLOCK_LIMIT, f"{rate:.1%} blocked: {blocked}"
     # None of them is refused outright: a DENY of an ordinary read is a bug, not a policy.
+    assert not [c for c, (verdict, _) in blocked.items() if verdict == "deny"], blocked
+
+
+def test_false_blocks_in_a_repository_with_protected_reads(workspace: Path) -> None:
+    """The same corpus inside a git repository whose history never held a denied file,
+    with `**/.env` denied: git forms that print history (`git diff HEAD~1 -- src`,
+    `git diff --cached`) are judged against the history the checker reads, not asked
+    wholesale (they made this 5.6% before)."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(workspace.parent / "home"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for step in (
+        "git init -q -b main .",
+        "git add -A && git commit -qm one",
+        "echo more >> README.md && git commit -qam two",
+    ):
+        subprocess.run(["bash", "-c", step], cwd=workspace, env=env, check=True)
+    denied = ("**/.env",)
+    sandbox = PathSandbox([Root(str(workspace), True)], str(workspace), denied_read_globs=denied)
+    blocked = {}
+    for command in READ_ONLY:
+        result = analyze(command, sandbox=sandbox, denied_read_globs=denied)
+        if result.verdict != "allow":
+            blocked[command] = (result.verdict, result.reasons[:1])
+    rate = len(blocked) / len(READ_ONLY)
+    assert rate <= FALSE_BLOCK_LIMIT, f"{rate:.1%} blocked: {blocked}"
     assert not [c for c, (verdict, _) in blocked.items() if verdict == "deny"], blocked
