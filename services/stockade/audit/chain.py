@@ -48,6 +48,7 @@ _iterencode = (
 _N_ADDED = len(ADDED_FIELDS)
 _NO_ADDED = ("",) * _N_ADDED
 _N_ROW = 2 + len(EVENT_FIELDS)
+_sha256 = hashlib.sha256
 
 
 def _encode(values: Sequence[object]) -> str:
@@ -61,21 +62,33 @@ def _encode(values: Sequence[object]) -> str:
     return "".join(_iterencode(values, 0))
 
 
+def _encode_event(event: AuditEventRow) -> str:
+    """The event's fields as a JSON array (the added fields left out while all empty, as
+    in ``_encode``), without first copying them into a new tuple with the position."""
+    fields: Sequence[object] = event[:-_N_ADDED] if event[-_N_ADDED:] == _NO_ADDED else event
+    if _iterencode is None:
+        return _encode_json(fields)
+    return "".join(_iterencode(fields, 0))
+
+
 def canonical(sequence: int, stored_ns: int, event: AuditEventRow) -> bytes:
     """The bytes a row's hash covers: its position, arrival time and every event field."""
-    return _encode((sequence, stored_ns, *event)).encode()
+    # "[position,stored_ns," + the event's array without its "[": the same text as
+    # encoding [position, stored_ns, *event] (an event has at least its first-release
+    # fields, so its array is never empty).
+    return f"[{sequence:d},{stored_ns:d},{_encode_event(event)[1:]}".encode()
 
 
 def link_hash(prev_hash: str, sequence: int, stored_ns: int, event: AuditEventRow) -> str:
-    """The hash of a row chained to ``prev_hash``."""
-    return hashlib.sha256(
-        prev_hash.encode() + b"\n" + canonical(sequence, stored_ns, event)
+    """The hash of a row chained to ``prev_hash`` (what the writers compute per row)."""
+    return _sha256(
+        f"{prev_hash}\n[{sequence:d},{stored_ns:d},{_encode_event(event)[1:]}".encode()
     ).hexdigest()
 
 
 def hash_values(prev_hash: str, values: Sequence[object]) -> str:
     """The hash of a row given as ``[sequence, stored_ns, *event fields]`` (a table row)."""
-    return hashlib.sha256(f"{prev_hash}\n{_encode(values)}".encode()).hexdigest()
+    return _sha256(f"{prev_hash}\n{_encode(values)}".encode()).hexdigest()
 
 
 class ChainChecker:

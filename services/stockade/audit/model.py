@@ -94,6 +94,16 @@ class AuditEventRow(NamedTuple):
     decision_reason: str = ""
 
 
+class CanonicalJson(str):
+    """JSON text this process wrote itself (``convert`` serializing a typed field with
+    ``json``'s encoder): valid by construction, so validation checks its size and depth
+    but does not parse it again. Only ``convert`` makes these; producers' text fields
+    arrive as plain ``str`` and are parsed in full. Stored and hashed as the plain text.
+    """
+
+    __slots__ = ()
+
+
 #: Column names of the event part of a row, in table and hash order.
 EVENT_FIELDS: tuple[str, ...] = AuditEventRow._fields
 #: The event columns of the first release; the rest were added later (``ADDED_FIELDS``)

@@ -32,7 +32,7 @@ from typing import Any
 import asyncpg
 from opentelemetry import metrics
 
-from stockade.audit.chain import GENESIS, ChainChecker, hash_values
+from stockade.audit.chain import GENESIS, ChainChecker, link_hash
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
@@ -471,7 +471,7 @@ class PostgresAuditStore(StoreReads):
             for row in fresh:
                 sequence += 1
                 chain_seq += 1
-                digest = hash_values(prev, (chain_seq, stored_ns, *row))
+                digest = link_hash(prev, chain_seq, stored_ns, row)
                 records.append((sequence, stored_ns, *row, self._chain_id, chain_seq, prev, digest))
                 prev = digest
             await conn.copy_records_to_table(

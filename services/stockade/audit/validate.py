@@ -23,6 +23,7 @@ from stockade.audit.model import (
     VERDICTS,
     AuditEventRow,
     AuditStatus,
+    CanonicalJson,
 )
 from stockade.contract.audit_bounds import (
     MAX_JSON_CHARS,
@@ -123,6 +124,8 @@ def _is_json(text: str) -> bool:
     """Valid JSON no deeper than ``MAX_JSON_DEPTH`` (deeper text goes the slow way)."""
     if json_depth_exceeds(text):
         return False
+    if type(text) is CanonicalJson:
+        return True  # written by ``convert`` with json's encoder: parsing it proves nothing
     try:
         json.loads(text)
     except (ValueError, RecursionError):

@@ -8,8 +8,17 @@ import json
 import sqlite3
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from stockade.audit.chain import GENESIS, _encode_json, canonical, hash_values, link_hash
-from stockade.audit.model import ADDED_FIELDS, EVENT_FIELDS, V1_EVENT_FIELDS, QueryFilters
+from stockade.audit.model import (
+    ADDED_FIELDS,
+    EVENT_FIELDS,
+    V1_EVENT_FIELDS,
+    AuditEventRow,
+    QueryFilters,
+)
 from stockade.audit.store import AuditStore
 
 from .conftest import BASE_NS, EventFactory
@@ -248,3 +257,76 @@ def test_a_row_without_the_added_fields_hashes_as_in_the_first_release(
     reasoned = event._replace(decision_reason="because")
     hashes = {link_hash(GENESIS, 5, BASE_NS, e) for e in (event, typed, reasoned)}
     assert len(hashes) == 3
+
+
+# A row with every kind of field set (the typed decision included) and the same row as a
+# producer from before ``winning_rule``/``decision_reason`` sent it. Their hashes were
+# computed by the first code that stored the typed decision (8ea8ca0): the canonical form
+# is frozen, since stored rows are verified against it forever.
+_PINNED_ROW = AuditEventRow(
+    "e1",
+    "s1",
+    3,
+    "run_bash",
+    "DENIED",
+    12,
+    'quote " \u00e9 \n \u2028',
+    "lead",
+    BASE_NS,
+    "c1",
+    "DENY",
+    "run_bash(rm *)",
+    "MANAGED",
+    '[{"note":"x"}]',
+    "0" * 32,
+    "",
+    "v9",
+    '{"command":"rm -rf /"}',
+    '{"effect":"RULE_EFFECT_DENY","pattern":"run_bash(rm *)","source":"RULE_SOURCE_MANAGED"}',
+    "rm is denied",
+)
+_PINNED_HASH = "7dcd0b4e11963d8c907e7572b2e1dfe3c88bd96ce62ff431b22159a8ac276e60"
+_PINNED_OLD_HASH = "370c308407cef5d3d95dddf99248d92869b164e4bdcf9a3789652e7264863d46"
+
+
+def test_the_hashed_form_is_the_one_rows_were_stored_with() -> None:
+    old = _PINNED_ROW._replace(winning_rule="", decision_reason="")
+    for row, pinned in ((_PINNED_ROW, _PINNED_HASH), (old, _PINNED_OLD_HASH)):
+        assert link_hash(GENESIS, 7, BASE_NS + 5, row) == pinned
+        assert hash_values(GENESIS, (7, BASE_NS + 5, *row)) == pinned
+    assert canonical(7, BASE_NS + 5, _PINNED_ROW) == (
+        _encode_json([7, BASE_NS + 5, *_PINNED_ROW]).encode()
+    )
+    assert canonical(7, BASE_NS + 5, old) == (
+        _encode_json([7, BASE_NS + 5, *old[: len(V1_EVENT_FIELDS)]]).encode()
+    )
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@settings(max_examples=150)
+@given(
+    texts=st.lists(_text, min_size=17, max_size=17),
+    numbers=st.lists(st.integers(0, 2**63 - 1), min_size=3, max_size=3),
+    position=st.integers(1, 2**62),
+    stored_ns=st.integers(0, 2**63 - 1),
+    added=st.sampled_from(["none", "rule", "reason", "both"]),
+)
+def test_the_writers_hash_equals_the_verifiers(
+    texts: list[str], numbers: list[int], position: int, stored_ns: int, added: str
+) -> None:
+    """``link_hash`` (what the writers compute from an event) and ``hash_values`` (what
+    verification computes from a table row) agree on any content, with and without the
+    added fields."""
+    fields: list[object] = list(texts)
+    for name, number in zip(("step", "elapsed_ms", "time_ns"), numbers, strict=True):
+        fields.insert(EVENT_FIELDS.index(name), number)
+    row = AuditEventRow(*fields)  # type: ignore[arg-type]
+    row = row._replace(
+        winning_rule=row.winning_rule if added in {"rule", "both"} else "",
+        decision_reason=row.decision_reason if added in {"reason", "both"} else "",
+    )
+    values = (position, stored_ns, *row)
+    assert link_hash("a" * 64, position, stored_ns, row) == hash_values("a" * 64, values)
+    assert json.loads(canonical(position, stored_ns, row))[:2] == [position, stored_ns]

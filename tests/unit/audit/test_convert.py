@@ -5,17 +5,24 @@ from __future__ import annotations
 import json
 
 import pytest
+from google.protobuf import struct_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stockade.audit.convert import (
     MAX_RESPONSE_BYTES,
+    _finite,
     event_to_proto,
     filters_from_proto,
     query_response,
     record_to_proto,
     row_from_proto,
+    struct_to_plain,
 )
-from stockade.audit.model import QueryFilters, StoredRow
+from stockade.audit.model import CanonicalJson, QueryFilters, StoredRow
 from stockade.audit.paging import decode_token
+from stockade.audit.validate import normalise_batch
+from stockade.contract.audit_bounds import is_cut
 from stockade.errors import InvalidArgument
 from stockade.v1 import agent_service_pb2 as ag_pb2
 from stockade.v1 import audit_service_pb2 as a_pb2
@@ -274,3 +281,61 @@ def test_a_page_of_big_rows_is_cut_to_fit_one_message(make_event: EventFactory) 
     assert len(small.records) == 3 and small.next_page_token == "next"
     # One row is always sent, however big, so paging always moves on.
     assert len(query_response(rows[:1], "", filters).records) == 1
+
+
+_json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(st.characters(codec="utf-8"), max_size=8)
+)
+_json_value = st.recursive(
+    _json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150)
+@given(st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=6), _json_value, max_size=5))
+def test_arguments_text_is_json_dumps_of_the_plain_arguments(value: dict[str, object]) -> None:
+    """The encoder built once writes exactly what ``json.dumps`` (sorted keys, no spaces,
+    ASCII) writes for the same data, non-finite numbers as null; the text is marked as
+    written here (``CanonicalJson``) and parses back to the plain data."""
+    struct = struct_pb2.Struct()
+    struct.update(value)
+    wire = a_pb2.AuditEvent(event_id="e", session_id="s", tool_name="t", arguments=struct)
+    text = row_from_proto(a_pb2.AuditEvent.FromString(wire.SerializeToString())).arguments_json
+    plain = struct_to_plain(struct)
+    try:
+        expected = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        expected = json.dumps(_finite(plain), sort_keys=True, separators=(",", ":"))
+    assert text == expected
+    assert type(text) is CanonicalJson
+    assert json.loads(text) == json.loads(expected)
+
+
+def test_only_text_written_here_skips_the_json_parse(make_event: EventFactory) -> None:
+    """Typed fields become ``CanonicalJson``; the deprecated strings a producer sends stay
+    plain ``str`` and are parsed in full, so malformed JSON there is still refused."""
+    row = row_from_proto(_typed_event())
+    assert {type(row.arguments_json), type(row.conflict_log), type(row.winning_rule)} == {
+        CanonicalJson
+    }
+    old = a_pb2.AuditEvent(
+        event_id="e", session_id="s", tool_name="t", arguments_json='{"a": 1', conflict_log="["
+    )
+    old_row = row_from_proto(old)
+    assert type(old_row.arguments_json) is str and type(old_row.conflict_log) is str
+    with pytest.raises(InvalidArgument) as caught:
+        normalise_batch([old_row._replace(status="OK")], BASE_NS)
+    assert caught.value.metadata["field"] in {"arguments_json", "conflict_log"}
+    # Text a caller wraps itself is still held to the size and depth limits.
+    deep = CanonicalJson("[" * 70 + "]" * 70)
+    (stored,) = normalise_batch([make_event(1, arguments_json=deep)], BASE_NS)
+    assert is_cut(stored.arguments_json)

@@ -344,3 +344,20 @@ async def test_concurrent_single_event_appends_share_commits(
     assert store._writer.commits < 100  # grouped, not one transaction per call
     verdict = await store.verify()
     assert (verdict.ok, verdict.rows_checked) == (True, 200)
+
+
+async def test_batches_of_any_size_are_stored_whole_and_in_order(
+    store: AuditStore, make_event: EventFactory
+) -> None:
+    """Batches that are not a multiple of the rows one INSERT statement carries (the SQLite
+    writer sends up to 100 per statement) lose and reorder nothing."""
+    sizes, n = [1, 99, 100, 101, 250, 7], 0
+    for size in sizes:
+        result = await store.append([make_event(i) for i in range(n, n + size)])
+        n += size
+        assert (result.accepted, result.head_sequence) == (size, n)
+    rows, _ = await store.query(QueryFilters(), 1000)
+    assert [row.event.event_id for row in reversed(rows)] == [f"s1-e{i}" for i in range(n)]
+    assert [row.sequence for row in reversed(rows)] == list(range(1, n + 1))
+    verdict = await store.verify()
+    assert (verdict.ok, verdict.rows_checked) == (True, n), verdict.detail
