@@ -121,6 +121,25 @@ async def test_bad_event_is_invalid_argument_naming_the_field(served: Served) ->
     assert list(page.records) == []
 
 
+async def test_a_refused_batch_ends_the_stream_before_later_batches(served: Served) -> None:
+    """Several batches of a stream are in the store's hands at once, but a batch that is
+    refused stops the stream first: the batches before it are stored, none after it."""
+    groups = [[event(n) for n in range(k * 10, (k + 1) * 10)] for k in range(6)]
+    groups[3][4] = event(34, trace_id="XYZ")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await served.stub.RecordBatch(batches(*groups))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(caught.value)
+    assert info is not None and (info.metadata["field"], info.metadata["index"]) == (
+        "trace_id",
+        "4",
+    )
+    page = await served.stub.Query(a_pb2.QueryRequest(page_size=100))
+    assert sorted(r.event.event_id for r in page.records) == sorted(f"s1-{n}" for n in range(30))
+    verdict = await served.stub.VerifyLog(a_pb2.VerifyLogRequest())
+    assert (verdict.ok, verdict.rows_checked) == (True, 30)
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -32,6 +33,11 @@ from stockade.errors import InvalidArgument
 log = logging.getLogger("stockade.audit")
 #: Signed chain heads go to their own logger, so a pipeline can route them elsewhere.
 heads_log = logging.getLogger("stockade.audit.heads")
+
+#: Batches of one RecordBatch stream handed to the store at once: while the store writes
+#: one (SQLite's writer thread, PostgreSQL's server), the next is hashed or queued and the
+#: one after is converted, so neither the event loop nor the writer waits for the other.
+STREAM_WRITES_IN_FLIGHT = 2
 
 HeadSink = Callable[[SignedHead], None]
 """Where a signed head goes besides the log (the OpenTelemetry log record exporter)."""
@@ -62,35 +68,47 @@ class AuditCore:
         return await self.store.append([row])
 
     async def record_stream(self, batches: AsyncIterable[list[AuditEventRow]]) -> AppendResult:
-        """Store each batch of a stream in its own transaction (RecordBatch).
+        """Store the batches of a stream (RecordBatch), each written whole; the store may
+        commit several batches, of this stream or others, in one transaction.
 
-        One batch is written while the next is read and converted, never more: the stream
-        is not read further until the write before it finished, so flow control pushes
-        back on a producer faster than the disk (bounded memory). Returns the totals.
+        Up to ``STREAM_WRITES_IN_FLIGHT`` batches are handed to the store while the next
+        is read and converted, never more: the stream is not read further until the
+        oldest of them is written, so flow control pushes back on a producer faster than
+        the disk (bounded memory). A batch the store refuses (``InvalidArgument``) ends the
+        stream before any later batch is handed over. Returns the totals.
         """
         accepted = duplicates = 0
-        writing: asyncio.Task[AppendResult] | None = None
+        writing: deque[asyncio.Task[AppendResult]] = deque()
         try:
             async for rows in batches:
-                if writing is not None:
-                    result = await writing
-                    accepted, duplicates = (
-                        accepted + result.accepted,
-                        duplicates + result.duplicates,
-                    )
-                writing = asyncio.ensure_future(self.store.append(rows))
-            if writing is not None:
-                result = await writing
+                if len(writing) >= STREAM_WRITES_IN_FLIGHT:
+                    result = await writing[0]
+                    writing.popleft()
+                    accepted += result.accepted
+                    duplicates += result.duplicates
+                task = asyncio.ensure_future(self.store.append(rows))
+                writing.append(task)
+                # One turn of the loop: the store validates a batch synchronously on its
+                # first step, so a refused batch is seen here, before the next is read.
+                await asyncio.sleep(0)
+                if task.done():
+                    result = await task  # raises for a refused batch
+                    writing.remove(task)
+                    accepted += result.accepted
+                    duplicates += result.duplicates
+            while writing:
+                result = await writing[0]
+                writing.popleft()
                 accepted += result.accepted
                 duplicates += result.duplicates
-                writing = None
         finally:
-            if writing is not None and not writing.done():
-                # The stream failed mid-way: the write in progress still completes whole
-                # (the store shields it); wait so no task outlives the call.
-                await asyncio.wait([writing])
-            if writing is not None and writing.done() and not writing.cancelled():
-                writing.exception()  # retrieved, so asyncio does not warn about it
+            if writing:
+                # The stream failed mid-way: the writes in progress still complete whole
+                # (the store shields them); wait so no task outlives the call.
+                await asyncio.wait(writing)
+                for task in writing:
+                    if not task.cancelled():
+                        task.exception()  # retrieved, so asyncio does not warn about it
         return AppendResult(accepted, duplicates, self.store.head_sequence)
 
     async def query(

@@ -13,6 +13,16 @@ that committed late, and it makes "skip the ids already stored" exact across rep
 row that lost an ``ON CONFLICT`` race). A batch holds the lock for one ``COPY``, so the
 replicas' throughput is that of batched inserts, not of one row per transaction.
 
+Appends share transactions (group commit): ``append`` validates its batch on the event
+loop and queues it (at most ``max_pending_batches`` wait; further callers wait for a
+slot, which pushes back on producers); one committer task writes everything queued, up
+to ``_MAX_GROUP_ROWS`` rows, in one transaction, and answers each caller only after that
+transaction committed. Concurrent ``Record`` calls and streams therefore cost one lock,
+one ``COPY`` and one commit per group instead of one each, and an acknowledged event is
+in the database. A failed group fails its own callers only; when the failure may be one
+batch's (an error of the data, not of the connection), every batch of the group is
+retried alone, so only the batch at fault hears it.
+
 A replica owns its chain through a session-level advisory lock taken at ``open``: a
 second process started with the same replica id is refused instead of forking the
 chain. Schema migrations are versioned and applied under another advisory lock, so
@@ -64,6 +74,15 @@ _CHAIN_LOCK_CLASS = 0x53544B03
 CHANNEL = "stockade_audit_head"
 #: A replica id is a label in logs and verify output: short and printable.
 MAX_CHAIN_ID = 128
+# Rows per group commit: big enough to amortise a transaction, small enough to keep the
+# append lock (which every replica takes) and a tail's wait for the commit short.
+_MAX_GROUP_ROWS = 10_000
+
+_Pending = tuple[list[AuditEventRow], "asyncio.Future[int]"]
+_RECONNECTING = (
+    "the audit store lost its database connection and is reconnecting;"
+    " nothing of the batch was stored"
+)
 
 # Migration 1's columns: the event fields of the first release (never edited, see below).
 _EVENT_COLUMNS = ",\n  ".join(
@@ -144,6 +163,29 @@ _RECONNECT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+def _fail(group: list[_Pending], err: Exception) -> None:
+    """Give ``err`` to every caller of ``group`` still waiting."""
+    for _, done in group:
+        if not done.done():
+            done.set_exception(err)
+
+
+def _nul_refusal(rows: list[AuditEventRow]) -> InvalidArgument | None:
+    """INVALID_ARGUMENT naming the first text field that holds U+0000, which PostgreSQL
+    text cannot hold (SQLite stores it); None when no field does."""
+    for index, row in enumerate(rows):
+        for name, value in zip(EVENT_FIELDS, row, strict=True):
+            if isinstance(value, str) and "\x00" in value:
+                return InvalidArgument(
+                    f"event {index} ({row.event_id!r}): {name} holds a NUL character,"
+                    " which the PostgreSQL audit store cannot hold",
+                    field=name,
+                    index=str(index),
+                    event_id=row.event_id.replace("\x00", "\\x00"),
+                )
+    return None
+
+
 def check_chain_id(chain_id: str) -> str:
     """Refuse an empty, overlong or non-printable replica id (it names a chain)."""
     if not chain_id or len(chain_id) > MAX_CHAIN_ID or not chain_id.isprintable():
@@ -213,9 +255,17 @@ class PostgresAuditStore(StoreReads):
         self._watch = HeadWatch(log_head)
         self._write_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(max_pending_batches)
+        self._max_pending = max_pending_batches
         self._instruments = store_instruments(meter)
         self._clock = clock
         self._closed = False
+        self.commits = 0
+        """Transactions committed by this store (group commits show as fewer)."""
+        self._queue: list[_Pending] = []
+        self._queued = asyncio.Event()
+        self._committer = asyncio.get_running_loop().create_task(
+            self._commit_loop(), name="audit-pg-committer"
+        )
         writer.add_termination_listener(self._writer_lost)
 
     @classmethod
@@ -381,7 +431,7 @@ class PostgresAuditStore(StoreReads):
             return
 
     async def close(self) -> None:
-        """End the tails, let the write in progress finish, close the connections."""
+        """End the tails, let the queued writes finish, close the connections."""
         if self._closed:
             return
         self._closed = True
@@ -390,6 +440,10 @@ class PostgresAuditStore(StoreReads):
             self._reconnecting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnecting
+        # Batches already queued are written (or fail: the store is not reconnecting any
+        # more); later appends see _closed and are refused.
+        self._queued.set()
+        await self._committer
         async with self._write_lock:
             pass
         if not self._writer.is_closed():
@@ -409,11 +463,12 @@ class PostgresAuditStore(StoreReads):
     # -- writing -----------------------------------------------------------------------
 
     async def append(self, events: Sequence[AuditEventRow]) -> AppendResult:
-        """Store a batch in one transaction; skip ids stored by any replica; chain the rest.
+        """Store a batch; skip ids stored by any replica; chain the rest. Returns once the
+        transaction holding the batch (shared with other callers' batches) committed.
 
         Raises ``InvalidArgument`` (nothing stored) for a malformed event and
         ``DependencyUnavailable`` when the database cannot be written. A batch handed to
-        the database is committed whole even if the caller is cancelled meanwhile.
+        the committer is written whole even if the caller is cancelled meanwhile.
         """
         arrived = time.monotonic()
         if self._closed:
@@ -422,23 +477,84 @@ class PostgresAuditStore(StoreReads):
             return AppendResult(0, 0, self.head_sequence)
         rows = normalise_batch(events, self._clock())
         unique, _ = dedupe(rows)
-        async with self._slots:
-            accepted = await asyncio.shield(self._write(unique))
+        accepted = await asyncio.shield(self._write(unique))
         duplicates = len(rows) - accepted
         record_ingest(self._instruments, accepted, duplicates, arrived)
         return AppendResult(accepted, duplicates, self.head_sequence)
 
     async def _write(self, rows: list[AuditEventRow]) -> int:
+        """Queue rows for the next group commit once a slot is free; wait for it."""
+        self._instruments.queue_depth.add(1)
+        try:
+            async with self._slots:
+                self._refuse_if_unwritable()
+                done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+                self._queue.append((rows, done))
+                self._queued.set()
+                return await done
+        finally:
+            self._instruments.queue_depth.add(-1)
+
+    def _refuse_if_unwritable(self) -> None:
+        if self._closed:
+            raise DependencyUnavailable("the audit store is closing")
+        if not self._connected:
+            raise DependencyUnavailable(_RECONNECTING)
+
+    async def _commit_loop(self) -> None:
+        """Write everything queued as one group, again and again, until closed and empty."""
+        while True:
+            while not self._queue:
+                if self._closed:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+            await self._commit(self._take_group())
+
+    def _take_group(self) -> list[_Pending]:
+        """The oldest queued batches, up to ``_MAX_GROUP_ROWS`` rows (at least one)."""
+        count, rows = 0, 0
+        for queued, _ in self._queue:
+            if count and rows + len(queued) > _MAX_GROUP_ROWS:
+                break
+            count, rows = count + 1, rows + len(queued)
+        group, self._queue = self._queue[:count], self._queue[count:]
+        return group
+
+    async def _commit(self, group: list[_Pending]) -> None:
+        """Write one group in one transaction and answer its callers: each its count of
+        rows stored, or every one the error (nothing of the group was stored)."""
+        try:
+            accepted = await self._write_group([rows for rows, _ in group])
+        except asyncpg.PostgresError as err:
+            if len(group) > 1:
+                # Possibly one batch's data (the connection and the disk are mapped to
+                # DependencyUnavailable below): each batch alone, so only its own fails.
+                log.warning("audit store: a group commit failed (%s); retrying each batch", err)
+                for member in group:
+                    await self._commit([member])
+                return
+            refusal = (
+                _nul_refusal(group[0][0])
+                if isinstance(err, asyncpg.CharacterNotInRepertoireError)
+                else None
+            )
+            _fail(group, refusal or err)
+            return
+        except Exception as err:
+            _fail(group, err)
+            return
+        for (_, done), count in zip(group, accepted, strict=True):
+            if not done.done():
+                done.set_result(count)
+
+    async def _write_group(self, batches: list[list[AuditEventRow]]) -> list[int]:
         async with self._write_lock:
-            if self._closed:
-                raise DependencyUnavailable("the audit store is closing")
+            # Not _refuse_if_unwritable: batches queued before close are still written.
             if not self._connected:
-                raise DependencyUnavailable(
-                    "the audit store lost its database connection and is reconnecting;"
-                    " nothing of the batch was stored"
-                )
+                raise DependencyUnavailable(_RECONNECTING)
             try:
-                return await self._insert(rows)
+                return await self._insert(batches)
             except _CONNECTION_ERRORS as err:
                 log.error("audit store: write failed: %s", err)
                 if self._writer.is_closed():
@@ -449,7 +565,23 @@ class PostgresAuditStore(StoreReads):
                     "the audit database is out of disk: nothing of the batch was stored"
                 ) from err
 
-    async def _insert(self, rows: list[AuditEventRow]) -> int:
+    async def _insert(self, batches: list[list[AuditEventRow]]) -> list[int]:
+        """Chain and store ``batches`` in one transaction; return each one's rows stored.
+
+        An id stored by any replica, or earlier in the group, is skipped. The rows are
+        hashed before the transaction (the chain is this replica's alone), so the append
+        lock that every replica waits for is held for the database work only; the rare
+        group with ids already stored is hashed again without them.
+        """
+        seen: set[str] = set()
+        fresh: list[list[AuditEventRow]] = []
+        for rows in batches:
+            kept = [row for row in rows if row.event_id not in seen]
+            seen.update(row.event_id for row in kept)
+            fresh.append(kept)
+        # Arrival times never go backwards within a chain, so retention deletes a prefix.
+        stored_ns = max(self._clock(), self._chain_stored_ns)
+        links = self._links([row for kept in fresh for row in kept], stored_ns)
         conn = self._writer
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _APPEND_LOCK)
@@ -457,40 +589,57 @@ class PostgresAuditStore(StoreReads):
                 record[0]
                 for record in await conn.fetch(
                     "SELECT event_id FROM agent_audit_log WHERE event_id = ANY($1::text[])",
-                    [r.event_id for r in rows],
+                    list(seen),
                 )
             }
-            fresh = [r for r in rows if r.event_id not in stored]
-            if not fresh:
-                return 0
+            if stored:
+                fresh = [[row for row in kept if row.event_id not in stored] for kept in fresh]
+                links = self._links([row for kept in fresh for row in kept], stored_ns)
+            if not links:
+                return [0] * len(batches)
             sequence = int(await conn.fetchval("SELECT sequence FROM audit_log_head FOR UPDATE"))
-            # Arrival times never go backwards within a chain, so retention deletes a prefix.
-            stored_ns = max(self._clock(), self._chain_stored_ns)
-            chain_seq, prev = self._chain_seq, self._chain_hash
-            records: list[tuple[Any, ...]] = []
-            for row in fresh:
-                sequence += 1
-                chain_seq += 1
-                digest = link_hash(prev, chain_seq, stored_ns, row)
-                records.append((sequence, stored_ns, *row, self._chain_id, chain_seq, prev, digest))
-                prev = digest
+            chain_id = self._chain_id
+            records = [
+                (sequence + i, stored_ns, *row, chain_id, chain_seq, prev, digest)
+                for i, (row, chain_seq, prev, digest) in enumerate(links, start=1)
+            ]
+            sequence += len(records)
+            _, chain_seq, _, head = links[-1]
             await conn.copy_records_to_table(
                 "agent_audit_log", records=records, columns=list(COPY_COLUMNS)
             )
-            await conn.execute("UPDATE audit_log_head SET sequence = $1", sequence)
+            # Both heads and the notification in one round trip.
             await conn.execute(
-                "UPDATE audit_chain SET head_sequence = $2, head_hash = $3, head_stored_ns = $4"
-                " WHERE chain_id = $1",
-                self._chain_id,
+                "WITH log_head AS (UPDATE audit_log_head SET sequence = $1),"
+                " chain AS (UPDATE audit_chain SET head_sequence = $3, head_hash = $4,"
+                " head_stored_ns = $5 WHERE chain_id = $2)"
+                " SELECT pg_notify($6, $7)",
+                sequence,
+                chain_id,
                 chain_seq,
-                prev,
+                head,
                 stored_ns,
+                CHANNEL,
+                str(sequence),
             )
-            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, str(sequence))
-        self._chain_seq, self._chain_hash, self._chain_stored_ns = chain_seq, prev, stored_ns
+        self.commits += 1
+        self._chain_seq, self._chain_hash, self._chain_stored_ns = chain_seq, head, stored_ns
         self._head_sequence = max(self._head_sequence, sequence)
         self._watch.publish(sequence)
-        return len(fresh)
+        return [len(kept) for kept in fresh]
+
+    def _links(
+        self, rows: list[AuditEventRow], stored_ns: int
+    ) -> list[tuple[AuditEventRow, int, str, str]]:
+        """Each row with its chain position, the hash before it and its own hash."""
+        chain_seq, prev = self._chain_seq, self._chain_hash
+        links: list[tuple[AuditEventRow, int, str, str]] = []
+        for row in rows:
+            chain_seq += 1
+            digest = link_hash(prev, chain_seq, stored_ns, row)
+            links.append((row, chain_seq, prev, digest))
+            prev = digest
+        return links
 
     async def apply_retention(self, days: float, *, now_ns: int | None = None) -> int:
         """Delete rows stored more than ``days`` ago, in every chain; re-anchor each chain

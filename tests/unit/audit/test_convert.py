@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
@@ -302,7 +303,7 @@ _json_value = st.recursive(
 
 @settings(max_examples=150)
 @given(st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=6), _json_value, max_size=5))
-def test_arguments_text_is_json_dumps_of_the_plain_arguments(value: dict[str, object]) -> None:
+def test_arguments_text_is_json_dumps_of_the_plain_arguments(value: dict[str, Any]) -> None:
     """The encoder built once writes exactly what ``json.dumps`` (sorted keys, no spaces,
     ASCII) writes for the same data, non-finite numbers as null; the text is marked as
     written here (``CanonicalJson``) and parses back to the plain data."""
