@@ -45,18 +45,26 @@ DEADLINE_S = 120.0
 SECRETS = (PASSWORD, quote(PASSWORD, safe=""), CERT_PASSWORD, quote(CERT_PASSWORD, safe=""))
 
 
-async def _use_decision(tmp: Path) -> None:
+Check = Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _use_decision(tmp: Path, while_open: Check = _nothing) -> None:
     settings = DecisionSettings(state_dir=tmp)
     store = await open_decision_store(settings.store_dsn, str(store_path(settings)), pool_size=2)
     try:
         record, created = await store.create_session("tls-session", Mode.DEFAULT)
         assert created and record.session_id == "tls-session"
         assert (await store.get_session("tls-session")).session_id == "tls-session"
+        await while_open()
     finally:
         await store.close()
 
 
-async def _use_audit(tmp: Path) -> None:
+async def _use_audit(tmp: Path, while_open: Check = _nothing) -> None:
     settings = AuditSettings(state_dir=tmp, replica_id="audit-tls-0")
     store = await open_store(settings)
     try:
@@ -66,17 +74,19 @@ async def _use_audit(tmp: Path) -> None:
         assert (await store.append([event])).accepted == 1
         verdict = await store.verify()
         assert verdict.ok and verdict.rows_checked == 1, verdict.detail
+        await while_open()
     finally:
         await store.close()
 
 
-async def _use_executor(tmp: Path) -> None:
+async def _use_executor(tmp: Path, while_open: Check = _nothing) -> None:
     settings = ExecutorSettings(state_dir=tmp, workspace=tmp)
     state = await open_state(settings.state_dsn or None, settings.state_dir)
     try:
         expires = time.time() + 60
         assert await state.spend_grant("grant-tls", expires) is True
         assert await state.spend_grant("grant-tls", expires) is False
+        await while_open()
     finally:
         await state.close()
 
@@ -87,7 +97,7 @@ class Store:
 
     service: str
     setting: str
-    use: Callable[[Path], Awaitable[None]]
+    use: Callable[[Path, Check], Awaitable[None]]
 
 
 STORES = [
@@ -124,13 +134,13 @@ async def _works_over_tls(
     monkeypatch.setenv(store.setting, dsn)
     caplog.set_level(logging.DEBUG)
     seen: list[tuple[str, bool]] = []
-    use = asyncio.create_task(store.use(tmp))
-    # While the store is open, every connection it holds to its database is TLS.
-    while not use.done():
-        seen += await server.tls_sessions(database)
-        await asyncio.sleep(0.01)
-    await use
-    assert seen, "the store never connected"
+
+    async def look() -> None:
+        seen.extend(await server.tls_sessions(database))
+
+    # While the store is open (after it was used), every connection it holds is TLS.
+    await store.use(tmp, look)
+    assert seen, "the store holds no connection while open"
     assert {user for user, _ in seen} == {role}
     assert all(tls for _, tls in seen), seen
     _assert_no_secret(_log_text(caplog))
@@ -239,7 +249,7 @@ async def test_each_store_refuses_what_tls_does_not_vouch_for(
     monkeypatch.setenv(store.setting, refusal.dsn(tls_pg, database))
     caplog.set_level(logging.DEBUG)
     with pytest.raises(DependencyUnavailable) as caught:
-        await store.use(tmp_path)
+        await store.use(tmp_path, _nothing)
     message = caught.value.message
     assert refusal.says in message
     assert "***" in message  # the DSN it names is the redacted one
