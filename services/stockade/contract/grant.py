@@ -99,25 +99,39 @@ def _flat_strings(value: Mapping[str, Any]) -> bool:
 
 def canonical_json(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8, integral floats as integers."""
-    if not (isinstance(value, dict) and _flat_strings(value)):
-        return _dumps(_canonical_value(value))
-    if all(isinstance(k, str) for k in value):
-        return _flat_json(value)
-    return _dumps(value)
+    if isinstance(value, dict):
+        flat = _flat_text(value)
+        if flat is not None:
+            return flat.encode()
+        if _flat_strings(value):
+            return _dumps(value)
+    return _dumps(_canonical_value(value))
 
 
-def _flat_json(value: Mapping[str, str | bool]) -> bytes:
-    """``_dumps`` of a dict of str keys to str/bool values, without the encoder's set-up.
+def _flat_text(value: Mapping[Any, Any]) -> str | None:
+    """``_dumps`` of ``value`` (as text) without the encoder's set-up, when every key is a
+    str and every value a str or bool (a call's usual arguments, every settlement); None
+    otherwise.
 
-    Sorted keys, ``,``/``:`` separators, the encoder's own string escaping; a test checks
-    that the bytes equal ``_dumps``.
+    One pass; sorted keys, ``,``/``:`` separators, the encoder's own string escaping. A
+    test checks that the bytes equal ``_dumps``.
     """
     enc = _encode_str
-    parts = []
-    for k in sorted(value):
-        v = value[k]
-        parts.append(f"{enc(k)}:{'true' if v is True else 'false' if v is False else enc(v)}")
-    return ("{" + ",".join(parts) + "}").encode()
+    items = []
+    for k, v in value.items():
+        if not isinstance(k, str):
+            return None
+        if v is True:
+            text = "true"
+        elif v is False:
+            text = "false"
+        elif isinstance(v, str):
+            text = enc(v)
+        else:
+            return None
+        items.append((k, text))
+    items.sort()  # by key: keys are distinct, so the texts are never compared
+    return "{" + ",".join([f"{enc(k)}:{text}" for k, text in items]) + "}"
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -133,7 +147,8 @@ def _dumps(value: Any) -> bytes:
 
 def argument_digest(arguments: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the canonical JSON of a call's arguments."""
-    return hashlib.sha256(canonical_json(dict(arguments))).hexdigest()
+    value = arguments if type(arguments) is dict else dict(arguments)
+    return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -159,18 +174,47 @@ def findings_json(
     read-only (plan mode), inside-working-dir (acceptEdits) and the sub-command texts the
     rules were matched against. Explanations and risk levels are left out (they only
     describe).
+
+    Written directly (keys in sorted order, strings through the encoder's own escaping):
+    every Decide of an executor tool and every Execute pays for it, and the encoder costs
+    ten times as much. A test checks that the bytes equal ``_dumps`` of the same object
+    (``_findings_object``).
     """
-    return _dumps(
-        {
-            "inside_working_dir": bool(inside_working_dir),
-            "read_only": bool(read_only),
-            "rules": [
-                {"bypass_immune": bool(r.bypass_immune), "effect": r.effect, "reason": r.reason}
-                for r in rules
-            ],
-            "sub_commands": list(sub_commands),
-        }
+    enc = _encode_str
+    listed = (
+        ",".join(
+            f'{{"bypass_immune":{"true" if r.bypass_immune else "false"},'
+            f'"effect":{enc(r.effect)},"reason":{enc(r.reason)}}}'
+            for r in rules
+        )
+        if rules
+        else ""
     )
+    subs = ",".join(map(enc, sub_commands)) if sub_commands else ""
+    return (
+        f'{{"inside_working_dir":{"true" if inside_working_dir else "false"},'
+        f'"read_only":{"true" if read_only else "false"},'
+        f'"rules":[{listed}],"sub_commands":[{subs}]}}'
+    ).encode()
+
+
+def _findings_object(
+    rules: Sequence[Finding],
+    *,
+    read_only: bool,
+    inside_working_dir: bool,
+    sub_commands: Sequence[str],
+) -> dict[str, Any]:
+    """The object ``findings_json`` writes (the reference its test encodes with ``_dumps``)."""
+    return {
+        "inside_working_dir": bool(inside_working_dir),
+        "read_only": bool(read_only),
+        "rules": [
+            {"bypass_immune": bool(r.bypass_immune), "effect": r.effect, "reason": r.reason}
+            for r in rules
+        ],
+        "sub_commands": list(sub_commands),
+    }
 
 
 def findings_digest(
@@ -225,10 +269,11 @@ def claims_payload(
     claims dict, which a test checks.
     """
     enc = _encode_str
+    checked = _check_settle(settle)  # str keys and values: _flat_text writes them
     return (
         f'{{"args":{enc(args_digest)},"cid":{enc(call_id)},"exp":{exp!r},'
         f'"insp":{enc(findings)},"kid":{enc(kid)},"nonce":{enc(nonce)},'
-        f'"settle":{_dumps(_check_settle(settle)).decode()},"sid":{enc(session_id)},'
+        f'"settle":{_flat_text(checked) or _dumps(checked).decode()},"sid":{enc(session_id)},'
         f'"tool":{enc(tool_name)},"v":{CLAIMS_VERSION}}}'
     ).encode()
 

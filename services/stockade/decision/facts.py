@@ -59,12 +59,25 @@ def facts_from_inspection(tool_name: str, insp: d_pb2.ToolInspection | None) -> 
     executor_tool = tool_name in _EXECUTOR_TOOLS
     if insp is None or insp.ByteSize() == 0:
         return unknown_findings(tool_name) if executor_tool else Facts()
-    rules = tuple(
-        Rule(_EFFECT[r.effect], r.pattern or tool_name, Source.TOOL, r.reason, r.rule_id,
-             r.bypass_immune)
-        for r in insp.tool_rules
-        if r.effect in _EFFECT
-    )  # fmt: skip
+    # Each optional part is looked at only when present: a read's inspection has no tool
+    # rules and no analysis, and every Decide pays for what is looked at.
+    given_rules = insp.tool_rules
+    rules: tuple[Rule, ...] = (
+        tuple(
+            Rule(
+                _EFFECT[r.effect],
+                r.pattern or tool_name,
+                Source.TOOL,
+                r.reason,
+                r.rule_id,
+                r.bypass_immune,
+            )
+            for r in given_rules
+            if r.effect in _EFFECT
+        )  # fmt: skip
+        if given_rules
+        else ()
+    )
     subs: tuple[str, ...] | None = None
     needs_network = False
     reasons: tuple[str, ...] = ()
@@ -78,26 +91,21 @@ def facts_from_inspection(tool_name: str, insp: d_pb2.ToolInspection | None) -> 
         needs_network = analysis.needs_network
         reasons = tuple(analysis.reasons)
     explanation = None
-    if insp.HasField("explanation") and insp.explanation.summary:
+    if insp.HasField("explanation"):
         given_expl = insp.explanation
-        explanation = Explanation(_RISK.get(given_expl.risk, Risk.MEDIUM), given_expl.summary)
+        summary = given_expl.summary
+        if summary:
+            explanation = Explanation(_RISK.get(given_expl.risk, Risk.MEDIUM), summary)
     if not executor_tool:
         # Only the executor's findings are bound by a grant; for any other tool the caller's
         # read-only claim is ignored (the engine uses the declared trait).
         return Facts(rules, subs, None, None, needs_network, reasons, explanation)
+    read_only = insp.read_only
+    inside = insp.inside_working_dir
     digest = findings_digest(
-        [Finding(r.effect.value, r.bypass_immune, r.reason) for r in rules],
-        read_only=insp.read_only,
-        inside_working_dir=insp.inside_working_dir,
+        [Finding(r.effect.value, r.bypass_immune, r.reason) for r in rules] if rules else (),
+        read_only=read_only,
+        inside_working_dir=inside,
         sub_commands=texts,
     )
-    return Facts(
-        rules,
-        subs,
-        insp.inside_working_dir,
-        insp.read_only,
-        needs_network,
-        reasons,
-        explanation,
-        findings=digest,
-    )
+    return Facts(rules, subs, inside, read_only, needs_network, reasons, explanation, digest)

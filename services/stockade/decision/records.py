@@ -47,8 +47,12 @@ def _now() -> timestamp_pb2.Timestamp:
     return ts
 
 
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""One encoder for every record (``json.dumps`` with options builds a new one per call)."""
+
+
 def _compact(value: Mapping[str, Any]) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(value)
 
 
 def decision_record(
@@ -56,30 +60,39 @@ def decision_record(
 ) -> a_pb2.AuditEvent:
     """The record of one Decide: the decision typed exactly as the caller receives it
     (verdict, reason, winning rule, conflicts, policy version: the fields of the same
-    ``DecideResponse``, built by the same function)."""
-    # Imported here: convert imports the core, which imports this module.
-    from stockade.decision.convert import decide_response
+    ``DecideResponse``, through the same mappings).
 
-    response = decide_response(outcome)
+    Every Decide builds one (with an audit service configured), so the event is made in
+    one constructor call and the parts of the response it does not hold (explanation,
+    grant) are not built.
+    """
+    # Imported here: convert imports the core, which imports this module.
+    from stockade.decision.convert import VERDICT_TO_PB, _rule_pb_cached, conflicts_to_pb
+
+    d = outcome.decision
     summary: dict[str, Any] = dict(settle) if settle is not None else {}
     summary["args_sha256"] = argument_digest(call.arguments)[:16]
-    if response.approval_id:
-        summary["approval"] = response.approval_id  # the pending approval an ASK created
-    return a_pb2.AuditEvent(
-        event_id=f"decision-{uuid.uuid4().hex}",
-        session_id=call.session_id,
-        tool_name=call.tool_name,
-        status=a_pb2.AUDIT_STATUS_DECIDED,
-        agent_name=call.agent_name or "lead",
-        time=_now(),
-        call_id=call.call_id,
-        verdict=response.verdict,
-        winning_rule=response.winning_rule,
-        conflicts=response.conflicts,
-        decision_reason=response.reason,
-        policy_version=response.policy_version,
-        output_preview=_compact(summary),
-    )
+    if outcome.approval_id:
+        summary["approval"] = outcome.approval_id  # the pending approval an ASK created
+    now = time.time_ns()
+    fields: dict[str, Any] = {
+        "event_id": f"decision-{uuid.uuid4().hex}",
+        "session_id": call.session_id,
+        "tool_name": call.tool_name,
+        "status": a_pb2.AUDIT_STATUS_DECIDED,
+        "agent_name": call.agent_name or "lead",
+        # Timestamp.FromNanoseconds, without building a message to copy.
+        "time": {"seconds": now // 1_000_000_000, "nanos": now % 1_000_000_000},
+        "call_id": call.call_id,
+        "verdict": VERDICT_TO_PB[d.verdict],
+        "winning_rule": _rule_pb_cached(d.winning_rule),
+        "decision_reason": d.reason,
+        "policy_version": d.policy_version,
+        "output_preview": _compact(summary),
+    }
+    if d.conflicts:
+        fields["conflicts"] = conflicts_to_pb(d)
+    return a_pb2.AuditEvent(**fields)
 
 
 def approval_record(rec: ApprovalRecord, policy_version: str, via: str = "") -> a_pb2.AuditEvent:

@@ -13,7 +13,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.contract.grant import _dumps, argument_digest, canonical_json, claims_payload
+from stockade.contract.grant import (
+    Finding,
+    _dumps,
+    _findings_object,
+    argument_digest,
+    canonical_json,
+    claims_payload,
+    findings_json,
+)
 from stockade.decision.grants import GrantSigner
 from stockade.executor.grants import GrantVerifier
 
@@ -58,6 +66,38 @@ def test_claims_payload_equals_json_dumps(
 def test_flat_arguments_encode_like_json_dumps(args: dict[str, str | bool]) -> None:
     want = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert canonical_json(args) == want.encode() == _dumps(args)
+
+
+findings = st.lists(
+    st.builds(Finding, st.sampled_from(["deny", "ask"]), st.booleans(), texts), max_size=4
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=findings, ro=st.booleans(), inside=st.booleans(), subs=st.lists(texts, max_size=4))
+def test_findings_json_equals_the_encoder(
+    rules: list[Finding], ro: bool, inside: bool, subs: list[str]
+) -> None:
+    # The executor recomputes this digest from its own inspection: one byte of difference
+    # from the encoder's output refuses every good grant.
+    kw = {"read_only": ro, "inside_working_dir": inside, "sub_commands": subs}
+    want = json.dumps(
+        _findings_object(rules, **kw), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    assert findings_json(rules, **kw) == want.encode() == _dumps(_findings_object(rules, **kw))
+
+
+def test_findings_json_keeps_rules_and_commands_apart() -> None:
+    base = {"read_only": False, "inside_working_dir": False}
+    one = findings_json([Finding("ask", False, 'x","effect":"deny')], sub_commands=[], **base)
+    two = findings_json([Finding("deny", False, "x")], sub_commands=[], **base)
+    assert one != two
+    assert json.loads(one)["rules"] == [
+        {"bypass_immune": False, "effect": "ask", "reason": 'x","effect":"deny'}
+    ]
+    assert findings_json([], sub_commands=["a,b"], **base) != findings_json(
+        [], sub_commands=["a", "b"], **base
+    )
 
 
 def test_quotes_and_control_characters_cannot_merge_two_argument_sets() -> None:
