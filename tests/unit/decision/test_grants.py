@@ -157,3 +157,37 @@ def test_keypair_files(tmp_path: Path) -> None:
         load_public_key(priv)
     with pytest.raises(InvalidArgument):
         load_private_key(tmp_path / "missing.pem")
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 350, 4096])
+def test_signatures_are_openssl_s_bytes(size: int) -> None:
+    # Ed25519 is deterministic: libsodium's signature of a payload must be the very bytes
+    # OpenSSL makes with the same key, so any verifier accepts them.
+    key = Ed25519PrivateKey.generate()
+    signer = GrantSigner(key)
+    payload = os.urandom(size)
+    assert signer._sign_raw(payload) == key.sign(payload)
+    grant = signer.sign(session_id="s", call_id="c", tool_name="run_bash", arguments=ARGS)
+    assert grant.signature == key.sign(grant.payload)
+    key.public_key().verify(grant.signature, grant.payload)
+
+
+def test_a_signer_whose_libraries_disagree_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import stockade.decision.grants as grants
+
+    other = grants.crypto_sign_seed_keypair(os.urandom(32))
+    monkeypatch.setattr(grants, "crypto_sign_seed_keypair", lambda seed: other)
+    with pytest.raises(GrantInvalid, match="different public keys"):
+        GrantSigner(Ed25519PrivateKey.generate())
+
+
+def test_a_signer_whose_probe_does_not_verify_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import stockade.decision.grants as grants
+
+    monkeypatch.setattr(grants, "crypto_sign", lambda payload, sk: b"\0" * 64 + payload)
+    with pytest.raises(GrantInvalid, match="probe signature"):
+        GrantSigner(Ed25519PrivateKey.generate())
