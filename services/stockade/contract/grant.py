@@ -225,6 +225,16 @@ def findings_digest(
     sub_commands: Sequence[str],
 ) -> str:
     """SHA-256 hex of ``findings_json``: the grant's ``insp`` claim."""
+    if not rules and not sub_commands:
+        # Most calls (reads, edits, searches) carry neither tool rules nor sub-commands:
+        # their digest is one of four constants, looked up instead of hashed anew.
+        return _BARE_FINDINGS[bool(read_only), bool(inside_working_dir)]
+    return _digest_of_findings(rules, read_only, inside_working_dir, sub_commands)
+
+
+def _digest_of_findings(
+    rules: Sequence[Finding], read_only: bool, inside_working_dir: bool, sub_commands: Sequence[str]
+) -> str:
     return hashlib.sha256(
         findings_json(
             rules,
@@ -233,6 +243,15 @@ def findings_digest(
             sub_commands=sub_commands,
         )
     ).hexdigest()
+
+
+_BARE_FINDINGS: dict[tuple[bool, bool], str] = {
+    (ro, inside): _digest_of_findings((), ro, inside, ())
+    for ro in (False, True)
+    for inside in (False, True)
+}
+"""The digests of findings without tool rules or sub-commands, by (read-only, inside the
+working directory); a test checks each against the hash of ``findings_json``."""
 
 
 def _check_settle(settle: Mapping[str, Any]) -> dict[str, str]:

@@ -7,8 +7,10 @@ let two different argument sets share a digest.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +22,7 @@ from stockade.contract.grant import (
     argument_digest,
     canonical_json,
     claims_payload,
+    findings_digest,
     findings_json,
 )
 from stockade.decision.grants import GrantSigner
@@ -120,3 +123,15 @@ def test_signed_payload_verifies_and_binds_unusual_text() -> None:
     claims = json.loads(g.payload)
     assert (claims["sid"], claims["cid"], claims["tool"]) == ('s"1', "c\u2028", "t\\")
     verifier.verify(g.payload, g.signature, **call)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ro", [False, True])
+@pytest.mark.parametrize("inside", [False, True])
+def test_bare_findings_digests_are_the_hash_of_their_json(ro: bool, inside: bool) -> None:
+    kw = {"read_only": ro, "inside_working_dir": inside}
+    want = hashlib.sha256(findings_json([], sub_commands=[], **kw)).hexdigest()
+    assert findings_digest([], sub_commands=[], **kw) == want
+    assert findings_digest((), sub_commands=(), **kw) == want
+    # Any rule or sub-command takes the hashing path and changes the digest.
+    assert findings_digest([], sub_commands=["ls"], **kw) != want
+    assert findings_digest([Finding("ask", False, "")], sub_commands=[], **kw) != want
