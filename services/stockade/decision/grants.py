@@ -73,6 +73,9 @@ class SignedGrant:
     signature: bytes
     key_id: str
     expires_at: float
+    args_digest: str = ""
+    """The arguments' digest the payload binds (its ``args`` claim), kept so the decision's
+    audit record need not hash the same arguments again."""
 
 
 class GrantSigner:
@@ -122,18 +125,19 @@ class GrantSigner:
         """Issue a grant for exactly this call, binding the ``findings`` digest the decision
         relied on ("" for none) and how its tool-level ASK was ``settle``d."""
         expires = self._clock() + (self.ttl_s if ttl_s is None else ttl_s)
+        digest = argument_digest(arguments)
         payload = claims_payload(
             session_id=session_id,
             call_id=call_id,
             tool_name=tool_name,
-            args_digest=argument_digest(arguments),
+            args_digest=digest,
             findings=findings,
             settle=settle,
             exp=int(expires * 1000) / 1000,
             nonce=os.urandom(16).hex(),  # secrets.token_hex(16), one call less
             kid=self.key_id,
         )
-        return SignedGrant(payload, self._sign_raw(payload), self.key_id, expires)
+        return SignedGrant(payload, self._sign_raw(payload), self.key_id, expires, digest)
 
 
 def generate_keypair(directory: str | Path) -> tuple[Path, Path]:

@@ -71,7 +71,10 @@ def decision_record(
 
     d = outcome.decision
     summary: dict[str, Any] = dict(settle) if settle is not None else {}
-    summary["args_sha256"] = argument_digest(call.arguments)[:16]
+    # The grant (on ALLOW) already holds the digest of these very arguments.
+    g = outcome.grant
+    digest = g.args_digest if g is not None and g.args_digest else argument_digest(call.arguments)
+    summary["args_sha256"] = digest[:16]
     if outcome.approval_id:
         summary["approval"] = outcome.approval_id  # the pending approval an ASK created
     now = time.time_ns()

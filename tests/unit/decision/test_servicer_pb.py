@@ -178,3 +178,19 @@ def test_the_audit_record_holds_the_decision_the_caller_receives(outcome: Outcom
     assert summary["args_sha256"] == argument_digest(call.arguments)[:16]
     assert summary.get("approval", "") == outcome.approval_id
     assert event.event_id.startswith("decision-") and event.time.seconds > 0
+
+
+def test_the_record_of_an_allow_names_the_digest_its_grant_binds() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from stockade.decision.grants import GrantSigner
+
+    args = {"command": "git status", "flag": True}
+    grant = GrantSigner(Ed25519PrivateKey.generate()).sign(
+        session_id="s1", call_id="c1", tool_name="run_bash", arguments=args
+    )
+    assert grant.args_digest == json.loads(grant.payload)["args"] == argument_digest(args)
+    decision = decide(compile_policy(PolicyDoc()), DecisionRequest("run_bash", args))
+    call = CallInput("s1", "c1", "run_bash", args)
+    event = decision_record(call=call, outcome=Outcome(decision, grant=grant), settle=None)
+    assert json.loads(event.output_preview)["args_sha256"] == argument_digest(args)[:16]
