@@ -11,7 +11,11 @@ clearly faster; each has a differential test that holds it to the main path:
   Decide (test_servicer_pb.py);
 - ``contract.grant.canonical_json`` writing flat arguments directly, and
   ``claims_payload`` writing the signed claims directly, instead of the JSON encoder
-  (tests/unit/decision/test_grant_payload.py: the bytes are equal).
+  (tests/unit/decision/test_grant_payload.py: the bytes are equal);
+- ``contract.grant.findings_json`` writing the findings directly instead of the encoder,
+  and ``findings_digest`` looking up the four digests of findings without tool rules or
+  sub-commands instead of hashing them (test_grant_payload.py: equal bytes, equal
+  digests).
 
 Each figure is the fast path's rate over the main path's on the same inputs, measured in
 alternating rounds (so load from elsewhere hits both); ratio > 1 means the fast path is
@@ -189,5 +193,33 @@ def run() -> list[dict[str, Any]]:
         "FAST-5",
         "grant: signed claims written directly vs encoder",
         (lambda: grant.claims_payload(**claims), claims_main),
+    )
+
+    # A run_bash inspection: one tool rule, two sub-commands (a read's has neither).
+    rules = [grant.Finding("ask", False, "writes outside the working directory")]
+    findings: dict[str, Any] = {
+        "read_only": False,
+        "inside_working_dir": True,
+        "sub_commands": ["git status", "tee /tmp/out"],
+    }
+    assert grant.findings_json(rules, **findings) == grant._dumps(
+        grant._findings_object(rules, **findings)
+    )
+    add(
+        "FAST-6",
+        "grant: findings JSON written directly vs encoder",
+        (
+            lambda: grant.findings_json(rules, **findings),
+            lambda: grant._dumps(grant._findings_object(rules, **findings)),
+        ),
+    )
+    bare: dict[str, Any] = {"read_only": True, "inside_working_dir": True, "sub_commands": ()}
+    add(
+        "FAST-7",
+        "grant: digest of findings without rules or sub-commands, looked up vs hashed",
+        (
+            lambda: grant.findings_digest((), **bare),
+            lambda: grant._digest_of_findings((), True, True, ()),
+        ),
     )
     return out
