@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import stat
 import sys
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +34,8 @@ __all__ = [
     "GIT_LAYOUT_MARKERS",
     "PathSandbox",
     "Root",
+    "credential_read_globs",
+    "fold_for_match",
     "git_dir_layout",
     "is_protected_write",
     "match_relative_glob",
@@ -91,6 +95,7 @@ _GIT_LAYOUT_ENTRIES: frozenset[str] = GIT_LAYOUT_MARKERS | frozenset(
 )
 """Entries of a git directory that carry configuration, hooks or what git reads first."""
 
+_GLOB_META = frozenset("*?[")
 _MAX_SYMLINK_HOPS = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
 
 # Kernel "magic links" live here: their readlink text is not what the kernel follows
@@ -162,6 +167,54 @@ def is_protected_write(resolved: str, globs: Sequence[str]) -> str | None:
     the path). An unanchored glob matches at any component boundary.
     """
     return compile_globs(globs).match(resolved)
+
+
+def fold_for_match(path: str) -> str:
+    """``path`` (or a glob) spelled the way a protected name is compared: case folded,
+    Unicode compatibility forms folded (NFKC: a full-width ``．`` is ``.``), invisible
+    format characters (zero-width space and joiners, bidi marks: category Cf) dropped, and
+    trailing dots and blanks of each component dropped (Windows and macOS file systems,
+    and git's own ``.git`` checks, treat ``.GIT``, ``.git.`` and ``.git\u200c`` as
+    ``.git``). Only for matching, fail-closed: ``.ENV`` may be another file on this file
+    system, but a case-insensitive one (a casefold directory, a mounted share) opens
+    ``.env`` by that name, and no legitimate project needs the look-alike.
+    """
+    if path.isascii():
+        folded = path.lower()
+    else:
+        folded = "".join(
+            ch for ch in unicodedata.normalize("NFKC", path) if unicodedata.category(ch) != "Cf"
+        )
+        # casefold, then NFKC again: a few folds (e.g. U+1E9E) leave non-normal text.
+        folded = unicodedata.normalize("NFKC", folded.casefold())
+    if " /" in folded or "./" in folded or folded.endswith((" ", ".")):
+        folded = "/".join(_strip_trailing(part) for part in folded.split("/"))
+    return folded
+
+
+def _strip_trailing(part: str) -> str:
+    stripped = part.rstrip(". ")
+    # '.' and '..' (glob or path components) keep their meaning; a name of dots only too.
+    return stripped if stripped else part
+
+
+@functools.lru_cache(maxsize=32)
+def credential_read_globs(home: str) -> tuple[str, ...]:
+    """The executor's credential files (the bash analysis's list, ``~`` as ``home``):
+    reading them is refused by the file tools too, even when ``home`` lies inside a root
+    (an agent started in the home directory), so ``read_file .ssh/id_rsa`` is refused as
+    ``cat ~/.ssh/id_rsa`` is."""
+    # Imported here: the bash package imports this module.
+    from stockade.executor.bash.lists import CREDENTIAL_PATHS
+
+    home = home.rstrip("/") or "/"
+    return tuple((home.rstrip("/") + p[1:]) if p.startswith("~") else p for p in CREDENTIAL_PATHS)
+
+
+def _home() -> str:
+    """What ``os.path.expanduser("~")`` gives (HOME first, as the bash analysis reads it)."""
+    home = os.environ.get("HOME")
+    return (home.rstrip("/") or "/") if home is not None else os.path.expanduser("~")
 
 
 def git_dir_layout(directory: str) -> bool:
@@ -303,6 +356,37 @@ def openat2_available() -> bool:
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+class _FoldedGlobs:
+    """A set of globs compiled once, in their own spelling and folded (:func:`fold_for_match`)."""
+
+    __slots__ = ("_folded", "_globs", "_same")
+
+    def __init__(self, globs: tuple[str, ...]) -> None:
+        self._globs = compile_globs(globs)
+        folded = tuple(dict.fromkeys(fold_for_match(g) for g in globs))
+        self._folded = compile_globs(folded)
+        self._same = folded == globs
+
+    def match(self, resolved: str, lexical: str) -> str | None:
+        """The glob that the path matches, as resolved or as given, in its own spelling or
+        folded (``.GIT/config``, ``.env`` + ZERO WIDTH SPACE, FULLWIDTH FULL STOP + ``env``
+        are judged as ``.git/config``, ``.env``, ``.env``)."""
+        if not self._globs:
+            return None
+        glob = self._globs.match(resolved)
+        if glob is None and lexical != resolved:
+            glob = self._globs.match(lexical)
+        if glob is not None:
+            return glob
+        for path in (resolved, lexical) if lexical != resolved else (resolved,):
+            folded_path = fold_for_match(path)
+            if folded_path != path or not self._same:
+                glob = self._folded.match(folded_path)
+                if glob is not None:
+                    return f"{glob} (as {os.path.basename(folded_path)!r})"
+        return None
+
+
 class PathSandbox:
     """Decides which paths tools may read or write, and opens them race-free."""
 
@@ -335,6 +419,17 @@ class PathSandbox:
         self.cwd: str = os.path.realpath(os.path.abspath(cwd))
         self.protected_write_globs: tuple[str, ...] = tuple(protected_write_globs)
         self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
+        # Only those a root can reach are kept: the rest are outside every root, refused
+        # anyway (and the common case, a workspace beside ~/.ssh, then pays nothing).
+        self.credential_globs: tuple[str, ...] = tuple(
+            g for g in credential_read_globs(_home()) if self._reachable(g)
+        )
+        """Credential files nothing may read through the file tools (beside the policy's)."""
+        # Every read is judged against both sets, and every check against the folded
+        # spellings too; compiled once here (a check runs for every path a command names).
+        read_globs = tuple(dict.fromkeys((*self.denied_read_globs, *self.credential_globs)))
+        self._read_match = _FoldedGlobs(read_globs)
+        self._write_match = _FoldedGlobs(self.protected_write_globs)
         self.protects_git: bool = git_protected(self.protected_write_globs)
         """Whether git directories by layout (bare repositories) are protected too."""
 
@@ -391,6 +486,19 @@ class PathSandbox:
             denied_read_globs=self.denied_read_globs,
         )
 
+    def _reachable(self, glob: str) -> bool:
+        """Whether an absolute glob can match a path inside one of the roots: its literal
+        leading directories are within a root, or a root is within them."""
+        literal: list[str] = []
+        for part in glob.split("/")[1:]:
+            if _GLOB_META & set(part):
+                break
+            literal.append(part)
+        prefix = "/" + "/".join(literal)
+        return not glob.startswith("/") or any(
+            _is_within(prefix, root.path) or _is_within(root.path, prefix) for root in self.roots
+        )
+
     # --- queries -------------------------------------------------------------------
 
     def root_for(self, resolved: str) -> Root | None:
@@ -423,10 +531,8 @@ class PathSandbox:
         root = self.root_for(resolved)
         if root is None:
             return PathDecision(False, resolved, f"{resolved} is outside the allowed roots", None)
-        if not write and self.denied_read_globs:
-            glob = is_protected_write(resolved, self.denied_read_globs) or is_protected_write(
-                lexical, self.denied_read_globs
-            )
+        if not write:
+            glob = self._read_match.match(resolved, lexical)
             if glob is not None:
                 return PathDecision(
                     False, resolved, f"reading {resolved} is denied by policy ({glob!r})", root
@@ -436,9 +542,7 @@ class PathSandbox:
                 return PathDecision(False, resolved, f"{root.path} is read-only", root)
             # The path as given counts too: `sub/.git` may be a symlink to a directory
             # whose canonical name matches nothing, and git follows it.
-            glob = is_protected_write(resolved, self.protected_write_globs) or (
-                is_protected_write(lexical, self.protected_write_globs)
-            )
+            glob = self._write_match.match(resolved, lexical)
             if glob is not None:
                 return PathDecision(
                     False,
