@@ -383,7 +383,7 @@ class _FoldedGlobs:
             if folded_path != path or not self._same:
                 glob = self._folded.match(folded_path)
                 if glob is not None:
-                    return f"{glob} (as {os.path.basename(folded_path)!r})"
+                    return f"{glob}, matched as {folded_path!r}"
         return None
 
 
