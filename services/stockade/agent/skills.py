@@ -54,7 +54,8 @@ class SkillLibrary:
         """The loadable skill names, sorted (hidden and invalid names are skipped)."""
         found: set[str] = set()
         try:
-            entries = list(os.scandir(self.root))
+            with os.scandir(self.root) as scan:
+                entries = list(scan)
         except OSError:
             return []
         for entry in entries:

@@ -169,7 +169,8 @@ def find_sockets(
             continue
         seen.add(top)
         try:
-            entries = list(os.scandir(top))
+            with os.scandir(top) as scan:
+                entries = list(scan)
         except OSError:
             continue
         for entry in entries:
@@ -299,7 +300,8 @@ def find_git_control(roots: Iterable[str]) -> list[GitControl]:
             continue
         visited.add(top)
         try:
-            entries = list(os.scandir(top))
+            with os.scandir(top) as scan:
+                entries = list(scan)
         except OSError:
             continue
         seen += len(entries)
