@@ -22,13 +22,7 @@ import pytest
 
 from stockade.executor.confine import ConfinementPolicy, Launcher, Rlimits
 from stockade.executor.confine.limits import MemoryCgroupRoot
-
-_GIT_ENV = {
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-}
+from tests.hostgit import host_git
 
 
 def _policy(root: Path, **kwargs: object) -> ConfinementPolicy:
@@ -36,12 +30,6 @@ def _policy(root: Path, **kwargs: object) -> ConfinementPolicy:
         readable_roots=(str(root),),
         writable_roots=(str(root),),
         **kwargs,  # type: ignore[arg-type]
-    )
-
-
-def _host_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=60
     )
 
 
@@ -132,7 +120,7 @@ def _payload_config(marker: Path) -> str:
 def repo(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
-    assert _host_git(ws, "init", "-q", ".").returncode == 0
+    assert host_git(ws, "init", "-q", ".").returncode == 0
     (ws / "f.txt").write_text("a\n")
     return ws
 
@@ -145,9 +133,9 @@ async def test_existing_git_dirs_are_read_only_for_commands(
     marker = tmp_path / "MARK-config"
     nested = repo / "vendor" / "lib"
     nested.mkdir(parents=True)
-    assert _host_git(nested, "init", "-q", ".").returncode == 0
+    assert host_git(nested, "init", "-q", ".").returncode == 0
     bare = repo / "store"
-    assert _host_git(repo, "init", "-q", "--bare", "store").returncode == 0
+    assert host_git(repo, "init", "-q", "--bare", "store").returncode == 0
     (repo / "sub").mkdir()
     (repo / "sub" / ".git").write_text("gitdir: ../store\n")
     script = (
@@ -187,7 +175,7 @@ async def test_existing_git_dirs_are_read_only_for_commands(
     assert "git director" in _layer(outcome, "mount_mask")[1]
     # Without the layer the same write lands and host git runs the payload.
     (repo / ".git" / "config").write_text(_payload_config(marker))
-    _host_git(repo, "status")
+    host_git(repo, "status")
     assert marker.exists()
 
 
@@ -205,10 +193,10 @@ async def test_git_dirs_a_command_creates_are_removed(
     # First with the layer off: both plants work on the host.
     off = await launcher.run(command, cwd=str(repo), policy=_policy(repo), timeout_s=60)
     assert "done" in off.stdout, off.stderr
-    _host_git(repo / "sub", "status")
+    host_git(repo / "sub", "status")
     assert marker.exists()
     marker.unlink()
-    _host_git(repo / "fresh", "status")
+    host_git(repo / "fresh", "status")
     assert marker.exists()
     marker.unlink()
     for leftover in ("new", "sub", "fresh"):
@@ -223,9 +211,9 @@ async def test_git_dirs_a_command_creates_are_removed(
     assert not (repo / "sub" / ".git").exists()
     assert not (repo / "fresh" / ".git").exists()
     assert not (repo / "new" / "HEAD").exists()
-    _host_git(repo / "sub", "status")
-    _host_git(repo / "fresh", "status")
-    _host_git(repo / "new", "status")
+    host_git(repo / "sub", "status")
+    host_git(repo / "fresh", "status")
+    host_git(repo / "new", "status")
     assert not marker.exists()
     # The repository that was there before is untouched.
     assert (repo / ".git" / "HEAD").exists()
@@ -394,9 +382,9 @@ async def test_a_repository_inside_a_masked_folder_is_never_taken_for_a_new_one(
     repo = tmp_path / "ws"
     vault = repo / "vault"
     vault.mkdir(parents=True)
-    assert _host_git(vault, "init", "-q", ".").returncode == 0
+    assert host_git(vault, "init", "-q", ".").returncode == 0
     (repo / "keep").mkdir()
-    assert _host_git(repo / "keep", "init", "-q", ".").returncode == 0
+    assert host_git(repo / "keep", "init", "-q", ".").returncode == 0
     policy = _policy(repo, protect_git=True, masked_globs=("**/vault/**",))
     quick = await launcher.run("ls vault; echo ok", cwd=str(repo), policy=policy, timeout_s=60)
     assert quick.stdout.strip() == "ok", quick.stderr  # masked: empty, and the run works

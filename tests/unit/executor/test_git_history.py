@@ -13,7 +13,6 @@ are data here, never typed into a shell of ours.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,28 +21,10 @@ import pytest
 from stockade.executor.bash import analyze
 from stockade.executor.bash.gitindex import parse_index, tracked_paths
 from stockade.executor.paths import PathSandbox, Root
+from tests.hostgit import host_bash
 
 SECRET = "SEKRIT-4242"
 DENIED = ["**/.env"]
-
-_GIT_ENV = {
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-    "GIT_PAGER": "cat",
-}
-
-
-def _run(cwd: Path, command: str) -> subprocess.CompletedProcess[str]:
-    """The command in real bash with the host's git (the attack's effect)."""
-    return subprocess.run(
-        ["bash", "-c", command], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=60
-    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +42,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "git add -f .env",  # staged again: the index holds it
     ]
     for step in steps:
-        done = _run(ws, step)
+        done = host_bash(ws, step)
         assert done.returncode == 0, (step, done.stderr)
     yield ws
 
@@ -71,7 +52,7 @@ def _sandbox(ws: Path) -> PathSandbox:
 
 
 def _blob(ws: Path) -> str:
-    return _run(ws, "git rev-parse HEAD~2:.env").stdout.strip()[:10]
+    return host_bash(ws, "git rev-parse HEAD~2:.env").stdout.strip()[:10]
 
 
 HISTORY_PRINTERS = [
@@ -107,7 +88,7 @@ HISTORY_PRINTERS = [
 
 @pytest.mark.parametrize("command", HISTORY_PRINTERS)
 def test_forms_printing_committed_contents_are_not_allowed(repo: Path, command: str) -> None:
-    printed = _run(repo, command)
+    printed = host_bash(repo, command)
     assert SECRET in printed.stdout + printed.stderr, (command, printed.stderr)
     result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
     assert result.verdict in ("ask", "deny"), (command, result.reasons)
@@ -116,7 +97,7 @@ def test_forms_printing_committed_contents_are_not_allowed(repo: Path, command: 
 
 def test_an_abbreviated_blob_id_is_not_allowed(repo: Path) -> None:
     command = f"git show {_blob(repo)}"
-    assert SECRET in _run(repo, command).stdout
+    assert SECRET in host_bash(repo, command).stdout
     result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
     assert result.verdict == "ask" and result.bypass_immune
 
@@ -144,7 +125,7 @@ SAFE_FORMS = [
 
 @pytest.mark.parametrize("command", SAFE_FORMS)
 def test_forms_naming_files_or_printing_summaries_stay_allowed(repo: Path, command: str) -> None:
-    printed = _run(repo, command)
+    printed = host_bash(repo, command)
     assert printed.returncode in (0, 1), (command, printed.stderr)
     assert SECRET not in printed.stdout + printed.stderr, command
     result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=DENIED)
@@ -165,7 +146,7 @@ def _fresh_repo(ws: Path, *, track_env: bool) -> Path:
     if track_env:
         steps.append("git add .env && git commit -qm env")
     for step in steps:
-        done = _run(ws, step)
+        done = host_bash(ws, step)
         assert done.returncode == 0, (step, done.stderr)
     return ws
 
@@ -175,7 +156,7 @@ def test_git_diff_prints_a_tracked_file_whose_copy_is_masked(tmp_path: Path) -> 
     committed copy as removed lines."""
     ws = _fresh_repo(tmp_path / "ws", track_env=True)
     (ws / ".env").write_text("")  # what the mask shows the command
-    assert f"-TOKEN={SECRET}" in _run(ws, "git diff").stdout
+    assert f"-TOKEN={SECRET}" in host_bash(ws, "git diff").stdout
     (ws / ".env").write_text(f"TOKEN={SECRET}\n")
     for command in ("git diff", "git diff --color=never", "git diff-files -p"):
         result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
@@ -201,8 +182,8 @@ def test_the_index_reader_agrees_with_git_ls_files(tmp_path: Path, version: str)
     if version == "3":
         steps.append("git update-index --skip-worktree src/app.py")  # an extended entry
     for step in steps:
-        assert _run(ws, step).returncode == 0, step
-    listed = _run(ws, "git -c core.quotepath=off ls-files -z").stdout.split("\0")[:-1]
+        assert host_bash(ws, step).returncode == 0, step
+    listed = host_bash(ws, "git -c core.quotepath=off ls-files -z").stdout.split("\0")[:-1]
     assert tracked_paths(str(ws / ".git")) == listed
 
 
@@ -212,7 +193,7 @@ def test_the_index_reader_reads_a_sha256_repository(tmp_path: Path) -> None:
     (ws / "a.txt").write_text("1\n")
     (ws / ".env").write_text("X=1\n")
     for step in ("git init -q --object-format=sha256 .", "git add -A"):
-        assert _run(ws, step).returncode == 0, step
+        assert host_bash(ws, step).returncode == 0, step
     assert tracked_paths(str(ws / ".git")) == [".env", "a.txt"]
 
 
@@ -237,9 +218,9 @@ def test_pathspecs_are_read_from_the_directory_git_runs_in(tmp_path: Path) -> No
     (ws / "sub" / "x" / ".env").write_text(f"TOKEN={SECRET}\n")
     (ws / "x").write_text("plain\n")
     for step in ("git init -q -b main .", "git add -A", "git commit -qm one"):
-        assert _run(ws, step).returncode == 0, step
+        assert host_bash(ws, step).returncode == 0, step
     command = "git -C sub log -p -- x"
-    assert SECRET in _run(ws, command).stdout
+    assert SECRET in host_bash(ws, command).stdout
     result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
     assert result.verdict == "ask" and result.bypass_immune, result.reasons
     # `../x` from sub is the plain file at the top: naming it is fine.
@@ -260,7 +241,7 @@ def test_a_diff_of_another_repository_is_asked(tmp_path: Path) -> None:
     nested = _fresh_repo(ws / "nested", track_env=True)
     (nested / ".env").write_text("")  # the run-time mask
     command = "git --git-dir=nested/.git --work-tree=nested diff"
-    assert SECRET in _run(ws, command).stdout
+    assert SECRET in host_bash(ws, command).stdout
     (nested / ".env").write_text(f"TOKEN={SECRET}\n")
     result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
     assert result.verdict in ("ask", "deny") and (result.verdict == "deny" or result.bypass_immune)
@@ -269,8 +250,8 @@ def test_a_diff_of_another_repository_is_asked(tmp_path: Path) -> None:
 def test_an_alias_printing_history_is_not_settled_without_a_person(tmp_path: Path) -> None:
     """A repository alias (`git lg` = `log -p`) is an unknown subcommand to the checker."""
     ws = _fresh_repo(tmp_path / "ws", track_env=True)
-    assert _run(ws, "git config alias.lg 'log -p'").returncode == 0
-    assert SECRET in _run(ws, "git lg").stdout
+    assert host_bash(ws, "git config alias.lg 'log -p'").returncode == 0
+    assert SECRET in host_bash(ws, "git lg").stdout
     for command in ("git lg", "git merge-tree HEAD HEAD~1 HEAD"):
         result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
         assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
@@ -283,7 +264,7 @@ def test_outside_a_repository_history_forms_print_nothing(tmp_path: Path) -> Non
     ws.mkdir()
     (ws / ".env").write_text(f"TOKEN={SECRET}\n")
     for command in ("git log -p", "git diff --cached", "git show HEAD~1"):
-        assert _run(ws, command).returncode != 0  # not a git repository
+        assert host_bash(ws, command).returncode != 0  # not a git repository
         result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
         assert result.verdict == "allow", (command, result.reasons)
     elsewhere = analyze(
@@ -296,7 +277,7 @@ def test_show_with_only_pathspecs_shows_head(tmp_path: Path) -> None:
     """`git show -- .` is HEAD's patch for every path (the commit that added .env here)."""
     ws = _fresh_repo(tmp_path / "ws", track_env=True)
     for command in ("git show -- .", "git show", "git show --oneline -- ."):
-        assert SECRET in _run(ws, command).stdout, command
+        assert SECRET in host_bash(ws, command).stdout, command
         result = analyze(command, sandbox=_sandbox(ws), denied_read_globs=DENIED)
         assert result.verdict == "ask" and result.bypass_immune, (command, result.reasons)
     named = analyze("git show -- src/app.py", sandbox=_sandbox(ws), denied_read_globs=DENIED)

@@ -16,7 +16,6 @@ secret), then judged. Attack strings are data here, never typed into a shell of 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,34 +23,16 @@ import pytest
 from stockade.executor.bash import analyze, githistory
 from stockade.executor.bash.githistory import HistoryCache, history_holds_denied
 from stockade.executor.paths import PathSandbox, Root
+from tests.hostgit import host_bash
 
 S1 = "SEKRIT-DIR-1111"
 S2 = "SEKRIT-REN-2222"
 DENIED = ("**/.env",)
 
-_GIT_ENV = {
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-    "GIT_PAGER": "cat",
-}
-
-
-def _run(cwd: Path, command: str) -> subprocess.CompletedProcess[str]:
-    """The command in real bash with the host's git (the attack's effect)."""
-    return subprocess.run(
-        ["bash", "-c", command], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=60
-    )
-
 
 def _steps(ws: Path, steps: list[str]) -> None:
     for step in steps:
-        done = _run(ws, step)
+        done = host_bash(ws, step)
         assert done.returncode == 0, (step, done.stderr)
 
 
@@ -116,7 +97,7 @@ REACHING = [
 @pytest.mark.parametrize(("command", "secret"), REACHING)
 def test_history_under_a_pathspec_is_asked(moved: Path, command: str, secret: str) -> None:
     if secret:
-        assert secret in _run(moved, command).stdout, "the real git prints the secret"
+        assert secret in host_bash(moved, command).stdout, "the real git prints the secret"
     assert _verdict(moved, command) == "ask"
 
 
@@ -139,7 +120,7 @@ CLEAN_UNDER = [
 
 @pytest.mark.parametrize("command", CLEAN_UNDER)
 def test_history_clean_under_the_pathspecs_is_allowed(moved: Path, command: str) -> None:
-    done = _run(moved, command)
+    done = host_bash(moved, command)
     assert done.returncode == 0 and S1 not in done.stdout and S2 not in done.stdout
     assert _verdict(moved, command) == "allow"
 
@@ -191,7 +172,7 @@ def test_the_same_forms_are_asked_once_a_denied_file_was_committed(tmp_path: Pat
         assert _verdict(ws, command) == "ask", command
     # ... also when a later commit removed it (history keeps it).
     _steps(ws, ["git rm -q --cached .env && git commit -qm three", "rm .env"])
-    assert S1 in _run(ws, "git log -p").stdout
+    assert S1 in host_bash(ws, "git log -p").stdout
     assert _verdict(ws, "git log -p") == "ask"
 
 
@@ -214,13 +195,13 @@ def test_a_dangling_commit_named_by_id_is_walked(tmp_path: Path) -> None:
         ],
     )
     sha = (tmp_path.parent / "dangling").read_text().strip()
-    assert _run(ws, "git log --all --oneline").stdout.count("\n") == 1  # unreachable now
+    assert host_bash(ws, "git log --all --oneline").stdout.count("\n") == 1  # unreachable now
     for command in (
         f"git log -p {sha} -- src",
         f"git show {sha[:8]} -- src",
         f"git diff {sha[:7]}~1 {sha[:7]}",
     ):
-        assert S1 in _run(ws, command).stdout, command
+        assert S1 in host_bash(ws, command).stdout, command
         assert _verdict(ws, command) == "ask", command
     assert _verdict(ws, "git log -p -- src") == "allow"  # main's history is clean
     # Revisions from stdin are not seen: asked.
@@ -241,7 +222,7 @@ def test_a_reflog_only_commit_is_walked(tmp_path: Path) -> None:
             "git rm -q --cached src/.env && git commit -q --amend -m one",
         ],
     )
-    assert S1 in _run(ws, "git log -g -p -- src").stdout
+    assert S1 in host_bash(ws, "git log -g -p -- src").stdout
     assert _verdict(ws, "git log -g -p -- src") == "ask"
 
 
@@ -251,12 +232,12 @@ def test_sha256_repositories_are_read(tmp_path: Path) -> None:
     (ws / "src" / "a.py").write_text("a\n")
     (ws / "x").mkdir()
     (ws / "x" / ".env").write_text(f"TOKEN={S1}\n")
-    done = _run(ws, "git init -q --object-format=sha256 -b main .")
+    done = host_bash(ws, "git init -q --object-format=sha256 -b main .")
     if done.returncode != 0:
         pytest.fail(f"this git cannot make a SHA-256 repository: {done.stderr}")
     _steps(ws, ["git add -A && git add -f x/.env && git commit -qm one", "git gc -q"])
     assert _verdict(ws, "git log -p -- src") == "allow"
-    assert S1 in _run(ws, "git log -p -- x").stdout
+    assert S1 in host_bash(ws, "git log -p -- x").stdout
     assert _verdict(ws, "git log -p -- x") == "ask"
 
 
@@ -276,14 +257,14 @@ def test_what_cannot_be_read_with_certainty_is_asked(tmp_path: Path) -> None:
         )
 
     assert held(["src"]) is False
-    tree = _run(ws, "git rev-parse HEAD^{tree}").stdout.strip()
+    tree = host_bash(ws, "git rev-parse HEAD^{tree}").stdout.strip()
     assert held(["src"], [tree]) is None
     alternates = ws / ".git" / "objects" / "info" / "alternates"
     alternates.write_text("/elsewhere/objects\n")
     assert held(["src"]) is None
     assert _verdict(ws, "git log -p -- src") == "ask"
     alternates.unlink()
-    head = _run(ws, "git rev-parse HEAD").stdout.strip()
+    head = host_bash(ws, "git rev-parse HEAD").stdout.strip()
     _steps(ws, [f"git replace -f {head} $(git commit-tree -m r {tree})"])
     assert held(["src"]) is None
     _steps(ws, [f"git replace -d {head}"])
@@ -322,7 +303,7 @@ def test_a_corrupt_object_is_unknown(tmp_path: Path) -> None:
     ws = Path(os.path.realpath(tmp_path))
     (ws / "a").write_text("a\n")
     _steps(ws, ["git init -q -b main .", "git add -A && git commit -qm 1"])
-    head = _run(ws, "git rev-parse HEAD").stdout.strip()
+    head = host_bash(ws, "git rev-parse HEAD").stdout.strip()
     loose = ws / ".git" / "objects" / head[:2] / head[2:]
     loose.chmod(0o644)
     loose.write_bytes(b"not zlib at all")

@@ -19,35 +19,18 @@ import pytest
 
 from stockade.executor.bash import analyze
 from stockade.executor.paths import DEFAULT_PROTECTED_WRITES, PathSandbox, Root
-
-_GIT_ENV = {
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
-
-
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The host's git, as a person would run it later (no neutralisation at all)."""
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=60
-    )
+from tests.hostgit import host_git
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Path]:
     ws = tmp_path / "ws"
     ws.mkdir()
-    assert _git(ws, "init", "-q", ".").returncode == 0
+    assert host_git(ws, "init", "-q", ".").returncode == 0
     (ws / "README.md").write_text("hello\n")
     (ws / ".env").write_text("TOKEN=s3cr3t-value\n")
-    assert _git(ws, "add", "README.md", ".env").returncode == 0
-    assert _git(ws, "commit", "-qm", "init").returncode == 0
+    assert host_git(ws, "add", "README.md", ".env").returncode == 0
+    assert host_git(ws, "commit", "-qm", "init").returncode == 0
     yield ws
 
 
@@ -77,7 +60,7 @@ def test_gitdir_file_and_bare_layout_run_a_payload_in_host_git(repo: Path, tmp_p
     _plant_bare_layout(repo / "planted", marker)
     (repo / "sub").mkdir()
     (repo / "sub" / ".git").write_text("gitdir: ../planted\n")
-    _git(repo / "sub", "status")
+    host_git(repo / "sub", "status")
     assert marker.exists(), "git did not run the planted fsmonitor: the repro is broken"
     sb = _sandbox(repo)
     for path in ("sub/.git", "planted/config", "planted/HEAD", "planted/hooks/pre-commit"):
@@ -92,7 +75,7 @@ def test_commondir_redirect_runs_a_payload_in_host_git(repo: Path, tmp_path: Pat
     other = tmp_path / "other"
     _plant_bare_layout(other, marker)
     (repo / ".git" / "commondir").write_text(str(other) + "\n")
-    _git(repo, "status")
+    host_git(repo, "status")
     assert marker.exists()
     assert not _sandbox(repo).check(".git/commondir", write=True).allowed
 
@@ -101,9 +84,9 @@ def test_nested_repository_config_runs_a_payload(repo: Path, tmp_path: Path) -> 
     marker = tmp_path / "MARK-nested"
     nested = repo / "vendor" / "lib"
     nested.mkdir(parents=True)
-    assert _git(nested, "init", "-q", ".").returncode == 0
+    assert host_git(nested, "init", "-q", ".").returncode == 0
     (nested / ".git" / "config").write_text(_payload_config(marker))
-    _git(nested, "status")
+    host_git(nested, "status")
     assert marker.exists()
     sb = _sandbox(repo)
     for path in (
@@ -123,7 +106,7 @@ def test_symlinked_git_dir_is_judged_by_the_name_given(repo: Path, tmp_path: Pat
     _plant_bare_layout(repo / "elsewhere", marker)
     (repo / "sub").mkdir()
     os.symlink("../elsewhere", repo / "sub" / ".git")
-    _git(repo / "sub", "status")
+    host_git(repo / "sub", "status")
     assert marker.exists()
     sb = _sandbox(repo)
     assert not sb.check("sub/.git/config", write=True).allowed
@@ -233,7 +216,7 @@ def test_ordinary_read_only_git_is_allowed(repo: Path, command: str) -> None:
     """No false blocks of everyday read-only git, even with a denied-read policy."""
     result = analyze(command, sandbox=_sandbox(repo), denied_read_globs=["**/.env"])
     assert result.verdict == "allow", (command, result.reasons)
-    assert _git(repo, *command.split()[1:]).returncode in (0, 1)
+    assert host_git(repo, *command.split()[1:]).returncode in (0, 1)
 
 
 OBJECT_ACCESS = [
@@ -263,7 +246,7 @@ def test_object_access_of_a_denied_path_is_refused(repo: Path, command: str) -> 
 
 
 def test_committed_secret_is_printed_by_git_but_refused_by_the_checker(repo: Path) -> None:
-    shown = _git(repo, "show", "HEAD:.env")
+    shown = host_git(repo, "show", "HEAD:.env")
     assert "s3cr3t-value" in shown.stdout  # what `cat .env` under the masks could not print
     assert analyze("cat .env", sandbox=_sandbox(repo), denied_read_globs=["**/.env"]).verdict == (
         "deny"
