@@ -42,6 +42,7 @@ from stockade.v1 import audit_service_pb2 as au_pb2
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from stockade.v1 import executor_service_pb2 as x_pb2
+from tests.clientcalls import CLIENT_CALLS
 
 SECRET = "Bearer s3cret-admin-token-never-in-an-error"
 
@@ -55,39 +56,12 @@ CLIENTS: dict[type, str] = {
     AuditClient: "audit",
     SyncAuditClient: "audit",
 }
-CALLS: dict[str, dict[str, tuple[Any, ...]]] = {
-    # Every typed method that raises (decide and await_approval fail closed instead).
-    "DecisionClient": {
-        "create_session": ("s1",),
-        "resolve_approval": (d_pb2.ResolveApprovalRequest(approval_id="appr-1"),),
-    },
-    "SyncDecisionClient": {"get_session": ("s1",)},
-    "ExecutorClient": {
-        "inspect": (x_pb2.InspectRequest(),),
-        "execute": (x_pb2.ExecuteRequest(),),
-        "cancel": ("s1", "c1"),
-        "capabilities": (),
-    },
-    "SyncExecutorClient": {"inspect": (x_pb2.InspectRequest(),), "capabilities": ()},
-    "AgentClient": {"run_turn": (ag_pb2.RunTurnRequest(),), "cancel": ("s1",)},
-    "SyncAgentClient": {"run_turn": (ag_pb2.RunTurnRequest(),), "cancel": ("s1",)},
-    "AuditClient": {
-        "record": (au_pb2.AuditEvent(),),
-        "query": (au_pb2.QueryRequest(),),
-        "query_all": (au_pb2.QueryRequest(),),
-        "tail": (),
-        "session_metrics": ("s1",),
-        "verify": (),
-    },
-    "SyncAuditClient": {
-        "query": (au_pb2.QueryRequest(),),
-        "query_all": (au_pb2.QueryRequest(),),
-        "tail": (),
-        "session_metrics": ("s1",),
-        "verify": (),
-    },
-}
 FAIL_CLOSED = {"DecisionClient": {"decide", "await_approval"}, "SyncDecisionClient": {"decide"}}
+# Every typed method that raises (decide and await_approval fail closed instead).
+CALLS = {
+    cls: {m: args for m, args in methods.items() if m not in FAIL_CLOSED.get(cls, set())}
+    for cls, methods in CLIENT_CALLS.items()
+}
 SERVICES = {
     "stockade.v1.DecisionService": d_pb2,
     "stockade.v1.ExecutorService": x_pb2,
