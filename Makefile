@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF := $(VENV)/buf/node_modules/.bin/buf
 
-.PHONY: help venv lock chromium postgresql proto proto-check lint test demo demo-ha bench render certs clean
+.PHONY: help venv native native-clean lock chromium postgresql proto proto-check lint test demo demo-ha bench render certs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -29,6 +29,23 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv from the lock files and install stockade (editable)
+
+# The bash analysis and path sandbox compiled to C by mypyc (PERF-4a; gcc and the Python
+# headers are needed). Rebuilt whenever one of the executor's sources changes; the test
+# suite refuses to start on extension modules older than their source.
+# `make native-clean` returns to plain Python. The list is NATIVE_MODULES in native.py.
+NATIVE_STAMP := build/native/.built
+NATIVE_SOURCES := services/stockade/executor/native.py $(addprefix services/,$(shell sed -n 's/^ *"\(stockade\/[a-z_/]*\.py\)",$$/\1/p' services/stockade/executor/native.py))
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES) scripts/build_native.py
+	@echo "==> make: compiling the bash analysis with mypyc (a minute or two; make native-clean undoes it)"
+	$(BIN)/python scripts/build_native.py
+	@touch $@
+
+native: $(NATIVE_STAMP) ## Compile the bash analysis and path sandbox with mypyc (PERF-4a)
+
+native-clean: ## Remove the compiled modules: the analysis runs as plain Python
+	$(BIN)/python scripts/build_native.py --clean
+	rm -f $(NATIVE_STAMP)
 
 lock: $(STAMP) ## Re-resolve pyproject.toml into requirements.lock and requirements-dev.lock (with hashes)
 	@echo "==> make: resolving the runtime dependencies into requirements.lock"
@@ -80,17 +97,17 @@ lint: $(STAMP) $(BUF) ## ruff, mypy strict, import-linter contracts, buf lint an
 	  $(BUF) breaking --against "$$(git rev-parse --git-common-dir)#ref=$$base,subdir=protos"; \
 	else echo "buf breaking: no local main branch to compare with, skipped"; fi
 
-test: $(STAMP) chromium postgresql lint proto-check ## Lint, generated-code check and the whole test suite
+test: $(STAMP) $(NATIVE_STAMP) chromium postgresql lint proto-check ## Lint, generated-code check and the whole test suite
 	$(BIN)/pytest -q
 
-demo: $(STAMP) ## Start all four services with embedded SQLite and run a scripted agent session
+demo: $(STAMP) $(NATIVE_STAMP) ## Start all four services with embedded SQLite and run a scripted agent session
 	$(BIN)/stockade demo
 
 demo-ha: $(STAMP) ## The demo on two replicas of each stateful service sharing a throwaway PostgreSQL (installs the ha-demo extra)
 	$(BIN)/python -m pip install --quiet -r requirements-ha-demo.lock
 	$(BIN)/stockade demo --replicas 2 --state-dir .stockade/demo-ha
 
-bench: $(STAMP) ## Run tests/bench and write bench-results.json (figures as ratios)
+bench: $(STAMP) $(NATIVE_STAMP) ## Run tests/bench and write bench-results.json (figures as ratios)
 	$(BIN)/python -m tests.bench
 
 certs: $(STAMP) ## Create a dev CA, per-service mTLS certificates and grant keys in .stockade/certs
@@ -104,4 +121,5 @@ render: $(STAMP) ## Render the Kubernetes overlays (and prod + each opt-in compo
 	  kubectl kustomize $$d >/dev/null && echo ok; done
 
 clean: ## Remove the venv and local state
-	rm -rf $(VENV) .stockade .pytest_cache .mypy_cache .ruff_cache bench-results.json
+	-$(BIN)/python scripts/build_native.py --clean
+	rm -rf $(VENV) build/native .stockade .pytest_cache .mypy_cache .ruff_cache bench-results.json

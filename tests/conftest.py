@@ -13,6 +13,21 @@ from stockade.stack import LocalStack
 from tests.pg import pg_dsn, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 from tests.pg_tls import tls_pg  # noqa: F401  (fixture: a TLS-only PostgreSQL)
 
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to run on compiled modules older than their source (`make native`): the
+    tests would judge other code than the source under review."""
+    from stockade.executor import native
+
+    stale = native.stale()
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their source: {', '.join(stale)}; "
+            "run `make native` (or `make native-clean` for plain Python)",
+            returncode=3,
+        )
+
+
 # Tests never export telemetry anywhere; a test that needs spans installs its own exporter.
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 

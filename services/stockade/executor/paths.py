@@ -15,18 +15,21 @@ Every path a tool touches goes through :class:`PathSandbox`:
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import functools
 import os
 import stat
-import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from stockade.errors import PathRefused
 from stockade.executor.globs import compile_globs, match_relative
+from stockade.executor.openat2 import openat2 as _openat2
+from stockade.executor.openat2 import probe as _openat2_probe
+from stockade.executor.openat2 import symlink_free_errno
 
 __all__ = [
     "DEFAULT_PROTECTED_WRITES",
@@ -251,105 +254,18 @@ def match_relative_glob(pattern: str, rel: str) -> bool:
     return match_relative(pattern, rel)
 
 
-# --- openat2 (Linux >= 5.6) via ctypes ------------------------------------------------
-
-_SYS_OPENAT2 = 437  # same number on x86_64 and aarch64 (unified syscall table)
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = (
-        ("flags", ctypes.c_uint64),
-        ("mode", ctypes.c_uint64),
-        ("resolve", ctypes.c_uint64),
-    )
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-
-
-_O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
-
-
-def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
-    """``openat2`` confined beneath ``dir_fd`` with no symlinks at all; raises OSError."""
-    how = _OpenHow(
-        flags=flags,
-        # openat2 rejects a mode unless it creates; O_TMPFILE includes the O_DIRECTORY bit,
-        # so test for all of its bits.
-        mode=mode if flags & os.O_CREAT or (_O_TMPFILE and flags & _O_TMPFILE == _O_TMPFILE) else 0,
-        resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
-    )
-    fd = _syscall(
-        ctypes.c_long(_SYS_OPENAT2),
-        ctypes.c_int(dir_fd),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    return int(fd)
-
-
-def _probe_openat2() -> bool:
-    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fd = _openat2(root, ".", 0, 0)
-    except OSError:
-        # ENOSYS (old kernel) or EPERM (seccomp filter): use the O_NOFOLLOW walk instead.
-        return False
-    finally:
-        os.close(root)
-    os.close(fd)
-    return True
-
-
 _OPENAT2: bool | None = None
 
-# The symlink-free check of _resolve's fast path: one openat2 from the process's view of
-# the file system (AT_FDCWD with an absolute path) that fails with ELOOP at the first
-# symlink anywhere in the path (trailing one included: no O_NOFOLLOW) and never follows a
-# magic link. The arguments are built once: this runs for every path a command names.
-_AT_FDCWD = ctypes.c_int(-100)
-_SYS_OPENAT2_NR = ctypes.c_long(_SYS_OPENAT2)
-# Missing levels a path may have (`mkdir -p a/b/c`) and still be settled by that check on
-# its ancestors; a deeper one takes the walk.
+# Missing levels a path may have (`mkdir -p a/b/c`) and still be settled by the
+# symlink-free check on its ancestors; a deeper one takes the walk.
 _FAST_MISSING_LEVELS = 4
-_NO_SYMLINKS_HOW = _OpenHow(
-    flags=os.O_PATH | os.O_CLOEXEC,
-    mode=0,
-    resolve=_RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
-)
-_NO_SYMLINKS_REF = ctypes.byref(_NO_SYMLINKS_HOW)
-_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
-_FS_ENCODING = sys.getfilesystemencoding()
-_FS_ERRORS = sys.getfilesystemencodeerrors()
-
-
-def _symlink_free(path: str) -> bool:
-    """Whether the absolute ``path`` exists with no symlink in any component (then it is
-    its own canonical form). False when it does not exist, has a symlink, cannot be
-    searched, or openat2 is unavailable: the caller then walks it component by component.
-    """
-    name = path.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its call layers
-    fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, name, _NO_SYMLINKS_REF, _HOW_SIZE)
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
 
 
 def openat2_available() -> bool:
     """Whether this kernel lets us use openat2 (probed once)."""
     global _OPENAT2
     if _OPENAT2 is None:
-        _OPENAT2 = _probe_openat2()
+        _OPENAT2 = _openat2_probe()
     return _OPENAT2
 
 
@@ -387,6 +303,8 @@ class _FoldedGlobs:
         return None
 
 
+# Compiled by `make native` (mypyc); tests subclass it to count or replay its checks.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PathSandbox:
     """Decides which paths tools may read or write, and opens them race-free."""
 
@@ -758,18 +676,20 @@ class PathSandbox:
                         if stat.S_ISDIR(st.st_mode):
                             known_dirs.add(absolute)
                         return absolute, absolute
-            if _symlink_free(absolute):
+            error = symlink_free_errno(absolute)
+            if not error:
                 if known_dirs is not None and parent != absolute:
                     known_dirs.add(parent)  # the parent of an existing path: a directory
                 return absolute, absolute
             probe = absolute
             for _ in range(_FAST_MISSING_LEVELS):
-                if ctypes.get_errno() != errno.ENOENT:
+                if error != errno.ENOENT:
                     break
                 parent = os.path.dirname(probe)
                 if parent == probe:
                     break
-                if _symlink_free(parent):
+                error = symlink_free_errno(parent)
+                if not error:
                     if known_dirs is not None:
                         # ENOENT below it (not ENOTDIR): a directory.
                         known_dirs.add(parent)

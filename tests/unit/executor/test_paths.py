@@ -11,6 +11,7 @@ import pytest
 from stockade.errors import PathRefused
 from stockade.executor.paths import (
     DEFAULT_PROTECTED_WRITES,
+    PathDecision,
     PathSandbox,
     Root,
     is_protected_write,
@@ -387,27 +388,43 @@ def test_open_refuses_fifo(tree: Path, sb: PathSandbox) -> None:
         sb.open("fifo", os.O_RDONLY)
 
 
-def test_open_symlink_swapped_after_check_is_not_followed(tree: Path, sb: PathSandbox) -> None:
+class _StaleCheckSandbox(PathSandbox):
+    """A real PathSandbox whose check answers with a decision made earlier: the state of
+    the file system at check time, before a swap, as a race between check and open sees
+    it."""
+
+    stale: PathDecision | None = None
+
+    def check(
+        self, path: str, *, write: bool = False, known_dirs: set[str] | None = None
+    ) -> PathDecision:
+        if self.stale is not None:
+            return self.stale
+        return super().check(path, write=write, known_dirs=known_dirs)
+
+
+def test_open_symlink_swapped_after_check_is_not_followed(tree: Path) -> None:
     """The check passes on a real directory; the directory is then replaced by a symlink
     out of the roots before the open: the open must fail, not read outside."""
+    sb = _StaleCheckSandbox(
+        [Root(str(tree / "ws"), True), Root(str(tree / "ro"), False)], str(tree / "ws")
+    )
     victim = tree / "ws" / "d"
     victim.mkdir()
     (victim / "s.txt").write_text("inside")
     assert sb.check("d/s.txt").allowed
-    # Simulate the swap between check() and the open by making check() see the old state.
-    real_check = sb.check
-    decision = real_check("d/s.txt")
+    # The swap between check() and the open: check() answers what it saw before it.
+    sb.stale = sb.check("d/s.txt")
     (victim / "s.txt").unlink()
     victim.rmdir()
     os.symlink(tree / "outside", victim)
     os.symlink(tree / "outside" / "secret.txt", tree / "outside" / "s.txt")
-    sb.check = lambda path, *, write=False: decision  # type: ignore[method-assign]
     with pytest.raises(PathRefused):
         sb.open("d/s.txt", os.O_RDONLY)
     # The final component swapped for a symlink is refused too.
     (tree / "ws" / "e.txt").write_text("e")
-    decision = real_check("e.txt")
-    sb.check = lambda path, *, write=False: decision  # type: ignore[method-assign]
+    sb.stale = None
+    sb.stale = sb.check("e.txt")
     (tree / "ws" / "e.txt").unlink()
     os.symlink(tree / "outside" / "secret.txt", tree / "ws" / "e.txt")
     with pytest.raises(PathRefused):

@@ -1235,7 +1235,8 @@ def _first_error(node: Node) -> str:
 # in Unicode planes 3-16 (found by the hypothesis tests); lone surrogates cannot be encoded.
 # Neither belongs in a shell command (planes 3-16 are unassigned, private-use or invisible
 # tag characters used to smuggle text), so such input is refused before it is parsed.
-_UNPARSEABLE_CHARS = re.compile("[\ud800-\udfff\U00030000-\U0010ffff]")
+# (Built with chr(): a surrogate in a literal cannot be compiled by mypyc, `make native`.)
+_UNPARSEABLE_CHARS = re.compile(f"[{chr(0xD800)}-{chr(0xDFFF)}{chr(0x30000)}-{chr(0x10FFFF)}]")
 
 # Control characters (EXE-8a). bash reads only space, TAB and newline as blanks: CR, FF,
 # VT and every other C0 control character and DEL are ordinary word characters to it
