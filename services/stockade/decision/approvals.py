@@ -11,6 +11,11 @@ resynchronises (``resynced``) and every waiter re-reads its approval. Which appr
 have a waiter is recorded in the store (``touch_waiters``), since the waiter may sit on
 another replica: an approval no replica has waited for within ``reattach_s`` is abandoned.
 
+Clocks: deadlines, their expiry, finish times and retention are the store's (the
+database's on a shared store, compared inside its statements), never a replica's own, so
+a replica whose clock is off expires nothing early and keeps nothing late. The broker
+itself only measures how long ago a waiter left, on the store's ``now``.
+
 Restarts: a waiter cut off by a restart re-attaches (the agent calls AwaitApproval again);
 an approval whose waiter does not come back within ``reattach_s`` is marked EXPIRED as
 abandoned, so no answer can be given that nobody will act on. On shutdown, waits end at
@@ -21,9 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import NamedTuple
@@ -116,6 +120,7 @@ class ApprovalLimits:
 
 
 ABANDONED_REASON = "abandoned: nobody was waiting for the answer any more"
+TIMED_OUT_REASON = "approval timed out"
 FINISHED_REMEMBERED = 10_000
 """Answered approvals whose ids the broker remembers (a catch-up re-reads at most 1,000)."""
 GAP_POLL_S = 1.0
@@ -144,15 +149,9 @@ class ApprovalBroker:
     watchers and of pending approvals (per session and in total) is capped.
     """
 
-    def __init__(
-        self,
-        store: DecisionStore,
-        *,
-        clock: Callable[[], float] = time.time,
-        limits: ApprovalLimits | None = None,
-    ) -> None:
+    def __init__(self, store: DecisionStore, *, limits: ApprovalLimits | None = None) -> None:
         self._store = store
-        self._clock = clock
+        self._clock = store.now
         self.limits = limits or ApprovalLimits()
         self._watchers: set[_Watcher] = set()
         self._answered: dict[str, asyncio.Event] = {}
@@ -274,7 +273,7 @@ class ApprovalBroker:
         # against what is stored (every replica's approvals), so they hold exactly even
         # when several replicas (or several calls here) ask at once.
         caps = PendingLimits(limits.max_pending, limits.max_pending_per_session)
-        now = self._clock()
+        # The store stamps the times on its own clock (``timeout_s``): these are ignored.
         rec = ApprovalRecord(
             approval_id=new_id("appr"),
             session_id=session_id,
@@ -283,12 +282,12 @@ class ApprovalBroker:
             risk=risk,
             summary=summary,
             state=ApprovalState.PENDING,
-            create_time=now,
-            expire_time=now + timeout_s,
+            create_time=0.0,
+            expire_time=0.0,
             always_allow_applies=always_allow_applies,
             rule=rule,
         )
-        await self._store.insert_approval(rec, caps)
+        rec = await self._store.insert_approval(rec, caps, timeout_s=timeout_s)
         self._publish(rec)
         return rec
 
@@ -377,9 +376,6 @@ class ApprovalBroker:
         session grant would be listed and never take effect.
         """
         rec = await self._store.get_approval(approval_id)
-        if rec.state is ApprovalState.PENDING and self._clock() >= rec.expire_time:
-            await self._expire(rec)
-            rec = await self._store.get_approval(approval_id)
         if rec.state is not ApprovalState.PENDING:
             raise ApprovalAlreadyResolved(
                 f"approval {approval_id} is already {rec.state.value}"
@@ -416,11 +412,26 @@ class ApprovalBroker:
                 if n
             )
         state = ApprovalState.DENIED if resolution is Resolution.DENY else ApprovalState.ALLOWED
+        # ``in_time``: an answer counts only before the deadline on the store's clock.
         won = await self._store.finish_approval(
-            approval_id, state, resolver=resolver, resolution=resolution.value, reason=reason
+            approval_id,
+            state,
+            resolver=resolver,
+            resolution=resolution.value,
+            reason=reason,
+            in_time=True,
         )
         if not won:
             latest = await self._store.get_approval(approval_id)
+            if latest.state is ApprovalState.PENDING:  # still pending: its deadline passed
+                await self._expire_overdue(approval_id)
+                latest = await self._store.get_approval(approval_id)
+                raise ApprovalAlreadyResolved(
+                    f"approval {approval_id} is already {latest.state.value}: its deadline "
+                    "passed before the answer",
+                    approval_id=approval_id,
+                    state=latest.state.value,
+                )
             raise ApprovalAlreadyResolved(
                 f"approval {approval_id} was answered first by {latest.resolver or 'another'}",
                 approval_id=approval_id,
@@ -441,12 +452,26 @@ class ApprovalBroker:
         self._publish(final)
         return Resolved(final, grant, note)
 
-    async def _expire(self, rec: ApprovalRecord, reason: str = "approval timed out") -> bool:
+    async def _expire(self, rec: ApprovalRecord, reason: str) -> bool:
+        """Expire ``rec`` now whatever its deadline (an abandoned approval)."""
         if await self._store.finish_approval(rec.approval_id, ApprovalState.EXPIRED, reason=reason):
             await self._store.record_outcome(rec.session_id, denied=True)
             self._publish(await self._store.get_approval(rec.approval_id))
             return True
         return False
+
+    async def _expire_overdue(self, approval_id: str = "") -> int:
+        """Expire the approvals (only ``approval_id``, if given) whose deadline has passed
+        on the store's clock, each once across replicas, counting a denial for each."""
+        expired = 0
+        while True:
+            batch = await self._store.expire_overdue(TIMED_OUT_REASON, approval_id)
+            for rec in batch:
+                await self._store.record_outcome(rec.session_id, denied=True)
+                self._publish(rec)
+            expired += len(batch)
+            if approval_id or len(batch) < 500:
+                return expired
 
     async def wait(self, approval_id: str) -> ApprovalRecord:
         """Wait for the answer; past the deadline the approval expires (a denial).
@@ -474,12 +499,13 @@ class ApprovalBroker:
                     )
                 # Register before reading, so an answer landing in between still wakes us.
                 event = self._answered.setdefault(approval_id, asyncio.Event())
-                rec = await self._store.get_approval(approval_id)
+                # The time left is the store's (the database's clock, read with the
+                # approval), so this replica's own clock cannot shorten or stretch it.
+                rec, left = await self._store.approval_time_left(approval_id)
                 if rec.state is not ApprovalState.PENDING:
                     return rec
-                left = rec.expire_time - self._clock()
                 if left <= 0:
-                    await self._expire(rec)
+                    await self._expire_overdue(approval_id)
                     continue
                 if not self._store.fresh:
                     # The change feed is down: an answer given on another replica would
@@ -517,9 +543,9 @@ class ApprovalBroker:
         """
         await self.load()
         now = self._clock()
-        expired = abandoned = deleted = 0
-        for rec in [r for r in self._pending.values() if r.expire_time <= now]:
-            expired += await self._expire(rec)
+        abandoned = deleted = 0
+        # Overdue on the store's clock, whichever replica raised them (each expired once).
+        expired = await self._expire_overdue()
         cutoff = now - self.limits.reattach_s
         if self._store.shared:
             # The waiters are spread over the replicas: each touches its own, and an
@@ -543,9 +569,8 @@ class ApprovalBroker:
                 self._orphaned.pop(approval_id, None)
                 continue
             abandoned += await self._expire(orphan, ABANDONED_REASON)
-        before = now - self.limits.retention_s
         while True:
-            batch = await self._store.delete_finished_approvals(before)
+            batch = await self._store.delete_finished_approvals(self.limits.retention_s)
             deleted += batch
             if batch < 5_000:
                 break

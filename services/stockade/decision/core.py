@@ -8,7 +8,7 @@ one method per RPC, so the servicer only maps protobuf to these calls and back.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -125,7 +125,6 @@ class DecisionCore:
         signer: GrantSigner,
         *,
         default_mode: Mode | None = None,
-        clock: Callable[[], float] = time.time,
         approval_limits: ApprovalLimits | None = None,
         shadow: ShadowPolicy | None = None,
         classifier: Classifier | None = None,
@@ -137,7 +136,7 @@ class DecisionCore:
         self.policies = policies
         self.store = store
         self.signer = signer
-        self.broker = ApprovalBroker(store, clock=clock, limits=approval_limits)
+        self.broker = ApprovalBroker(store, limits=approval_limits)
         self._default_mode = default_mode
         self.shadow = shadow
         """A candidate policy decided beside the live one, never enforced (shadow mode)."""

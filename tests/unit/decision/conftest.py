@@ -56,19 +56,23 @@ async def open_decision_store(
             await store.close()
 
 
-async def age_waiter_heartbeats(store: DecisionStore, seconds: float) -> None:
-    """Move every approval's last waiter heartbeat ``seconds`` into the past.
+async def age_approvals(store: DecisionStore, seconds: float) -> None:
+    """Let ``seconds`` pass on a shared store's clock for every stored approval: its
+    creation, deadline, finish time and last waiter heartbeat move that far into the past.
 
-    A shared store keeps heartbeats on the database's clock, which a test's fake clock
-    does not move; a private store keeps its waiters in the broker's memory (on the fake
-    clock), so there is nothing to do there.
+    A shared store keeps these on the database's clock, which a test's fake clock does not
+    move; a private store keeps them on its own clock (the test's fake one, which the test
+    moves itself), so there is nothing to do there.
     """
     if isinstance(store, PostgresDecisionStore):
         dsn = store._dsn
         conn = await asyncpg.connect(dsn)
         try:
             await conn.execute(
-                "UPDATE decision_approvals SET waiter_seen = waiter_seen - $1", seconds
+                "UPDATE decision_approvals SET waiter_seen = waiter_seen - $1, "
+                "create_time = create_time - $1, expire_time = expire_time - $1, "
+                "finish_time = finish_time - $1",
+                seconds,
             )
         finally:
             await conn.close()

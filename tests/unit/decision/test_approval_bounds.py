@@ -23,7 +23,7 @@ from stockade.decision.rules import Effect
 from stockade.decision.store import ApprovalState, DecisionStore, PendingCall, SQLiteDecisionStore
 from stockade.errors import ApprovalAlreadyResolved, DependencyUnavailable, ResourceExhausted
 from stockade.server.lifecycle import stopping
-from tests.unit.decision.conftest import StoreOpener, age_waiter_heartbeats
+from tests.unit.decision.conftest import StoreOpener, age_approvals
 
 
 class Clock:
@@ -61,7 +61,7 @@ async def ask(broker: ApprovalBroker, session: str = "s1", n: int = 0, timeout: 
 
 
 async def test_watchers_share_one_backlog(store: SQLiteDecisionStore, clock: Clock) -> None:
-    broker = ApprovalBroker(store, clock=clock)
+    broker = ApprovalBroker(store)
     for i in range(5):
         await ask(broker, n=i)
     a, b = broker.watch(), broker.watch()
@@ -78,7 +78,7 @@ async def test_a_watcher_that_falls_behind_is_dropped(
     store: SQLiteDecisionStore, clock: Clock
 ) -> None:
     broker = ApprovalBroker(
-        store, clock=clock, limits=ApprovalLimits(watch_queue=5, max_pending_per_session=1000)
+        store, limits=ApprovalLimits(watch_queue=5, max_pending_per_session=1000)
     )
     slow = broker.watch()
     fast = broker.watch()
@@ -105,9 +105,7 @@ async def test_a_watcher_that_falls_behind_is_dropped(
 async def test_concurrent_asks_stop_exactly_at_the_pending_caps(
     store: SQLiteDecisionStore, clock: Clock
 ) -> None:
-    broker = ApprovalBroker(
-        store, clock=clock, limits=ApprovalLimits(max_pending=7, max_pending_per_session=4)
-    )
+    broker = ApprovalBroker(store, limits=ApprovalLimits(max_pending=7, max_pending_per_session=4))
     for sid in ("s2", "s3"):
         await store.create_session(sid, Mode.DEFAULT)
     got = await asyncio.gather(
@@ -127,7 +125,6 @@ async def test_concurrent_asks_stop_exactly_at_the_pending_caps(
 async def test_watcher_and_pending_limits(store: SQLiteDecisionStore, clock: Clock) -> None:
     broker = ApprovalBroker(
         store,
-        clock=clock,
         limits=ApprovalLimits(max_watchers=2, max_pending=5, max_pending_per_session=3),
     )
     w1, w2, w3 = broker.watch(), broker.watch(), broker.watch()
@@ -158,7 +155,7 @@ async def test_watcher_and_pending_limits(store: SQLiteDecisionStore, clock: Clo
 
 async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, clock: Clock) -> None:
     limits = ApprovalLimits(retention_s=100, reattach_s=10)
-    broker = ApprovalBroker(store, clock=clock, limits=limits)
+    broker = ApprovalBroker(store, limits=limits)
     overdue = await ask(broker, n=0, timeout=5)
     answered = await ask(broker, n=1)
     left = await ask(broker, n=2)
@@ -171,7 +168,7 @@ async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, cl
     with pytest.raises(asyncio.CancelledError):
         await waiter
     clock.now += 6
-    await age_waiter_heartbeats(store, 6)
+    await age_approvals(store, 6)
     assert await broker.sweep() == (1, 0, 0)
     assert (await store.get_approval(overdue)).state is ApprovalState.EXPIRED
     # Answering while nobody waits says so.
@@ -185,7 +182,7 @@ async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, cl
     _, _, note = await broker.resolve(probe, Resolution.ALLOW_ONCE, resolver="r")
     assert "nobody is waiting" in note
     clock.now += 5
-    await age_waiter_heartbeats(store, 5)
+    await age_approvals(store, 5)
     assert await broker.sweep() == (0, 1, 0)
     rec = await store.get_approval(left)
     assert rec.state is ApprovalState.EXPIRED and rec.resolve_reason == ABANDONED_REASON
@@ -193,14 +190,45 @@ async def test_sweep_expires_abandons_and_deletes(store: SQLiteDecisionStore, cl
         await broker.resolve(left, Resolution.ALLOW_ONCE, resolver="late")
     assert await store.count_approvals() == 4
     clock.now += 200
+    await age_approvals(store, 200)
     assert await broker.sweep() == (0, 0, 4)
     assert await store.count_approvals() == 0
+
+
+async def test_deadlines_and_finish_times_are_on_the_store_clock(
+    store: DecisionStore, clock: Clock
+) -> None:
+    """One clock source: the store stamps, waits, expires and finishes on its own clock
+    (SQLite: the clock it was opened with, here a fake one; PostgreSQL: the database's,
+    moved here by ageing the rows), never on a second clock of the broker's."""
+    broker = ApprovalBroker(store, limits=ApprovalLimits(reattach_s=3_600))
+    due = await ask(broker, n=0, timeout=60)
+    answered_late = await ask(broker, n=1, timeout=60)
+    rec, left = await store.approval_time_left(due)
+    assert 55 < left <= 60 and rec.expire_time - rec.create_time == pytest.approx(60)
+    clock.now += 59
+    await age_approvals(store, 59)
+    assert await broker.sweep() == (0, 0, 0)
+    _, left = await store.approval_time_left(due)
+    assert 0 < left <= 1.5
+    clock.now += 2
+    await age_approvals(store, 2)
+    # Past the deadline: an answer does not count, and a waiter gets EXPIRED at once.
+    with pytest.raises(ApprovalAlreadyResolved, match="deadline passed before the answer"):
+        await broker.resolve(answered_late, Resolution.ALLOW_ONCE, resolver="late")
+    assert (await asyncio.wait_for(broker.wait(due), 30)).state is ApprovalState.EXPIRED
+    assert (await store.get_session("s1")).total_denials == 2
+    if isinstance(store, SQLiteDecisionStore):
+        async with store._db.execute(
+            "SELECT finish_time FROM approvals WHERE approval_id IN (?, ?)", (due, answered_late)
+        ) as cur:
+            assert [r[0] for r in await cur.fetchall()] == [clock.now, clock.now]
 
 
 async def test_a_waiter_that_comes_back_keeps_the_approval(
     store: SQLiteDecisionStore, clock: Clock
 ) -> None:
-    broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(reattach_s=10))
+    broker = ApprovalBroker(store, limits=ApprovalLimits(reattach_s=10))
     approval = await ask(broker)
     first = asyncio.create_task(broker.wait(approval))
     while not broker.waiting(approval):
@@ -213,7 +241,7 @@ async def test_a_waiter_that_comes_back_keeps_the_approval(
     while not broker.waiting(approval):
         await asyncio.sleep(0)
     clock.now += 50
-    await age_waiter_heartbeats(store, 50)  # the sweep's heartbeat for the live waiter wins
+    await age_approvals(store, 50)  # the sweep's heartbeat for the live waiter wins
     assert await broker.sweep() == (0, 0, 0)
     await broker.resolve(approval, Resolution.ALLOW_ONCE, resolver="r")
     assert (await second).state is ApprovalState.ALLOWED
@@ -222,16 +250,16 @@ async def test_a_waiter_that_comes_back_keeps_the_approval(
 async def test_after_a_restart_pending_approvals_wait_for_their_waiters(
     store: SQLiteDecisionStore, clock: Clock
 ) -> None:
-    before = ApprovalBroker(store, clock=clock)
+    before = ApprovalBroker(store)
     kept = await ask(before, n=0)
     lost = await ask(before, n=1)
-    after = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(reattach_s=10))
+    after = ApprovalBroker(store, limits=ApprovalLimits(reattach_s=10))
     await after.load()
     waiter = asyncio.create_task(after.wait(kept))
     while not after.waiting(kept):
         await asyncio.sleep(0)
     clock.now += 11
-    await age_waiter_heartbeats(store, 11)
+    await age_approvals(store, 11)
     assert await after.sweep() == (0, 1, 0)
     assert (await store.get_approval(lost)).state is ApprovalState.EXPIRED
     await after.resolve(kept, Resolution.ALLOW_ONCE, resolver="r")
@@ -241,7 +269,7 @@ async def test_after_a_restart_pending_approvals_wait_for_their_waiters(
 async def test_shutdown_ends_waits_at_once_and_keeps_the_approval(
     store: SQLiteDecisionStore, clock: Clock
 ) -> None:
-    broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(reattach_s=10))
+    broker = ApprovalBroker(store, limits=ApprovalLimits(reattach_s=10))
     approvals = [await ask(broker, n=i) for i in range(20)]
     waiters = [asyncio.create_task(broker.wait(a)) for a in approvals]
     while sum(broker.waiting(a) for a in approvals) < 20:
@@ -258,7 +286,7 @@ async def test_shutdown_ends_waits_at_once_and_keeps_the_approval(
     else:
         # Shared store: the callers re-attach to another replica at once (touching the
         # approval); one that did not within ``reattach_s`` is abandoned by any replica.
-        await age_waiter_heartbeats(store, 30)
+        await age_approvals(store, 30)
         await store.touch_waiters(approvals[:5])
         assert await broker.sweep() == (0, 15, 0)
         states = [(await store.get_approval(a)).state for a in approvals[:5]]
@@ -292,7 +320,7 @@ async def test_schema_upgrade_in_place(tmp_path: Path, clock: Clock) -> None:
     db.close()
     store = await SQLiteDecisionStore.open(path, clock=clock)
     try:
-        broker = ApprovalBroker(store, clock=clock, limits=ApprovalLimits(retention_s=100))
+        broker = ApprovalBroker(store, limits=ApprovalLimits(retention_s=100))
         assert [r.approval_id for r in await store.pending_approvals()] == ["old-open"]
         clock.now = 151.0 + 1_000  # old-done finished at its deadline (50): long ago
         _, _, deleted = await broker.sweep()
@@ -341,7 +369,7 @@ async def test_session_rule_limit(tmp_path: Path, clock: Clock) -> None:
             await store.add_rule("s1", Effect.ALLOW, "read_file(/a/3)")
         assert "the limit is 3 (max_session_rules)" in info.value.message
         # An ALWAYS_ALLOW past the limit is refused before the approval is answered.
-        broker = ApprovalBroker(store, clock=clock)
+        broker = ApprovalBroker(store)
         approval = await ask(broker)
         with pytest.raises(ResourceExhausted):
             await broker.resolve(approval, Resolution.ALWAYS_ALLOW, resolver="r")
@@ -357,7 +385,7 @@ async def test_session_rule_limit(tmp_path: Path, clock: Clock) -> None:
 async def test_waits_leave_nothing_behind(store: SQLiteDecisionStore, clock: Clock) -> None:
     from stockade.errors import ApprovalNotFound
 
-    broker = ApprovalBroker(store, clock=clock)
+    broker = ApprovalBroker(store)
     for i in range(50):
         with pytest.raises(ApprovalNotFound):
             await broker.wait(f"appr-bogus-{i}")

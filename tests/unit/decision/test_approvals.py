@@ -109,7 +109,7 @@ async def test_wait_wakes_on_answer(store: SQLiteDecisionStore) -> None:
 async def test_always_allow_grant_scopes(store: SQLiteDecisionStore) -> None:
     clock = Clock()
     store._clock = clock  # the store's deadline checks use the same clock
-    broker = ApprovalBroker(store, clock=clock)
+    broker = ApprovalBroker(store)
     approval = await ask(broker, "ls *.py")
     _, grant, _ = await broker.resolve(
         approval,

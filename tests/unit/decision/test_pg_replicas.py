@@ -28,7 +28,7 @@ from stockade.decision.grants import GrantSigner
 from stockade.decision.modes import Mode
 from stockade.decision.policy import PolicyStore
 from stockade.decision.rules import Effect, Rule, Source
-from stockade.decision.store import ApprovalState, PendingCall
+from stockade.decision.store import ApprovalRecord, ApprovalState, PendingCall
 from stockade.decision.store.postgres import (
     LISTEN_APPLICATION_NAME,
     MIGRATIONS,
@@ -40,7 +40,7 @@ from stockade.errors import (
     InvalidArgument,
     ResourceExhausted,
 )
-from tests.unit.decision.conftest import age_waiter_heartbeats
+from tests.unit.decision.conftest import age_approvals
 
 
 async def wait_for(
@@ -380,31 +380,21 @@ async def test_an_unreachable_database_is_unavailable() -> None:
         await PostgresDecisionStore.open("postgresql://x@/db?host=/nonexistent-socket-dir")
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_replicas_sweeping_at_once_abandon_each_orphan_once_and_keep_the_touched(
     replicas: tuple[PostgresDecisionStore, ...],
 ) -> None:
     a, b = replicas
-    clock = _Clock()
     limits = ApprovalLimits(reattach_s=10)
-    broker_a = ApprovalBroker(a, clock=clock, limits=limits)
-    broker_b = ApprovalBroker(b, clock=clock, limits=limits)
+    broker_a = ApprovalBroker(a, limits=limits)
+    broker_b = ApprovalBroker(b, limits=limits)
     await broker_a.load()
     await broker_b.load()
     await a.create_session("s1", Mode.DEFAULT)
     made = [await ask(broker_a, n=i) for i in range(20)]
     # Callers of five of them re-attached (on some replica) just before the sweep, the
     # others have been gone for 100 s (heartbeats are on the database's clock).
-    await age_waiter_heartbeats(a, 100)
+    await age_approvals(a, 100)
     await b.touch_waiters(made[:5])
-    clock.now = 1_100.0
     swept = await asyncio.gather(broker_a.sweep(), broker_b.sweep())
     assert sum(abandoned for _, abandoned, _ in swept) == 15
     states = [(await a.get_approval(x)).state for x in made]
@@ -540,14 +530,33 @@ class _SkewedClock:
         return time.time() + self.skew_s
 
 
+SKEW_S = 3_600.0
+"""How far the skewed replicas' clocks are off: far more than any timeout in the tests."""
+
+
+@pytest.fixture
+async def skewed(pg_dsn: str) -> AsyncIterator[tuple[PostgresDecisionStore, ...]]:
+    """Two replicas on one fresh database, ``fast`` an hour ahead and ``slow`` an hour
+    behind (each store, and so its broker, runs on its replica's clock)."""
+    fast, slow = await asyncio.gather(
+        PostgresDecisionStore.open(pg_dsn, pool_size=4, clock=_SkewedClock(+SKEW_S)),
+        PostgresDecisionStore.open(pg_dsn, pool_size=4, clock=_SkewedClock(-SKEW_S)),
+    )
+    try:
+        yield fast, slow
+    finally:
+        await fast.close()
+        await slow.close()
+
+
 async def test_waiter_heartbeats_use_the_database_clock_whatever_the_replicas_clocks(
-    replicas: tuple[PostgresDecisionStore, ...],
+    skewed: tuple[PostgresDecisionStore, ...],
 ) -> None:
-    a, b = replicas
+    a, b = skewed
     limits = ApprovalLimits(reattach_s=10)
-    # a runs a minute fast, b a minute slow: six times the re-attach window apart.
-    broker_a = ApprovalBroker(a, clock=_SkewedClock(+60), limits=limits)
-    broker_b = ApprovalBroker(b, clock=_SkewedClock(-60), limits=limits)
+    # a runs an hour fast, b an hour slow: hundreds of re-attach windows apart.
+    broker_a = ApprovalBroker(a, limits=limits)
+    broker_b = ApprovalBroker(b, limits=limits)
     await broker_a.load()
     await broker_b.load()
     await b.create_session("s1", Mode.DEFAULT)
@@ -563,13 +572,101 @@ async def test_waiter_heartbeats_use_the_database_clock_whatever_the_replicas_cl
     # Eleven seconds later on the database's clock: b, slow as its clock is, touches its
     # live waiter's approval and abandons the one nobody waits for, on time; a, fast as
     # its clock is, then finds nothing more to abandon.
-    await age_waiter_heartbeats(a, 11)
+    await age_approvals(a, 11)
     assert await broker_b.sweep() == (0, 1, 0)
     assert await broker_a.sweep() == (0, 0, 0)
     assert (await a.get_approval(left)).state is ApprovalState.EXPIRED
     assert (await a.get_approval(watched)).state is ApprovalState.PENDING
     await broker_a.resolve(watched, Resolution.ALLOW_ONCE, resolver="alice")
     assert (await asyncio.wait_for(waiter, 60)).state is ApprovalState.ALLOWED
+
+
+async def _db_now(store: PostgresDecisionStore) -> float:
+    conn = await asyncpg.connect(store._dsn)
+    try:
+        return float(await conn.fetchval("SELECT extract(epoch from now())::float8"))
+    finally:
+        await conn.close()
+
+
+async def test_approval_deadlines_are_on_the_database_clock_whatever_the_replicas_clocks(
+    skewed: tuple[PostgresDecisionStore, ...],
+) -> None:
+    fast, slow = skewed
+    broker_fast, broker_slow = ApprovalBroker(fast), ApprovalBroker(slow)
+    await broker_fast.load()
+    await broker_slow.load()
+    await slow.create_session("s1", Mode.DEFAULT)
+    # Raised by the slow replica with ten minutes to go: the fast one, an hour ahead,
+    # must not find it overdue (its sweep, its waiters and its answers alike).
+    raised = await broker_slow.create(
+        "s1",
+        PendingCall("c0", "run_bash", {"command": "make"}),
+        reason="needs approval",
+        risk="medium",
+        summary="Runs make",
+        timeout_s=600,
+    )
+    db_now = await _db_now(fast)
+    assert abs(raised.create_time - db_now) < 60  # stamped by the database, not the replica
+    assert abs(raised.expire_time - (db_now + 600)) < 60
+    assert await broker_fast.sweep() == (0, 0, 0)
+    # A waiter on the fast replica: record what its first read says is left.
+    reads: list[float] = []
+    read = asyncio.Event()
+    real_time_left = fast.approval_time_left
+
+    async def spy(approval_id: str) -> tuple[ApprovalRecord, float]:
+        rec, left = await real_time_left(approval_id)
+        reads.append(left)
+        read.set()
+        return rec, left
+
+    fast.approval_time_left = spy  # type: ignore[method-assign]
+    waiter = asyncio.create_task(broker_fast.wait(raised.approval_id))
+    await asyncio.wait_for(read.wait(), 60)
+    assert 500 < reads[0] <= 600  # the database's ten minutes, not the fast clock's -50
+    assert (await fast.get_approval(raised.approval_id)).state is ApprovalState.PENDING
+    # The fast replica's answer is in time (its own clock says the deadline is long past).
+    await broker_fast.resolve(raised.approval_id, Resolution.ALLOW_ONCE, resolver="alice")
+    assert (await asyncio.wait_for(waiter, 60)).state is ApprovalState.ALLOWED
+    # The finish time is the database's too, and the fast replica's retention sweep (an
+    # hour ahead, half an hour of retention) keeps the answer.
+    conn = await asyncpg.connect(fast._dsn)
+    try:
+        finish = await conn.fetchval(
+            "SELECT finish_time FROM decision_approvals WHERE approval_id = $1",
+            raised.approval_id,
+        )
+    finally:
+        await conn.close()
+    assert abs(float(finish) - await _db_now(fast)) < 60
+    keeping = ApprovalBroker(fast, limits=ApprovalLimits(retention_s=SKEW_S / 2))
+    assert await keeping.sweep() == (0, 0, 0)
+    assert await fast.count_approvals() == 1
+
+
+async def test_an_approval_expires_on_time_for_a_replica_whose_clock_is_slow(
+    skewed: tuple[PostgresDecisionStore, ...],
+) -> None:
+    fast, slow = skewed
+    broker_fast, broker_slow = ApprovalBroker(fast), ApprovalBroker(slow)
+    await fast.create_session("s1", Mode.DEFAULT)
+    raised = await broker_fast.create(
+        "s1",
+        PendingCall("c0", "run_bash", {"command": "make"}),
+        reason="needs approval",
+        risk="medium",
+        summary="Runs make",
+        timeout_s=1,
+    )
+    # The slow replica's waiter is due back in one second of the database's clock, not in
+    # two hours and one second of its own.
+    final = await asyncio.wait_for(broker_slow.wait(raised.approval_id), 60)
+    assert final.state is ApprovalState.EXPIRED and final.resolve_reason == "approval timed out"
+    with pytest.raises(ApprovalAlreadyResolved, match="expired"):
+        await broker_fast.resolve(raised.approval_id, Resolution.ALLOW_ONCE, resolver="late")
+    assert (await slow.get_session("s1")).total_denials == 1  # counted once
 
 
 async def _ask_or_refused(broker: ApprovalBroker, session: str, n: int) -> str:

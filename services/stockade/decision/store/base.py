@@ -131,15 +131,34 @@ class DecisionStore(Protocol):
         """Spend one use of each counted grant among ``rules``; False when one of them was
         used up meanwhile (by another replica), so the ALLOW it gave must be decided again."""
 
+    def now(self) -> float:
+        """This process's clock (seconds since the epoch), for what only this process
+        measures (how long ago a waiter left). Deadlines, finish times and retention are
+        measured on the store's own clock instead: the database's on a shared store
+        (inside its statements, so replicas' clocks never meet there), this same clock on
+        a private one (one clock source)."""
+
     async def insert_approval(
-        self, rec: ApprovalRecord, limits: PendingLimits | None = None
-    ) -> None:
-        """Store a new pending approval; ``ResourceExhausted`` (nothing stored) when it
-        would pass ``limits``, checked atomically with the insert (exact across
-        replicas)."""
+        self,
+        rec: ApprovalRecord,
+        limits: PendingLimits | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> ApprovalRecord:
+        """Store a new pending approval and return it as stored; ``ResourceExhausted``
+        (nothing stored) when it would pass ``limits``, checked atomically with the insert
+        (exact across replicas).
+
+        With ``timeout_s``, the store stamps the approval: created now and due
+        ``timeout_s`` later, on the store's clock (``rec``'s times are ignored). Without
+        it, ``rec``'s times are stored as they are (imports and tests)."""
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval; ``ApprovalNotFound`` if absent."""
+
+    async def approval_time_left(self, approval_id: str) -> tuple[ApprovalRecord, float]:
+        """One approval and the seconds until its deadline on the store's clock (zero or
+        less once it has passed); ``ApprovalNotFound`` if absent."""
 
     async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
         """The pending approval of one call, if a retried Decide already made one."""
@@ -155,15 +174,23 @@ class DecisionStore(Protocol):
         resolver: str = "",
         resolution: str = "",
         reason: str = "",
+        in_time: bool = False,
     ) -> bool:
-        """Move a pending approval to ``state``; False if it was no longer pending (the
-        first answer wins, across replicas too)."""
+        """Move a pending approval to ``state``, finished now on the store's clock; False
+        if it was no longer pending (the first answer wins, across replicas too) or, with
+        ``in_time``, if its deadline had passed on the store's clock."""
 
-    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
-        """Pending approvals whose deadline has passed."""
+    async def expire_overdue(
+        self, reason: str, approval_id: str = "", limit: int = 500
+    ) -> list[ApprovalRecord]:
+        """Expire, with ``reason``, the pending approvals (only ``approval_id``, if given)
+        whose deadline has passed on the store's clock, in one conditional statement (of
+        replicas sweeping at once, each approval is expired by one, and never before its
+        deadline whatever a replica's own clock says); return them as stored now."""
 
-    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
-        """Delete answered or expired approvals finished before ``before``."""
+    async def delete_finished_approvals(self, older_than_s: float, limit: int = 5_000) -> int:
+        """Delete answered or expired approvals finished more than ``older_than_s``
+        seconds ago on the store's clock."""
 
     async def count_approvals(self) -> int:
         """All stored approvals."""

@@ -36,6 +36,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import asyncpg
@@ -110,9 +111,10 @@ FEED_LOSS_BOUND_S = PROBE_INTERVAL_S + PROBE_TIMEOUT_S
 #: went silent must not hold the reconnect for asyncpg's default minute).
 LISTEN_CONNECT_TIMEOUT_S = 10.0
 #: After a gap, approvals answered since the feed was last known good, less this margin
-#: (``finish_time`` comes from the answering replica's clock), are re-read, at most
-#: ``MAX_CATCH_UP`` of them: what was raised and answered inside the gap reaches the
-#: watchers too.
+#: (how long the last good probe was before the gap is measured on this process's
+#: monotonic clock, and ``finish_time`` on the database's: the margin covers the drift
+#: between the two), are re-read, at most ``MAX_CATCH_UP`` of them: what was raised and
+#: answered inside the gap reaches the watchers too.
 CATCH_UP_MARGIN_S = 60.0
 MAX_CATCH_UP = 1_000
 #: TCP keepalive of the listening connection: idle seconds, interval seconds, probes.
@@ -191,8 +193,11 @@ CREATE INDEX decision_approvals_finished ON decision_approvals(finish_time)
 _APPROVAL_SELECT = f"SELECT {APPROVAL_COLUMNS} FROM decision_approvals"
 _SESSION_SELECT = f"SELECT {SESSION_COLUMNS} FROM decision_sessions"
 _RETURNING_SESSION = f"RETURNING {SESSION_COLUMNS}"
-#: The database's clock in seconds since the epoch: waiter heartbeats (``waiter_seen``)
-#: and the re-attach window are measured on it, so replicas' clocks never meet there.
+#: The database's clock in seconds since the epoch. Every time other replicas compare is
+#: written and compared on it, inside the statements: approval deadlines and their
+#: expiry, finish times (catch-up, retention), waiter heartbeats (``waiter_seen``) and the
+#: re-attach window. A replica whose own clock is off by hours therefore expires, answers
+#: and abandons nothing early and keeps nothing late.
 _DB_NOW = "extract(epoch from now())::float8"
 
 
@@ -241,11 +246,12 @@ class PostgresDecisionStore:
         self._changes: asyncio.Queue[str] = asyncio.Queue(MAX_QUEUED_CHANGES)
         self._resync_needed = asyncio.Event()
         self._listener: StoreListener | None = None
-        self._last_good = clock()
-        """When the change feed was last known to deliver (its latest good probe)."""
+        self._last_good = time.monotonic()
+        """When the change feed was last known to deliver (its latest good probe), on
+        this process's monotonic clock."""
         self._missed_since: float | None = None
-        """The earliest moment since which changes may have been missed and not yet
-        caught up (None: nothing missed)."""
+        """The earliest moment (monotonic) since which changes may have been missed and
+        not yet caught up (None: nothing missed)."""
         self._fresh = False
         self._health_observers: list[Callable[[bool], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -319,6 +325,11 @@ class PostgresDecisionStore:
         return store
 
     # -- the change feed ----------------------------------------------------------------
+
+    def now(self) -> float:
+        """This replica's own clock: only for what this process alone measures (deadlines,
+        finish times and heartbeats are on the database's clock, ``_DB_NOW``)."""
+        return self._clock()
 
     @property
     def listening(self) -> bool:
@@ -423,7 +434,7 @@ class PostgresDecisionStore:
                 except Exception as err:  # any failure: the feed can no longer be trusted
                     self._feed_lost(f"the LISTEN connection failed ({type(err).__name__})")
                 else:
-                    self._last_good = self._clock()
+                    self._last_good = time.monotonic()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._lost.wait(), PROBE_INTERVAL_S)
                     continue
@@ -509,7 +520,11 @@ class PostgresDecisionStore:
         since, self._missed_since = self._missed_since, None
         try:
             pending = await self.pending_approvals()
-            finished = [] if since is None else await self.finished_since(since - CATCH_UP_MARGIN_S)
+            finished = (
+                []
+                if since is None
+                else await self.finished_since(time.monotonic() - since + CATCH_UP_MARGIN_S)
+            )
             if self._listener is not None:
                 await self._listener.resynced(pending, finished)
         except BaseException:
@@ -1000,10 +1015,16 @@ class PostgresDecisionStore:
     # -- approvals ----------------------------------------------------------------------
 
     async def insert_approval(
-        self, rec: ApprovalRecord, limits: PendingLimits | None = None
-    ) -> None:
-        """Store a new pending approval and announce it to every replica;
-        ``ResourceExhausted`` past ``limits``.
+        self,
+        rec: ApprovalRecord,
+        limits: PendingLimits | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> ApprovalRecord:
+        """Store a new pending approval, announce it to every replica and return it as
+        stored; ``ResourceExhausted`` past ``limits``. With ``timeout_s`` it is created now
+        and due ``timeout_s`` later on the database's clock, whatever this replica's clock
+        says.
 
         The limits are exact across replicas: the count and the insert run in one
         transaction under a transaction-scoped advisory lock that every replica's insert
@@ -1011,7 +1032,14 @@ class PostgresDecisionStore:
         approvals, which wait for people anyway; answers and reads do not take it.)
         """
 
-        async def insert(conn: asyncpg.Connection) -> None:
+        if timeout_s is None:
+            times = "$9, $10"
+            time_args: tuple[float, ...] = (rec.create_time, rec.expire_time)
+        else:
+            times = f"{_DB_NOW}, {_DB_NOW} + $9"
+            time_args = (timeout_s,)
+
+        async def insert(conn: asyncpg.Connection) -> Any:
             async with conn.transaction():
                 if limits is not None:
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _APPROVALS_LOCK)
@@ -1022,11 +1050,13 @@ class PostgresDecisionStore:
                     )
                     assert counts is not None  # an aggregate always returns a row
                     check_pending(rec.session_id, int(counts[0]), int(counts[1]), limits)
-                await conn.execute(
+                n = len(time_args)
+                stored = await conn.fetchrow(
                     "INSERT INTO decision_approvals (approval_id, session_id, call_id, call_json, "
-                    "reason, risk, summary, state, create_time, expire_time, "
-                    "always_allow_applies, waiter_seen, rule_json) "
-                    f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {_DB_NOW}, $12)",
+                    "reason, risk, summary, state, always_allow_applies, rule_json, "
+                    "create_time, expire_time, waiter_seen) "
+                    f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${9 + n}, ${10 + n}, {times}, "
+                    f"{_DB_NOW}) RETURNING create_time, expire_time",
                     rec.approval_id,
                     rec.session_id,
                     rec.call.call_id,
@@ -1035,14 +1065,15 @@ class PostgresDecisionStore:
                     rec.risk,
                     rec.summary,
                     rec.state.value,
-                    rec.create_time,
-                    rec.expire_time,
+                    *time_args,
                     rec.always_allow_applies,
                     rule_to_json(rec.rule),
                 )
                 await self._notify(conn, "a", rec.approval_id, "")
+            return stored
 
-        await self._run(insert)
+        stored = await self._run(insert)
+        return replace(rec, create_time=float(stored[0]), expire_time=float(stored[1]))
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord:
         """One approval (always read from the database); ``ApprovalNotFound`` if absent."""
@@ -1056,6 +1087,24 @@ class PostgresDecisionStore:
                 f"approval {approval_id!r} does not exist", approval_id=approval_id
             )
         return approval_from_row(row)
+
+    async def approval_time_left(self, approval_id: str) -> tuple[ApprovalRecord, float]:
+        """One approval and the seconds until its deadline on the database's clock (read
+        in the same statement); ``ApprovalNotFound`` if absent."""
+        row = None
+        if len(approval_id) <= MAX_ID_CHARS:
+            row = await self._run(
+                lambda c: c.fetchrow(
+                    f"SELECT {APPROVAL_COLUMNS}, expire_time - {_DB_NOW} "
+                    "FROM decision_approvals WHERE approval_id = $1",
+                    approval_id,
+                )
+            )
+        if row is None:
+            raise ApprovalNotFound(
+                f"approval {approval_id!r} does not exist", approval_id=approval_id
+            )
+        return approval_from_row(row), float(row[-1])
 
     async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
         """The pending approval of one call, if a retried Decide already made one."""
@@ -1096,26 +1145,29 @@ class PostgresDecisionStore:
         resolver: str = "",
         resolution: str = "",
         reason: str = "",
+        in_time: bool = False,
     ) -> bool:
-        """Move a pending approval to ``state``; False if it was no longer pending.
+        """Move a pending approval to ``state``, finished now on the database's clock;
+        False if it was no longer pending (or, with ``in_time``, if its deadline had
+        passed on the database's clock).
 
         One conditional UPDATE is "first answer wins" across replicas: under READ
         COMMITTED a second UPDATE of the same row waits for the first to commit, re-checks
         ``state = 'pending'`` on the new row version, and changes nothing.
         """
+        deadline = f" AND expire_time > {_DB_NOW}" if in_time else ""
 
         async def update(conn: asyncpg.Connection) -> str | None:
             async with conn.transaction():
                 sid = await conn.fetchval(
                     "UPDATE decision_approvals SET state = $2, resolver = $3, resolution = $4, "
-                    "resolve_reason = $5, finish_time = $6 "
-                    "WHERE approval_id = $1 AND state = 'pending' RETURNING session_id",
+                    f"resolve_reason = $5, finish_time = {_DB_NOW} "
+                    f"WHERE approval_id = $1 AND state = 'pending'{deadline} RETURNING session_id",
                     approval_id,
                     state.value,
                     resolver,
                     resolution,
                     reason,
-                    self._clock(),
                 )
                 if sid is not None:
                     await self._notify(conn, "a", approval_id, str(sid))
@@ -1123,38 +1175,66 @@ class PostgresDecisionStore:
 
         return await self._run(update) is not None
 
-    async def finished_since(self, since: float, limit: int = MAX_CATCH_UP) -> list[ApprovalRecord]:
-        """Approvals answered or expired at ``since`` or later (oldest first, at most
-        ``limit``): what a replica re-reads after a gap in its change feed."""
+    async def finished_since(self, age_s: float, limit: int = MAX_CATCH_UP) -> list[ApprovalRecord]:
+        """Approvals answered or expired in the last ``age_s`` seconds of the database's
+        clock (oldest first, at most ``limit``): what a replica re-reads after a gap in
+        its change feed."""
         rows = await self._run(
             lambda c: c.fetch(
-                _APPROVAL_SELECT + " WHERE state <> 'pending' AND finish_time >= $1 "
+                _APPROVAL_SELECT + f" WHERE state <> 'pending' AND finish_time >= {_DB_NOW} - $1 "
                 "ORDER BY finish_time LIMIT $2",
-                since,
+                age_s,
                 limit,
             )
         )
         return [approval_from_row(r) for r in rows]
 
-    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
-        """Pending approvals whose deadline has passed (oldest deadline first)."""
-        rows = await self._run(
-            lambda c: c.fetch(
-                _APPROVAL_SELECT + " WHERE state = 'pending' AND expire_time <= $1 "
-                "ORDER BY expire_time LIMIT $2",
-                now,
-                limit,
-            )
+    async def expire_overdue(
+        self, reason: str, approval_id: str = "", limit: int = 500
+    ) -> list[ApprovalRecord]:
+        """Expire (up to ``limit`` of) the pending approvals (only ``approval_id``, if
+        given) whose deadline has passed on the database's clock: one conditional UPDATE,
+        so of replicas sweeping at once each approval is expired by one, and a replica
+        whose own clock runs hours fast expires nothing early."""
+        only = " AND approval_id = $3" if approval_id else ""
+        args: tuple[object, ...] = (reason, limit, approval_id) if approval_id else (reason, limit)
+        overdue = f"state = 'pending' AND expire_time <= {_DB_NOW}"
+        return await self._finish_where(
+            "UPDATE decision_approvals SET state = 'expired', resolve_reason = $1, "
+            f"finish_time = {_DB_NOW} WHERE approval_id IN (SELECT approval_id FROM "
+            f"decision_approvals WHERE {overdue}{only} ORDER BY expire_time LIMIT $2 "
+            f"FOR UPDATE SKIP LOCKED) AND {overdue} RETURNING approval_id, session_id",
+            *args,
         )
-        return [approval_from_row(r) for r in rows]
 
-    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
-        """Delete up to ``limit`` answered or expired approvals finished before ``before``."""
+    async def _finish_where(self, update: str, *args: object) -> list[ApprovalRecord]:
+        """Run ``update`` (an UPDATE of approvals ``RETURNING approval_id, session_id``),
+        announce each approval it finished, and return them as stored now."""
+
+        async def run(conn: asyncpg.Connection) -> list[Any]:
+            async with conn.transaction():
+                ids = await conn.fetch(update, *args)
+                for approval_id, session_id in ids:
+                    await self._notify(conn, "a", approval_id, session_id)
+                if not ids:
+                    return []
+                return list(
+                    await conn.fetch(
+                        _APPROVAL_SELECT + " WHERE approval_id = ANY($1)", [r[0] for r in ids]
+                    )
+                )
+
+        return [approval_from_row(r) for r in await self._run(run)]
+
+    async def delete_finished_approvals(self, older_than_s: float, limit: int = 5_000) -> int:
+        """Delete up to ``limit`` answered or expired approvals finished more than
+        ``older_than_s`` seconds ago on the database's clock."""
         status = await self._run(
             lambda c: c.execute(
                 "DELETE FROM decision_approvals WHERE approval_id IN (SELECT approval_id FROM "
-                "decision_approvals WHERE finish_time < $1 AND state <> 'pending' LIMIT $2)",
-                before,
+                f"decision_approvals WHERE finish_time < {_DB_NOW} - $1 AND state <> 'pending' "
+                "LIMIT $2)",
+                older_than_s,
                 limit,
             )
         )
@@ -1184,31 +1264,16 @@ class PostgresDecisionStore:
         a waiter that touched its approval first keeps it, and of two sweeping replicas
         each approval is abandoned by one. A replica whose own clock is off by minutes
         abandons nothing early and keeps nothing late."""
-
-        async def abandon(conn: asyncpg.Connection) -> list[Any]:
-            async with conn.transaction():
-                ids = await conn.fetch(
-                    "UPDATE decision_approvals SET state = 'expired', resolve_reason = $2, "
-                    "finish_time = $3 WHERE approval_id IN (SELECT approval_id FROM "
-                    f"decision_approvals WHERE state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
-                    "ORDER BY waiter_seen LIMIT 500 FOR UPDATE SKIP LOCKED) "
-                    f"AND state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
-                    "RETURNING approval_id, session_id",
-                    older_than_s,
-                    reason,
-                    self._clock(),
-                )
-                for approval_id, session_id in ids:
-                    await self._notify(conn, "a", approval_id, session_id)
-                if not ids:
-                    return []
-                return list(
-                    await conn.fetch(
-                        _APPROVAL_SELECT + " WHERE approval_id = ANY($1)", [r[0] for r in ids]
-                    )
-                )
-
-        return [approval_from_row(r) for r in await self._run(abandon)]
+        return await self._finish_where(
+            "UPDATE decision_approvals SET state = 'expired', resolve_reason = $2, "
+            f"finish_time = {_DB_NOW} WHERE approval_id IN (SELECT approval_id FROM "
+            f"decision_approvals WHERE state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
+            "ORDER BY waiter_seen LIMIT 500 FOR UPDATE SKIP LOCKED) "
+            f"AND state = 'pending' AND waiter_seen <= {_DB_NOW} - $1 "
+            "RETURNING approval_id, session_id",
+            older_than_s,
+            reason,
+        )
 
 
 class _Spent(Exception):

@@ -182,6 +182,11 @@ class SQLiteDecisionStore:
             max_session_rules=max_session_rules,
         )
 
+    def now(self) -> float:
+        """The store's one clock: deadlines, finish times, retention and the broker's
+        bookkeeping are all measured on it (one replica, one clock source)."""
+        return self._clock()
+
     @property
     def cached_sessions(self) -> int:
         """How many sessions the in-memory cache holds now."""
@@ -461,14 +466,22 @@ class SQLiteDecisionStore:
     # -- approvals ----------------------------------------------------------------------
 
     async def insert_approval(
-        self, rec: ApprovalRecord, limits: PendingLimits | None = None
-    ) -> None:
-        """Store a new pending approval; ``ResourceExhausted`` past ``limits``.
+        self,
+        rec: ApprovalRecord,
+        limits: PendingLimits | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> ApprovalRecord:
+        """Store a new pending approval (due ``timeout_s`` from now on the store's clock,
+        if given) and return it as stored; ``ResourceExhausted`` past ``limits``.
 
         The limits are checked by the INSERT itself (``INSERT … SELECT … WHERE`` the
         counts are below them): SQLite runs one statement at a time, so concurrent asks
         cannot both pass a check made before either is stored.
         """
+        if timeout_s is not None:
+            now = self._clock()
+            rec = replace(rec, create_time=now, expire_time=now + timeout_s)
         values = (
             rec.approval_id, rec.session_id, rec.call.call_id, call_to_json(rec.call), rec.reason,
             rec.risk, rec.summary, rec.state.value, rec.create_time, rec.expire_time,
@@ -481,7 +494,7 @@ class SQLiteDecisionStore:
         if limits is None:
             await self._db.execute(columns + "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
             await self._db.commit()
-            return
+            return rec
         while True:
             cur = await self._db.execute(
                 columns + "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
@@ -491,7 +504,7 @@ class SQLiteDecisionStore:
             )
             await self._db.commit()
             if cur.rowcount == 1:
-                return
+                return rec
             # Refused: say which cap is full (if one was answered meanwhile, try again).
             async with self._db.execute(
                 "SELECT count(*), coalesce(sum(session_id = ?), 0) FROM approvals "
@@ -513,6 +526,11 @@ class SQLiteDecisionStore:
                 f"approval {approval_id!r} does not exist", approval_id=approval_id
             )
         return approval_from_row(row)
+
+    async def approval_time_left(self, approval_id: str) -> tuple[ApprovalRecord, float]:
+        """One approval and the seconds until its deadline on the store's clock."""
+        rec = await self.get_approval(approval_id)
+        return rec, rec.expire_time - self._clock()
 
     async def pending_for_call(self, session_id: str, call_id: str) -> ApprovalRecord | None:
         """The pending approval of one call, if a retried Decide already made one."""
@@ -544,17 +562,22 @@ class SQLiteDecisionStore:
         resolver: str = "",
         resolution: str = "",
         reason: str = "",
+        in_time: bool = False,
     ) -> bool:
-        """Move a pending approval to ``state``; False if it was no longer pending.
+        """Move a pending approval to ``state``; False if it was no longer pending (or,
+        with ``in_time``, if its deadline had passed).
 
         One conditional UPDATE is the atomic "first answer wins": SQLite applies
         statements one at a time, so exactly one of two racing resolvers sees a row change.
         """
+        now = self._clock()
         try:
             cur = await self._db.execute(
                 "UPDATE approvals SET state = ?, resolver = ?, resolution = ?, resolve_reason = ?, "
-                "finish_time = ? WHERE approval_id = ? AND state = 'pending'",
-                (state.value, resolver, resolution, reason, self._clock(), approval_id),
+                "finish_time = ? WHERE approval_id = ? AND state = 'pending'"
+                + (" AND expire_time > ?" if in_time else ""),
+                (state.value, resolver, resolution, reason, now, approval_id)
+                + ((now,) if in_time else ()),
             )
             await self._db.commit()
         except sqlite3.Error:
@@ -562,23 +585,35 @@ class SQLiteDecisionStore:
             raise
         return cur.rowcount == 1
 
-    async def overdue_approvals(self, now: float, limit: int = 500) -> list[ApprovalRecord]:
-        """Pending approvals whose deadline has passed (oldest deadline first)."""
-        async with self._db.execute(
-            _APPROVAL_SELECT + " WHERE state = 'pending' AND expire_time <= ? "
-            "ORDER BY expire_time LIMIT ?",
-            (now, limit),
-        ) as cur:
-            rows = await cur.fetchall()
-        return [approval_from_row(r) for r in rows]
+    async def expire_overdue(
+        self, reason: str, approval_id: str = "", limit: int = 500
+    ) -> list[ApprovalRecord]:
+        """Expire the pending approvals (only ``approval_id``, if given) whose deadline
+        has passed on the store's clock, oldest deadline first; return them as stored."""
+        now = self._clock()
+        only = " AND approval_id = ?" if approval_id else ""
+        try:
+            async with self._db.execute(
+                "UPDATE approvals SET state = 'expired', resolve_reason = ?, finish_time = ? "
+                "WHERE approval_id IN (SELECT approval_id FROM approvals WHERE state = 'pending' "
+                f"AND expire_time <= ?{only} ORDER BY expire_time LIMIT ?) RETURNING approval_id",
+                (reason, now, now, *((approval_id,) if approval_id else ()), limit),
+            ) as cur:
+                ids = [str(r[0]) for r in await cur.fetchall()]
+            await self._db.commit()
+        except sqlite3.Error:
+            await self._db.rollback()
+            raise
+        return [await self.get_approval(i) for i in ids]
 
-    async def delete_finished_approvals(self, before: float, limit: int = 5_000) -> int:
-        """Delete up to ``limit`` answered or expired approvals finished before ``before``;
-        returns how many. Batched, so a large backlog never holds the database long."""
+    async def delete_finished_approvals(self, older_than_s: float, limit: int = 5_000) -> int:
+        """Delete up to ``limit`` answered or expired approvals finished more than
+        ``older_than_s`` seconds ago; returns how many. Batched, so a large backlog never
+        holds the database long."""
         cur = await self._db.execute(
             "DELETE FROM approvals WHERE approval_id IN (SELECT approval_id FROM approvals "
             "WHERE finish_time < ? AND state <> 'pending' LIMIT ?)",
-            (before, limit),
+            (self._clock() - older_than_s, limit),
         )
         await self._db.commit()
         return max(cur.rowcount, 0)
