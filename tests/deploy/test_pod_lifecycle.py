@@ -160,6 +160,9 @@ def test_service_stops_on_sigterm_within_its_grace_period(
             probe_address = env.get(f"STOCKADE_{up}_HEALTH_LISTEN", env[f"STOCKADE_{up}_LISTEN"])
             serving = health_pb2.HealthCheckResponse.SERVING
             assert _health(probe_address, probe_service) == serving
+            for probe_name in ("startupProbe", "livenessProbe"):
+                asked = container[probe_name]["grpc"]["service"]
+                assert _health(probe_address, asked) == serving, probe_name
             if f"STOCKADE_{up}_TLS_CERT_FILE" in env:
                 # The main listener requires mTLS: a plaintext caller gets nothing.
                 with pytest.raises(grpc.RpcError) as refused:

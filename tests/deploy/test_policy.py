@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from stockade.agent.settings import AgentSettings
+from stockade.server import LIVENESS
 
 from .conftest import (
     GRPC_PORTS,
@@ -189,8 +190,14 @@ def test_probes_are_grpc_health_checks(rendered: dict[str, list[Manifest]], over
             probe = container[probe_name]
             assert set(probe) & {"httpGet", "tcpSocket", "exec"} == set(), probe_name
             assert probe["grpc"]["port"] == expected_port, f"{overlay}/{service} {probe_name}"
-        # Readiness asks for the service itself, so a draining server leaves the endpoints.
+        # Readiness asks for the service itself, so a draining server (or one whose store
+        # is down) leaves the endpoints; startup and liveness ask only whether the process
+        # answers, so a store outage never restarts the pods in a loop.
         assert container["readinessProbe"]["grpc"]["service"] == HEALTH_SERVICES[service]
+        for probe_name in ("startupProbe", "livenessProbe"):
+            assert container[probe_name]["grpc"]["service"] == LIVENESS, (
+                f"{overlay}/{service} {probe_name}"
+            )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

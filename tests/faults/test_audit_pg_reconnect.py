@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from stockade.audit.pg_store import _CHAIN_LOCK_CLASS
 from stockade.client.audit import AuditRecorder
 from stockade.client.base import aio_channel
+from stockade.server import LIVENESS, READINESS
 from stockade.v1 import audit_service_pb2 as a_pb2
 from stockade.v1 import audit_service_pb2_grpc as a_grpc
 from tests.faults.conftest import StartStack, all_rows, verify_chain, wait_for
@@ -41,10 +42,10 @@ def _event(n: int) -> a_pb2.AuditEvent:
     return message
 
 
-async def _health(address: str) -> int:
+async def _health(address: str, service: str = SERVICE) -> int:
     async with aio_channel(address) as channel:
         reply = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=SERVICE), timeout=10
+            health_pb2.HealthCheckRequest(service=service), timeout=10
         )
     return int(reply.status)
 
@@ -112,6 +113,9 @@ async def test_a_terminated_writer_reconnects_unhealthy_meanwhile_nothing_lost_o
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("the replica stayed SERVING without its writer")
+        # Not ready, and alive: the liveness probe does not restart it for its database.
+        assert await _health(address, LIVENESS) == health_pb2.HealthCheckResponse.SERVING
+        assert await _health(address, READINESS) == health_pb2.HealthCheckResponse.NOT_SERVING
         async with aio_channel(address) as channel:
             try:
                 await a_grpc.AuditServiceStub(channel).Record(

@@ -27,6 +27,7 @@ from stockade.client.base import aio_channel
 from stockade.client.decision import DecisionClient
 from stockade.client.errors import FailedPreconditionError, ServiceError
 from stockade.decision.store.postgres import LISTEN_APPLICATION_NAME
+from stockade.server import LIVENESS, READINESS
 from stockade.v1 import common_pb2 as c_pb2
 from stockade.v1 import decision_service_pb2 as d_pb2
 from tests.faults.conftest import FaultStack, StartStack, wait_for
@@ -315,11 +316,12 @@ async def _two_listening(dsn: str) -> bool:
     return await _listen_backends(dsn) == 2
 
 
-async def _health(replica: Replica) -> int:
-    """The replica's standard gRPC health status of the decision service."""
+async def _health(replica: Replica, service: str = "stockade.v1.DecisionService") -> int:
+    """The replica's standard gRPC health status of ``service`` (by default the decision
+    service's readiness, which its readiness probe asks)."""
     async with aio_channel(replica.address) as channel:
         got = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="stockade.v1.DecisionService"), timeout=10
+            health_pb2.HealthCheckRequest(service=service), timeout=10
         )
     return int(got.status)
 
@@ -363,6 +365,12 @@ async def test_a_replica_without_its_change_feed_is_not_serving_and_serves_no_st
             assert await _listen_backends_via(pg_server, pg_dsn) == 2
             await wait_for(lambda: _status_is(b, not_serving), what="b to report NOT_SERVING")
             await wait_for(lambda: _status_is(a, not_serving), what="a to report NOT_SERVING")
+            # Not ready, and alive: the liveness probe does not restart a replica for its
+            # database (the overall and "readiness" statuses follow the service's).
+            for replica in (a, b):
+                assert await _health(replica, LIVENESS) == serving
+                assert await _health(replica, READINESS) == not_serving
+                assert await _health(replica, "") == not_serving
             # What still reaches b is served from the database, never from its cache: a
             # mode change made on a applies to b's very next Decide...
             await a.admin.stub.SetMode(
@@ -379,6 +387,7 @@ async def test_a_replica_without_its_change_feed_is_not_serving_and_serves_no_st
         # Connections are allowed again: both feeds come back, resynchronise, and serve.
         await wait_for(lambda: _status_is(b, serving), what="b to report SERVING again")
         await wait_for(lambda: _status_is(a, serving), what="a to report SERVING again")
+        assert await _health(a, READINESS) == serving and await _health(a, LIVENESS) == serving
         assert await _listen_backends(pg_dsn) == 2
         got = await b.client.decide(write("h", "w2"))
         assert got.verdict == c_pb2.VERDICT_DENY and "fail closed" not in got.reason, got

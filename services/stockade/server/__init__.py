@@ -2,6 +2,8 @@
 error mapping, server construction and the signal-driven lifecycle."""
 
 from stockade.server.app import (
+    LIVENESS,
+    READINESS,
     Registration,
     ServiceApp,
     ServingState,
@@ -12,6 +14,8 @@ from stockade.server.app import (
 from stockade.server.settings import ServerSettings, SettingsError, load_settings
 
 __all__ = [
+    "LIVENESS",
+    "READINESS",
     "Registration",
     "ServerSettings",
     "ServiceApp",

@@ -3,9 +3,20 @@
 A service is a ``ServiceApp``: its settings plus an async context manager that opens its
 dependencies (SQLite, channels to other services …) and yields the servicers to
 register. ``run_apps`` runs one or several apps in one event loop (``stockade serve all``
-runs the four), each on its own listener, and on a signal marks every health status
+runs the four), each on its own listener, and on a signal marks every readiness status
 NOT_SERVING, stops accepting calls, lets in-flight calls finish within the grace period,
 then closes the dependencies.
+
+Health (grpc.health.v1) keeps liveness apart from readiness, so Kubernetes restarts only
+a process that is wedged, never one whose dependency is down:
+
+- ``liveness``: SERVING from start to exit, drain included. It fails only when the
+  process cannot answer (dead, or its event loop blocked: the probe then times out), the
+  one condition a restart cures;
+- ``readiness``, ``""`` (the server as a whole) and each service's own name
+  (``stockade.v1.DecisionService`` …): SERVING while every service of the server says it
+  can serve (``ServingState``: say, its database is reachable and its change feed synced)
+  and the server is not draining.
 """
 
 from __future__ import annotations
@@ -43,12 +54,19 @@ class StartupError(RuntimeError):
     """A server cannot start as configured (the message says what to fix)."""
 
 
+LIVENESS = "liveness"
+"""The health service name of liveness: the process is up and its event loop answers."""
+READINESS = "readiness"
+"""The health service name of readiness: every service of the server can serve now."""
+
+
 class ServingState:
     """A service's own word on whether it can serve (say, its database connection is up).
 
-    ``create_server`` mirrors it into the standard gRPC health status of the service and of
-    the server as a whole (``""``), so a load balancer or a kubelet readiness probe sends
-    calls elsewhere while it is NOT_SERVING; the graceful drain still overrides it.
+    ``create_server`` mirrors it into the readiness statuses (the service's own name,
+    ``readiness`` and ``""``), so a load balancer or a kubelet readiness probe sends calls
+    elsewhere while it is NOT_SERVING; liveness never follows it (a restart does not bring
+    a database back), and the graceful drain still overrides it.
     """
 
     def __init__(self) -> None:
@@ -142,14 +160,65 @@ class ServiceApp(Protocol):
         ...
 
 
+class HealthBoard:
+    """The statuses a server's grpc.health.v1 service reports (module docstring).
+
+    One writer: every change goes through here, so a service's readiness, the server's
+    overall readiness (every service ready) and the drain never overwrite each other.
+    """
+
+    def __init__(self, servicer: Any, service_names: Sequence[str]) -> None:
+        """``servicer`` is the grpc_health aio HealthServicer the server registered."""
+        self.servicer = servicer
+        self._ready = dict.fromkeys(service_names, True)
+        self._draining = False
+
+    @property
+    def draining(self) -> bool:
+        """True once the drain began (readiness stays NOT_SERVING from then on)."""
+        return self._draining
+
+    async def start(self) -> None:
+        """Everything SERVING (services that cannot serve yet report it next)."""
+        serving = health_pb2.HealthCheckResponse.SERVING
+        for svc in (LIVENESS, READINESS, "", *self._ready):
+            await self.servicer.set(svc, serving)
+
+    async def set_ready(self, service_name: str, ready: bool) -> None:
+        """``service_name`` can (or cannot) serve now; the overall readiness follows."""
+        self._ready[service_name] = ready
+        if self._draining:
+            return
+        await self.servicer.set(service_name, _status(ready))
+        overall = _status(all(self._ready.values()))
+        for svc in (READINESS, ""):
+            await self.servicer.set(svc, overall)
+
+    async def drain(self) -> None:
+        """Readiness NOT_SERVING for good (callers move elsewhere); liveness stays
+        SERVING: the process is alive and finishing its calls, and a liveness failure
+        now could have the kubelet kill it before they end."""
+        self._draining = True
+        for svc in (READINESS, "", *self._ready):
+            await self.servicer.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
+def _status(serving: bool) -> int:
+    return int(
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+
+
 @dataclass
 class RunningServer:
     """A started server and what is needed to stop it."""
 
     name: str
     server: grpc.aio.Server
-    health: Any
-    """The grpc_health aio HealthServicer."""
+    health: HealthBoard
+    """The statuses its grpc.health.v1 service reports."""
     address: str
     grace: float
     service_names: list[str] = field(default_factory=list)
@@ -253,10 +322,11 @@ async def create_server(
             await server.stop(0)
             await peer_listener.close()
             raise
+    board = HealthBoard(health_servicer, names)
     running = RunningServer(
         name,
         server,
-        health_servicer,
+        board,
         address,
         settings.grace_seconds,
         names,
@@ -270,11 +340,10 @@ async def create_server(
         hport = running.health_server.add_insecure_port(settings.health_listen)
         running.health_address = f"{settings.health_listen.rsplit(':', 1)[0]}:{hport}"
         await running.health_server.start()
-    for svc in ["", *names]:
-        await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    await board.start()
     for reg in registrations:
         if reg.serving is not None:
-            _mirror_health(health_servicer, reg.service_name, reg.serving)
+            _mirror_health(board, reg.service_name, reg.serving)
     log.info("%s serving on %s%s", name, address, " (mTLS)" if creds else "")
     return running
 
@@ -283,20 +352,16 @@ _HEALTH_UPDATES: set[asyncio.Task[None]] = set()
 """Health updates in flight (kept so the event loop does not drop them)."""
 
 
-def _mirror_health(health_servicer: Any, service_name: str, state: ServingState) -> None:
-    """Keep ``service_name`` and the server's overall status equal to ``state``."""
+def _mirror_health(board: HealthBoard, service_name: str, state: ServingState) -> None:
+    """Keep the readiness of ``service_name`` (and so the server's) equal to ``state``."""
 
     async def apply(serving: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for svc in ("", service_name):
-            await health_servicer.set(svc, status)
+        if state.serving != serving:
+            return  # a later change is queued behind this one and applies the news
+        await board.set_ready(service_name, serving)
         log.log(
             logging.INFO if serving else logging.WARNING,
-            "%s health: %s",
+            "%s readiness: %s (liveness unaffected)",
             service_name,
             "SERVING" if serving else "NOT_SERVING",
         )
@@ -312,8 +377,9 @@ def _mirror_health(health_servicer: Any, service_name: str, state: ServingState)
 
 
 async def stop_server(running: RunningServer) -> None:
-    """Graceful stop: NOT_SERVING first, then drain in-flight calls within the grace."""
-    await running.health.enter_graceful_shutdown()
+    """Graceful stop: readiness NOT_SERVING first, then drain in-flight calls within the
+    grace (liveness stays SERVING until the process exits)."""
+    await running.health.drain()
     await running.server.stop(running.grace)
     if running.peer_listener is not None:
         await running.peer_listener.close()
