@@ -73,6 +73,9 @@ SCHEMA = "stockade_executor"
 VERSION_TABLE = "stockade_executor_schema_version"
 #: Advisory lock key for migrations (the audit store's namespace, another number).
 _MIGRATION_LOCK = 0x53544B_0101
+#: Advisory lock class (two-key form) of one session's read records: the per-session
+#: limit's count and insert run under it (migration 3).
+_READS_LOCK_CLASS = 0x53544B04
 
 _CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     *CONNECTION_ERRORS,
@@ -197,6 +200,47 @@ BEGIN
   DELETE FROM {SCHEMA}.read_state WHERE (session_id, path) IN (
     SELECT session_id, path FROM {SCHEMA}.read_state WHERE read_at < now_s - {READ_TTL_S}
     LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED);
+  IF NOT EXISTS (SELECT 1 FROM {SCHEMA}.read_state
+                 WHERE session_id = p_session AND path = p_path)
+     AND (SELECT count(*) FROM {SCHEMA}.read_state
+          WHERE session_id = p_session AND read_at >= now_s - {READ_TTL_S})
+         >= {MAX_READS_PER_SESSION} THEN
+    RAISE EXCEPTION 'session has {MAX_READS_PER_SESSION} files on record'
+      USING ERRCODE = '54000';
+  END IF;
+  INSERT INTO {SCHEMA}.read_state VALUES (p_session, p_path, p_mtime, p_size, p_sha, now_s)
+  ON CONFLICT (session_id, path) DO UPDATE SET mtime_ns = excluded.mtime_ns,
+    size = excluded.size, sha256 = excluded.sha256, read_at = excluded.read_at;
+END $$;
+""",
+    ),
+    (
+        3,
+        # The limit is exact under concurrency: the count and the insert run under a
+        # transaction-scoped advisory lock on the session (class _READS_LOCK_CLASS, key
+        # hashtext of the session id), so two new reads of one session, on any replicas,
+        # never both see room for one. Reads of other sessions do not wait (a hash
+        # collision only serialises two sessions' reads); a path already on record is
+        # updated under the lock as well, which costs one uncontended lock.
+        f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.record_read(
+  p_session TEXT, p_path TEXT, p_mtime BIGINT, p_size BIGINT, p_sha TEXT)
+RETURNS VOID LANGUAGE plpgsql {_DEFINER} AS $$
+DECLARE
+  now_s DOUBLE PRECISION := extract(epoch FROM clock_timestamp());
+BEGIN
+  IF p_session IS NULL OR length(p_session) NOT BETWEEN 1 AND {MAX_SESSION_ID}
+     OR p_path IS NULL OR length(p_path) NOT BETWEEN 1 AND {MAX_PATH}
+     OR p_sha IS NULL OR length(p_sha) <> 64 OR p_mtime IS NULL OR p_size IS NULL THEN
+    RAISE EXCEPTION 'read record out of bounds' USING ERRCODE = '22023';
+  END IF;
+  DELETE FROM {SCHEMA}.read_state WHERE (session_id, path) IN (
+    SELECT session_id, path FROM {SCHEMA}.read_state WHERE read_at < now_s - {READ_TTL_S}
+    LIMIT {PRUNE_BATCH} FOR UPDATE SKIP LOCKED);
+  PERFORM pg_advisory_xact_lock({_READS_LOCK_CLASS}, hashtext(p_session));
+  -- The clock is read again under the lock: a wait for it must not make the records
+  -- this call compares against look younger than they are.
+  now_s := extract(epoch FROM clock_timestamp());
   IF NOT EXISTS (SELECT 1 FROM {SCHEMA}.read_state
                  WHERE session_id = p_session AND path = p_path)
      AND (SELECT count(*) FROM {SCHEMA}.read_state

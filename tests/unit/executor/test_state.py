@@ -6,6 +6,7 @@ can do nothing but call the store's functions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 import uuid
@@ -441,6 +442,80 @@ async def test_a_session_has_a_bounded_number_of_files_on_record(
     await store.record_read("s", "/w/0", OTHER)  # on record: updated
     assert await store.last_read("s", "/w/0") == OTHER
     await store.record_read("other", "/w/one-more", STAMP)  # another session
+
+
+async def test_concurrent_reads_at_the_limit_record_exactly_one_more(
+    open_store: Opener, pg_or_none: str | None
+) -> None:
+    """One place left under the per-session limit and many new files read at once, on
+    several replicas (SQLite: stores on one file, as executors of one node; several
+    threads each): exactly one is recorded, every other read is RESOURCE_EXHAUSTED, and
+    the session ends with exactly the limit on record."""
+    stores = [await open_store() for _ in range(3)]
+    session = "s-" + _id()
+    if pg_or_none is None:
+        limit = 5
+        for store in stores:
+            assert isinstance(store, SqliteExecutorState)
+            store.max_reads_per_session = limit
+        for n in range(limit - 1):
+            await stores[0].record_read(session, f"/w/{n}", STAMP)
+    else:
+        limit = MAX_READS_PER_SESSION
+        admin = await asyncpg.connect(pg_or_none)
+        try:
+            await admin.execute(
+                f"INSERT INTO {SCHEMA}.read_state SELECT $1, '/w/' || n, 1, 3, $2, "
+                "extract(epoch FROM clock_timestamp()) FROM generate_series(0, $3 - 1) n",
+                session,
+                STAMP.sha256,
+                limit - 1,
+            )
+        finally:
+            await admin.close()
+
+    def read_in_thread(store: ExecutorState, n: int) -> str:
+        # A worker thread per read, as the file tools run (SQLite: straight into the file).
+        if isinstance(store, SqliteExecutorState):
+            try:
+                store.record_read_now(session, f"/w/new-{n}", STAMP)
+            except ResourceExhausted:
+                return "refused"
+            return "recorded"
+        raise AssertionError("threads only for SQLite")
+
+    async def read(store: ExecutorState, n: int) -> str:
+        if isinstance(store, SqliteExecutorState):
+            return await asyncio.to_thread(read_in_thread, store, n)
+        try:
+            await store.record_read(session, f"/w/new-{n}", STAMP)
+        except ResourceExhausted:
+            return "refused"
+        return "recorded"
+
+    if pg_or_none is not None:
+        # Every pool holds its connections open already, so the reads really run at once
+        # (a pool opening connections one by one would space them out).
+        for store in stores:
+            assert isinstance(store, PostgresExecutorState)
+            async with contextlib.AsyncExitStack() as held:
+                for _ in range(8):
+                    await held.enter_async_context(store._pool.acquire())
+    outcomes = await asyncio.gather(*(read(stores[n % 3], n) for n in range(30)))
+    assert sorted(outcomes) == ["recorded"] + ["refused"] * 29
+    on_record = [
+        n for n in range(30) if await stores[0].last_read(session, f"/w/new-{n}") is not None
+    ]
+    assert len(on_record) == 1
+    if pg_or_none is not None:
+        admin = await asyncpg.connect(pg_or_none)
+        try:
+            count = await admin.fetchval(
+                f"SELECT count(*) FROM {SCHEMA}.read_state WHERE session_id = $1", session
+            )
+        finally:
+            await admin.close()
+        assert count == limit
 
 
 @pytest.fixture
