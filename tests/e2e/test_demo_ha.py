@@ -13,10 +13,14 @@ how to get it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
@@ -29,14 +33,32 @@ DEMO_TIMEOUT_S = 400
 """Eleven processes and a database on a shared 2-core machine: generous, and a deadline
 only (the demo ends when its scripted sessions end)."""
 
+# The suite's 120 s per test would cut the demo short on a loaded machine (the module's
+# demo runs in the set-up of whichever test comes first) and report only "Timeout". The
+# demo's own deadline comes first instead, and its failure shows what the demo printed.
+pytestmark = pytest.mark.timeout(DEMO_TIMEOUT_S + 60)
+
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stockade.cli.main", "demo", "--no-color", *args],
-        capture_output=True,
-        text=True,
-        timeout=DEMO_TIMEOUT_S,
-    )
+    """Run `stockade demo` in a process group of its own; past ``DEMO_TIMEOUT_S`` the
+    whole group (the demo and every service it started) is killed and the test fails
+    with the tail of what the demo had printed, so a hang is a failure that says where."""
+    argv = [sys.executable, "-m", "stockade.cli.main", "demo", "--no-color", *args]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        started = time.monotonic()
+        try:
+            out, err = proc.communicate(timeout=DEMO_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(
+                f"the demo did not finish within {DEMO_TIMEOUT_S} s "
+                f"({time.monotonic() - started:.0f} s):\n{out[-4000:]}\n{err[-4000:]}"
+            )
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="module")

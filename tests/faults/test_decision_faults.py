@@ -12,6 +12,7 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
+import asyncpg
 import grpc
 import pytest
 from google.protobuf import struct_pb2
@@ -220,15 +221,31 @@ async def _state(admin: DecisionClient, approval_id: str, session: str) -> bool:
     return first is grpc.aio.EOF or first.approval.approval_id != approval_id
 
 
-async def test_sigterm_ends_approval_waits_at_once(fault_stack: StartStack) -> None:
-    async with _decision(fault_stack, STOCKADE_DECISION_GRACE_SECONDS="300") as (
-        stack,
-        client,
-        admin,
-    ):
+async def test_sigterm_ends_approval_waits_at_once(fault_stack: StartStack, pg_dsn: str) -> None:
+    # On PostgreSQL a wait leaves a trace the test can see: its first step touches the
+    # approval's waiter heartbeat (``waiter_seen``) on the database's clock.
+    async with _decision(
+        fault_stack, STOCKADE_DECISION_GRACE_SECONDS="300", STOCKADE_DECISION_STORE_DSN=pg_dsn
+    ) as (stack, client, admin):
         approvals = await _asks(client, 20)
-        waits = [asyncio.create_task(client.await_approval(a, timeout=300)) for a in approvals]
-        await asyncio.sleep(0.2)
+        db = await asyncpg.connect(pg_dsn)
+        try:
+            before = await db.fetchval("SELECT extract(epoch from clock_timestamp())::float8")
+            waits = [asyncio.create_task(client.await_approval(a, timeout=300)) for a in approvals]
+
+            async def all_waiting() -> bool:
+                touched = await db.fetchval(
+                    "SELECT count(*) FROM decision_approvals "
+                    "WHERE approval_id = ANY($1) AND waiter_seen > $2",
+                    approvals,
+                    before,
+                )
+                return bool(touched == len(approvals))
+
+            # A condition, not a sleep: every wait is in the service before the signal.
+            await wait_for(all_waiting, what="all 20 waits to reach the service")
+        finally:
+            await db.close()
         # With a 300 s grace the old service held its shutdown for the whole grace; now
         # the waits end with UNAVAILABLE and the process exits (stop fails past 60 s).
         await stack.stop("decision", timeout_s=60)

@@ -36,6 +36,11 @@ REATTACH_FIRST_DELAY_S = 0.1
 """First pause before an approval wait re-attaches after UNAVAILABLE (then doubled)."""
 REATTACH_MAX_DELAY_S = 2.0
 """Longest pause between re-attach attempts."""
+_REATTACH_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+"""Ends of an AwaitApproval that leave the stored approval pending: the service is down or
+stopping (UNAVAILABLE), or it stopped with the wait received and not yet started, which
+the server cancels (CANCELLED; a wait this client cancels raises CancelledError instead).
+Waiting again is idempotent, so the client re-attaches rather than denying."""
 
 
 def fail_closed(reason: str) -> d_pb2.DecideResponse:
@@ -129,7 +134,8 @@ class DecisionClient:
         is its deprecated name); a failure to get one is a DENY.
 
         The approval is stored, so a wait cut off by a restart of the decision service
-        (UNAVAILABLE: killed, or told to stop and ending its waits) re-attaches with
+        (UNAVAILABLE: killed, or told to stop and ending its waits; CANCELLED: stopped
+        before the wait had started) re-attaches with
         backoff until the answer comes or the time is spent, rather than denying a call
         whose approval is still open.
         """
@@ -151,7 +157,7 @@ class DecisionClient:
                 return resp
             except grpc.aio.AioRpcError as err:
                 left = deadline - loop.time()
-                if err.code() != grpc.StatusCode.UNAVAILABLE or left <= delay:
+                if err.code() not in _REATTACH_CODES or left <= delay:
                     return d_pb2.AwaitApprovalResponse(
                         verdict=c_pb2.VERDICT_DENY,
                         reason=fail_closed_reason("decision", err, attempts=attempts),

@@ -45,3 +45,44 @@ async def test_late_answer_is_a_deny() -> None:
         assert "DEADLINE_EXCEEDED" in resp.reason
     finally:
         await stop_server(srv)
+
+
+async def test_an_approval_wait_the_server_cancels_or_ends_unavailable_reattaches() -> None:
+    """A stopping service ends a wait UNAVAILABLE, or CANCELLED when it had received the
+    wait and not yet started it: the approval is stored and still pending, so the client
+    waits again (and gets the answer) instead of denying. Any other code still denies."""
+    ends = [grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED]
+    attempts: list[str] = []
+
+    async def await_approval(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        approval_id = d_pb2.AwaitApprovalRequest.FromString(request).approval_id
+        attempts.append(approval_id)
+        if approval_id == "appr-denied":
+            await context.abort(grpc.StatusCode.INTERNAL, "broken")
+        if ends:
+            await context.abort(ends.pop(0), "stopping")
+        return d_pb2.AwaitApprovalResponse(verdict=c_pb2.VERDICT_ALLOW).SerializeToString()
+
+    def add(servicer: object, server: grpc.aio.Server) -> None:
+        handler = grpc.method_handlers_generic_handler(
+            "stockade.v1.DecisionService",
+            {"AwaitApproval": grpc.unary_unary_rpc_method_handler(await_approval)},
+        )
+        server.add_generic_rpc_handlers((handler,))
+
+    srv = await create_server(
+        "stopping",
+        ServerSettings(listen="127.0.0.1:0", grace_seconds=0),
+        [Registration(add, None, "x")],
+    )
+    try:
+        async with aio_channel(srv.address) as ch:
+            client = DecisionClient(ch)
+            answer = await client.await_approval("appr-1", timeout=60)
+            assert answer.verdict == c_pb2.VERDICT_ALLOW
+            assert attempts == ["appr-1"] * 4
+            denied = await client.await_approval("appr-denied", timeout=60)
+        assert denied.verdict == c_pb2.VERDICT_DENY and "INTERNAL" in denied.reason
+        assert attempts.count("appr-denied") == 1
+    finally:
+        await stop_server(srv)
