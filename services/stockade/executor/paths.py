@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from mypy_extensions import mypyc_attr
 
 from stockade.errors import PathRefused
+from stockade.executor import gitconfig
 from stockade.executor.globs import compile_globs, match_relative
 from stockade.executor.openat2 import openat2 as _openat2
 from stockade.executor.openat2 import probe as _openat2_probe
@@ -56,6 +57,26 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     ".git/**",
     ".gitmodules",
     ".gitconfig",
+    # Hooks outside .git: the hook managers' files that the installed hook (already in
+    # .git/hooks or core.hooksPath) reads on the person's next commit, checkout or push
+    # and runs as commands. (A hooks directory named by the repository's own config,
+    # wherever it is, is protected too: gitconfig.py.)
+    ".githooks/**",  # the usual `git config core.hooksPath .githooks` directory
+    ".husky/**",  # husky v5+: core.hooksPath=.husky/_, which runs .husky/<hook>
+    ".huskyrc",  # husky v4: hooks are commands in these (or package.json)
+    ".huskyrc.*",
+    "husky.config.*",
+    ".pre-commit-config.yaml",  # pre-commit: `repo: local` hooks run any entry
+    ".pre-commit-config.yml",
+    ".pre-commit-hooks.yaml",  # a hook repository's manifest (`pre-commit try-repo .`)
+    "lefthook.*",  # lefthook: yml, yaml, toml, json, jsonc; at the top or in .config/
+    ".lefthook.*",
+    "lefthook-local.*",
+    ".lefthook-local.*",
+    ".lefthook/**",  # lefthook's script directories (source_dir, source_dir_local)
+    ".lefthook-local/**",
+    ".overcommit.yml",  # overcommit, and its repository hooks directory
+    ".git-hooks/**",
     # Shell start-up files run on the next interactive or login shell.
     ".bashrc",
     ".bash_profile",
@@ -470,7 +491,9 @@ class PathSandbox:
                     root,
                 )
             if self.protects_git:
-                layout = self._git_layout(resolved, root, existing)
+                layout = self._git_layout(resolved, root, existing) or self._config_named(
+                    resolved, lexical, existing
+                )
                 if layout is not None:
                     return PathDecision(False, resolved, layout, root)
         return PathDecision(True, resolved, f"inside {root.path}", root, write)
@@ -785,6 +808,37 @@ class PathSandbox:
                     return (
                         f"writes to {resolved} are refused: {parent} already holds "
                         f"{marker!r}, and {name!r} would help lay it out as a git directory"
+                    )
+        return None
+
+    def config_named(self, *places: str) -> tuple[str, ...]:
+        """What the git configuration of the repositories git finds from ``places`` (and
+        from the working directory) makes code or configuration outside the git directory:
+        the hooks directory (``core.hooksPath``), included files, programs its commands
+        name (:mod:`stockade.executor.gitconfig`). Absolute paths, each with everything
+        under it."""
+        named: list[str] = []
+        home = _home()
+        for top, git_dir in dict.fromkeys(
+            repo
+            for repo in (gitconfig.repository_of(p) for p in (*places, self.cwd))
+            if repo is not None
+        ):
+            named.extend(gitconfig.named_paths(top, git_dir, home))
+        return tuple(dict.fromkeys(named))
+
+    def _config_named(self, resolved: str, lexical: str, existing: str) -> str | None:
+        """Why a write to ``resolved`` would change what a person's git runs (a hook in
+        ``core.hooksPath``, an included config file, a program a command names), or None."""
+        start = existing if existing != resolved else os.path.dirname(resolved)
+        paths = {resolved, lexical, fold_for_match(resolved), fold_for_match(lexical)}
+        for named in self.config_named(start):
+            for candidate in (named, fold_for_match(named)):
+                if any(_is_within(path, candidate) for path in paths):
+                    return (
+                        f"writes to {resolved} are refused: git's configuration names "
+                        f"{named} (a hooks directory, an included config file, or a program "
+                        "a git command runs), so a person's git on the host would run it"
                     )
         return None
 

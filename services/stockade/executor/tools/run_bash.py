@@ -44,10 +44,26 @@ def confinement_policy(
         writable_roots=tuple(root.path for root in sandbox.roots if root.writable),
         network_enabled=network_enabled,
         masked_globs=masked_globs,
-        read_only_globs=sandbox.protected_write_globs,
+        read_only_globs=(*sandbox.protected_write_globs, *_config_named(sandbox)),
         rlimits=rlimits,
         protect_git=sandbox.protects_git,
         masked_dirs=masked_dirs,
+    )
+
+
+def _config_named(sandbox: PathSandbox) -> tuple[str, ...]:
+    """The paths the git configuration of the working directory's repository (and of the
+    writable roots') makes hooks, config or programs (``core.hooksPath`` ...), as anchored
+    globs: kept read-only at run time like ``.git/**`` (the analysis refuses writes to
+    them by name; a program it cannot see into must not write them either)."""
+    if not sandbox.protects_git:
+        return ()
+    writable = [root.path for root in sandbox.roots if root.writable]
+    return tuple(
+        f"{path}/**"
+        for path in sandbox.config_named(*writable)
+        if not any(c in path for c in "*?[")
+        and any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable)
     )
 
 

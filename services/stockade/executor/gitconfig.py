@@ -1,0 +1,391 @@
+"""Paths that a repository's git configuration makes code (EXE-3 rev 2, hooks outside ``.git``).
+
+Git runs programs that its configuration names, and some of them live in the work tree,
+outside the protected git directory: ``core.hooksPath = .githooks`` (or husky's
+``.husky/_``) moves the hooks there; ``include.path = ../shared.gitconfig`` makes a work-tree
+file part of the configuration; ``diff.x.textconv = python3 tools/conv.py``,
+``alias.lint = !./scripts/lint.sh``, ``gpg.program = ./tools/gpg`` run a file of the work
+tree on ``git diff``, ``git lint``, ``git log --show-signature``. An agent that rewrites one
+of them runs code as the person on that person's next git command on the host, outside any
+sandbox. :func:`named_paths` returns them, so that the path sandbox refuses writes to them
+and the confinement keeps them read-only, like ``.git/**``.
+
+The configuration read is the one git would read for that repository (system, global, the
+repository's ``config``, its ``commondir``'s and ``config.worktree``) and the files they
+include. It is read as a superset, never by running git (whose configuration can run
+commands): every ``includeIf`` is taken whatever its condition, a relative command word is
+taken from the top of the work tree (where git runs hooks, aliases, filters and diff
+drivers), a value that cannot be read as a path names nothing. Reading is bounded (file
+size, include depth, number of files and of names) and cached by the files' stat
+signatures, so the cost on a write check is a few ``stat`` calls once the repository has
+been seen.
+
+The agent cannot write any of these configuration files (``.git/**``, ``~/.gitconfig`` and
+every included file are protected or outside the roots), so the parser reads trusted text:
+it is lenient (a malformed line is skipped, as the rest of the file still counts) rather
+than exact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import threading
+from collections.abc import Iterable
+
+__all__ = ["config_files", "named_paths", "parse_config", "repository_of"]
+
+_MAX_CONFIG_BYTES = 1 << 20  # a config this large is not a person's
+_MAX_INCLUDE_DEPTH = 10  # git's own limit (MAX_INCLUDE_DEPTH)
+_MAX_FILES = 32
+_MAX_NAMES = 256
+_MAX_REPOSITORY_DEPTH = 128
+_CACHE_ENTRIES = 64
+
+# Last components of keys whose value is a command (run by the shell, usually from the top
+# of the work tree) or a program's path: core.fsmonitor, core.pager, core.editor,
+# core.sshCommand, core.askPass, core.gitProxy, sequence.editor, gpg.program,
+# gpg.<fmt>.program, gpg.ssh.defaultKeyCommand, diff.<d>.command / textconv, diff.external,
+# filter.<f>.clean / smudge / process, merge.<m>.driver, mergetool / difftool.<t>.cmd / path,
+# credential.helper, interactive.diffFilter, sendemail.sendmailCmd / toCmd / ccCmd,
+# web.browser, browser.<b>.cmd / path, man.<m>.cmd / path, remote.<r>.uploadpack /
+# receivepack, uploadpack.packObjectsHook, trailer.<t>.command / cmd, submodule.<s>.update
+# (`!cmd`) ...
+_COMMAND_NAMES = frozenset(
+    {
+        "askpass",
+        "browser",
+        "cccmd",
+        "clean",
+        "cmd",
+        "command",
+        "defaultkeycommand",
+        "difffilter",
+        "driver",
+        "editor",
+        "external",
+        "fsmonitor",
+        "gitproxy",
+        "helper",
+        "packobjectshook",
+        "pager",
+        "process",
+        "program",
+        "receivepack",
+        "sendmailcmd",
+        "smtpserver",
+        "smudge",
+        "sshcommand",
+        "textconv",
+        "tocmd",
+        "update",
+        "uploadpack",
+    }
+)
+# Sections whose every value is a command (`alias.x = !sh ...`, `pager.log = ./p`).
+_COMMAND_SECTIONS = frozenset({"alias", "pager"})
+# `<section>.<name>.path` is a program's path only in these (submodule.<s>.path is a
+# directory of the work tree, include.path a configuration file: handled apart).
+_PROGRAM_PATH_SECTIONS = frozenset({"mergetool", "difftool", "man", "browser"})
+# gpg.ssh.allowedSignersFile / revocationFile: the keys whose signatures verify as good.
+_VERIFICATION_FILES = frozenset({"allowedsignersfile", "revocationfile"})
+# Words of a command: what lies between shell metacharacters and quotes.
+_COMMAND_WORD = re.compile(r"[^\s'\"`;&|()<>=$\\]+")
+_KEY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
+_BOOLEAN = frozenset({"", "true", "false", "yes", "no", "on", "off", "0", "1"})
+
+
+def parse_config(text: str) -> list[tuple[str, str | None]]:
+    """``(key, value)`` pairs of a git configuration file, in order.
+
+    ``key`` is ``section.name`` or ``section.subsection.name`` with the section and the
+    name lower-cased (git compares them so) and the subsection as written; ``value`` is
+    None for a bare ``name`` (boolean true). Quotes, escapes and ``\\`` line continuations
+    are read as git reads them; a malformed line is skipped.
+    """
+    out: list[tuple[str, str | None]] = []
+    section = ""
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r\n":
+            i += 1
+            continue
+        if ch in "#;":
+            i = _line_end(text, i)
+            continue
+        if ch == "[":
+            end = text.find("]", i)
+            if end < 0 or "\n" in text[i:end]:
+                section = ""
+                i = _line_end(text, i)
+                continue
+            section = _section(text[i + 1 : end])
+            i = end + 1
+            continue
+        match = _KEY_NAME.match(text, i)
+        if match is None or not section:
+            i = _line_end(text, i)
+            continue
+        name = match.group().lower()
+        i = match.end()
+        while i < n and text[i] in " \t":
+            i += 1
+        if i >= n or text[i] in "\r\n#;":
+            out.append((f"{section}.{name}", None))
+            i = _line_end(text, i)
+            continue
+        if text[i] != "=":
+            i = _line_end(text, i)
+            continue
+        value, i = _value(text, i + 1)
+        out.append((f"{section}.{name}", value))
+    return out
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end + 1
+
+
+def _section(header: str) -> str:
+    """``core`` / ``branch "main"`` / ``branch.main`` (deprecated form) as a key prefix."""
+    header = header.strip()
+    if '"' in header:
+        name, _, rest = header.partition('"')
+        sub = rest.rsplit('"', 1)[0].replace('\\"', '"').replace("\\\\", "\\")
+        return f"{name.strip().lower()}.{sub}"
+    if "." in header:
+        name, _, sub = header.partition(".")
+        return f"{name.lower()}.{sub.lower()}"
+    return header.lower()
+
+
+def _value(text: str, i: int) -> tuple[str, int]:
+    """A value from ``i`` (after ``=``) to its end of line; returns it and the next index."""
+    out: list[str] = []
+    quoted = False
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            i += 1
+            break
+        if ch == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            if nxt == "\n":
+                i += 2
+                continue
+            if nxt == "\r" and text[i + 2 : i + 3] == "\n":
+                i += 3
+                continue
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(nxt, nxt))
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch in "#;" and not quoted:
+            i = _line_end(text, i)
+            break
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out).strip(" \t\r"), i
+
+
+def repository_of(path: str) -> tuple[str, str] | None:
+    """(top of the work tree, git directory) of the repository git would find from the
+    directory ``path`` (walking up to ``/``, as git's discovery does), or None. A ``.git``
+    file's ``gitdir:`` is followed; a ``.git`` symlink is followed as git follows it."""
+    here = path
+    for _ in range(_MAX_REPOSITORY_DEPTH):
+        dot_git = os.path.join(here, ".git")
+        try:
+            os.lstat(dot_git)
+        except OSError:
+            parent = os.path.dirname(here)
+            if parent == here:
+                return None
+            here = parent
+            continue
+        if os.path.isfile(dot_git):
+            return here, _gitdir_of_file(dot_git) or dot_git
+        return here, os.path.realpath(dot_git)
+    return None
+
+
+def _gitdir_of_file(dot_git: str) -> str | None:
+    """The directory a ``gitdir: X`` file names (relative to the file's directory)."""
+    try:
+        with open(dot_git, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not head.startswith("gitdir:"):
+        return None
+    target = head[len("gitdir:") :].strip()
+    if not target:
+        return None
+    return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
+
+
+def config_files(git_dir: str, home: str) -> list[str]:
+    """The configuration files git reads for a repository, lowest precedence first (each
+    may be missing): system, global, the common dir's ``config``, ``config.worktree``."""
+    files: list[str] = []
+    if not os.environ.get("GIT_CONFIG_NOSYSTEM"):
+        files.append(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    explicit = os.environ.get("GIT_CONFIG_GLOBAL")
+    if explicit is not None:
+        files.append(explicit)
+    else:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+        files += [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+    common = git_dir
+    try:
+        with open(os.path.join(git_dir, "commondir"), "rb") as f:
+            pointer = f.read(4096).decode("utf-8", "replace").strip()
+        if pointer:
+            common = os.path.realpath(os.path.join(git_dir, pointer))
+    except OSError:
+        pass
+    files.append(os.path.join(common, "config"))
+    files.append(os.path.join(git_dir, "config.worktree"))
+    if common != git_dir:
+        files.append(os.path.join(git_dir, "config"))  # older layouts kept one here too
+    return [f for f in dict.fromkeys(files) if f and f != "/dev/null"]
+
+
+Signature = tuple[tuple[str, int, int, int, int], ...]
+
+
+def _stat_key(path: str) -> tuple[str, int, int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, -1, -1, -1, -1)
+    return (path, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class _Reading:
+    """One reading of a repository's configuration: what it names, and which files (and
+    absent files) it depended on."""
+
+    def __init__(self, top: str, home: str) -> None:
+        self.top = top
+        self.home = home
+        self.consulted: list[str] = []
+        self.named: list[str] = []
+
+    def load(self, path: str, depth: int) -> None:
+        if depth > _MAX_INCLUDE_DEPTH or len(self.consulted) >= _MAX_FILES:
+            return
+        self.consulted.append(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_MAX_CONFIG_BYTES + 1)
+        except OSError:
+            return
+        text = data[:_MAX_CONFIG_BYTES].decode("utf-8", "replace")
+        base = os.path.dirname(path)
+        for key, value in parse_config(text):
+            if value is None or len(self.named) >= _MAX_NAMES:
+                continue
+            section, _, rest = key.partition(".")
+            name = rest.rsplit(".", 1)[-1] if rest else ""
+            if name == "path" and (section == "include" or section == "includeif"):
+                included = self._place(value, base)
+                if included is not None:
+                    # A file of the configuration: writing it is writing the config.
+                    self.named.append(included)
+                    self.load(included, depth + 1)
+            elif key == "core.hookspath":
+                hooks = self._place(value, self.top)
+                if hooks is not None:
+                    self.named.append(hooks)
+                    if os.path.basename(hooks) == "_":
+                        # husky (v9): `.husky/_/<hook>` runs `.husky/<hook>`.
+                        self.named.append(os.path.dirname(hooks))
+            elif name in _VERIFICATION_FILES:
+                # Who a signature check reports as a good signer: not code, but the
+                # person's trust in what the agent could sign.
+                place = self._place(value, self.top)
+                if place is not None:
+                    self.named.append(place)
+            elif (
+                section in _COMMAND_SECTIONS
+                or name in _COMMAND_NAMES
+                or (name == "path" and section in _PROGRAM_PATH_SECTIONS)
+            ):
+                if key == "core.fsmonitor" and value.strip().lower() in _BOOLEAN:
+                    continue
+                self.named.extend(self._command_paths(value))
+
+    def _place(self, value: str, base: str) -> str | None:
+        """A path value as git reads it (``~/`` from the home, relative from ``base``)."""
+        value = value.strip()
+        if not value:
+            return None
+        if value.startswith("~/") or value == "~":
+            value = os.path.join(self.home, value[2:])
+        elif value.startswith("%(prefix)/"):
+            return None  # relative to git's own install prefix: not in a root
+        return os.path.normpath(os.path.join(base, value))
+
+    def _command_paths(self, value: str) -> Iterable[str]:
+        """The files a command value may run or load: each word with a ``/`` (``./x``,
+        ``tools/conv.py``, ``~/bin/x``, ``/abs/x``), and each bare word naming a file at the
+        top of the work tree or looking like a file name (``conv.py``): git runs these
+        commands from the top. A bare word like ``less`` is a program from PATH."""
+        value = value[:4096]
+        try:
+            words = shlex.split(value.lstrip("!"))  # a quoted word with blanks is one path
+        except ValueError:
+            words = []
+        for word in dict.fromkeys((*words, *_COMMAND_WORD.findall(value))):
+            word = word.lstrip("!")
+            if not word or word.startswith("-") or word.startswith("%"):
+                continue
+            if "/" not in word and not word.startswith("~"):
+                candidate = os.path.join(self.top, word)
+                if "." not in word.strip(".") and not os.path.lexists(candidate):
+                    continue
+            place = self._place(word, self.top)
+            if place is not None:
+                yield place
+
+
+_cache: dict[tuple[str, str, str], tuple[Signature, tuple[str, ...]]] = {}
+_cache_lock = threading.Lock()
+
+
+def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
+    """Absolute paths (files or directories, each with everything under it) that the
+    configuration of the repository at ``top`` (git directory ``git_dir``) makes code or
+    configuration: the hooks directory, included configuration files, and the files its
+    commands name. Both each path as named and its canonical form (symlinks followed, as
+    git follows them) are returned. Cached by the stat signatures of every file read."""
+    key = (top, git_dir, home)
+    with _cache_lock:
+        cached = _cache.get(key)
+    if cached is not None:
+        signature, named = cached
+        if all(_stat_key(entry[0]) == entry for entry in signature):
+            return named
+    reading = _Reading(top, home)
+    for path in config_files(git_dir, home):
+        reading.load(path, 0)
+    out: list[str] = []
+    for path in reading.named:
+        out.append(path)
+        real = os.path.realpath(path)
+        if real != path:
+            out.append(real)
+    named = tuple(dict.fromkeys(out))
+    signature = tuple(_stat_key(path) for path in reading.consulted)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_ENTRIES:
+            _cache.clear()
+        _cache[key] = (signature, named)
+    return named
