@@ -198,8 +198,9 @@ class ExecutorCore:
 
     async def inspect_async(self, tool_name: str, arguments: Mapping[str, Any]) -> Inspection:
         """:meth:`inspect` without blocking the event loop on the isolated child parser
-        (a bash command that is not ASCII is inspected in a thread)."""
-        if parses_in_child(tool_name, arguments):
+        or a repository's object store (a bash command that is not ASCII, or a git
+        command under protected reads, is inspected in a thread)."""
+        if parses_in_child(tool_name, arguments, self.sandbox.denied_read_globs):
             return await asyncio.to_thread(self.inspect, tool_name, arguments)
         return self.inspect(tool_name, arguments)
 

@@ -283,8 +283,11 @@ def inspect_call(
     raise UnknownTool(f"the executor has no tool {tool_name!r}", tool=tool_name)
 
 
-def parses_in_child(tool_name: str, args: Mapping[str, Any]) -> bool:
-    """Whether inspecting this call waits for the isolated child parser (a bash command
-    that is not ASCII): the event loop then inspects it in a thread."""
+def parses_in_child(
+    tool_name: str, args: Mapping[str, Any], denied_read_globs: Sequence[str] = ()
+) -> bool:
+    """Whether the event loop should inspect this call in a thread: a bash command that
+    waits for the isolated child parser (not ASCII) or that may read a repository's
+    object store under protected reads (:meth:`BashAnalyzer.judged_in_thread`)."""
     command = args.get("command") if tool_name == "run_bash" else None
-    return isinstance(command, str) and BashAnalyzer.parses_in_child(command)
+    return isinstance(command, str) and BashAnalyzer.judged_in_thread(command, denied_read_globs)

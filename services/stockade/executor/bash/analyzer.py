@@ -128,6 +128,15 @@ class BashAnalyzer:
         event loop should judge it in a thread (:meth:`analyze_async`)."""
         return not command.isascii()
 
+    @staticmethod
+    def judged_in_thread(command: str, denied_read_globs: Sequence[str] = ()) -> bool:
+        """Whether an event loop should judge ``command`` in a thread: it waits for the
+        child parser, or it may read a repository's object store (a git command under
+        protected reads: githistory.py inflates up to 5,000 objects for one question,
+        which must not stall every other call the loop serves). A word ``git`` anywhere
+        is enough to take the thread; everything else is judged inline."""
+        return not command.isascii() or (bool(denied_read_globs) and "git" in command)
+
     async def analyze_async(
         self,
         command: str,
@@ -136,8 +145,9 @@ class BashAnalyzer:
         network_enabled: bool = False,
         denied_read_globs: Sequence[str] = (),
     ) -> BashAnalysis:
-        """:meth:`analyze` without blocking the event loop on the child parser."""
-        if not self.parses_in_child(command):
+        """:meth:`analyze` without blocking the event loop on the child parser or on a
+        repository's object store (:meth:`judged_in_thread`)."""
+        if not self.judged_in_thread(command, denied_read_globs):
             return self.analyze(
                 command,
                 sandbox=sandbox,
@@ -186,14 +196,14 @@ class BashAnalyzer:
     def _parse(self, command: str) -> ParsedScript:
         """The parse of ``command``, from the cache when the same text was parsed lately."""
         if self._parse_cache_size <= 0 or len(command) > _MAX_CACHED_CHARS:
-            return parse(command, self._isolated)
+            return self._parse_now(command)
         with self._parses_lock:
             parsed = self._parses.get(command)
             if parsed is not None:
                 self._parses.move_to_end(command)
                 return parsed
         # Parsed outside the lock: a non-ASCII parse waits for the child.
-        parsed = parse(command, self._isolated)
+        parsed = self._parse_now(command)
         if parsed.error is not None and not command.isascii():
             return parsed  # the child may have failed for a passing reason: not kept
         with self._parses_lock:
@@ -201,6 +211,16 @@ class BashAnalyzer:
             while len(self._parses) > self._parse_cache_size:
                 self._parses.popitem(last=False)
         return parsed
+
+    def _parse_now(self, command: str) -> ParsedScript:
+        """Parse ``command``: ASCII text in this process, one parse at a time (the
+        in-process tree-sitter parser is one object shared by every analyzer, and git
+        commands are judged in threads beside the event loop's inline ones); other text
+        in the child, without holding that lock while it waits."""
+        if not command.isascii():
+            return parse(command, self._isolated)
+        with _IN_PROCESS_PARSE:
+            return parse(command, self._isolated)
 
     def _context(self, denied_read_globs: tuple[str, ...]) -> WalkContext:
         # What os.path.expanduser("~") gives, read first from $HOME alone (it runs for every
@@ -227,6 +247,9 @@ class BashAnalyzer:
             self._default_sandboxes[cwd] = sandbox
         return sandbox
 
+
+_IN_PROCESS_PARSE = threading.Lock()
+"""Held while the in-process parser runs (see :meth:`BashAnalyzer._parse_now`)."""
 
 _ONE_SHOT = BashAnalyzer(isolated=False, parse_cache=0)
 """The analyzer behind :func:`analyze`: compiled patterns only, never a process."""
