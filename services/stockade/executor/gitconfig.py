@@ -32,9 +32,10 @@ import os
 import re
 import shlex
 import threading
+import time
 from collections.abc import Iterable
 
-__all__ = ["config_files", "named_paths", "parse_config", "repository_of"]
+__all__ = ["config_files", "named_for", "named_paths", "parse_config", "repository_of"]
 
 _MAX_CONFIG_BYTES = 1 << 20  # a config this large is not a person's
 _MAX_INCLUDE_DEPTH = 10  # git's own limit (MAX_INCLUDE_DEPTH)
@@ -389,3 +390,32 @@ def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
             _cache.clear()
         _cache[key] = (signature, named)
     return named
+
+
+# What the repositories around a few places name, kept for a moment: every write check
+# asks (PERF-4a), and finding the repositories walks to `/`. Only the person changes what
+# is found (the agent can neither create a `.git` nor write a configuration file), and a
+# person's `git init` or `git config` is seen within this time.
+_PLACES_TTL_S = 1.0
+_places: dict[tuple[tuple[str, ...], str], tuple[float, tuple[str, ...]]] = {}
+
+
+def named_for(places: tuple[str, ...], home: str) -> tuple[str, ...]:
+    """:func:`named_paths` of every repository git finds from one of ``places`` (each a
+    directory), merged; remembered for a second."""
+    key = (places, home)
+    now = time.monotonic()
+    hit = _places.get(key)
+    if hit is not None and now - hit[0] < _PLACES_TTL_S:
+        return hit[1]
+    named: list[str] = []
+    for top, git_dir in dict.fromkeys(
+        repo for repo in (repository_of(p) for p in places) if repo is not None
+    ):
+        named.extend(named_paths(top, git_dir, home))
+    result = tuple(dict.fromkeys(named))
+    with _cache_lock:
+        if len(_places) >= _CACHE_ENTRIES * 4:
+            _places.clear()
+        _places[key] = (now, result)
+    return result

@@ -817,22 +817,17 @@ class PathSandbox:
         the hooks directory (``core.hooksPath``), included files, programs its commands
         name (:mod:`stockade.executor.gitconfig`). Absolute paths, each with everything
         under it."""
-        named: list[str] = []
-        home = _home()
-        for top, git_dir in dict.fromkeys(
-            repo
-            for repo in (gitconfig.repository_of(p) for p in (*places, self.cwd))
-            if repo is not None
-        ):
-            named.extend(gitconfig.named_paths(top, git_dir, home))
-        return tuple(dict.fromkeys(named))
+        return gitconfig.named_for((*places, self.cwd), _home())
 
     def _config_named(self, resolved: str, lexical: str, existing: str) -> str | None:
         """Why a write to ``resolved`` would change what a person's git runs (a hook in
         ``core.hooksPath``, an included config file, a program a command names), or None."""
         start = existing if existing != resolved else os.path.dirname(resolved)
+        names = self.config_named(start)
+        if not names:
+            return None
         paths = {resolved, lexical, fold_for_match(resolved), fold_for_match(lexical)}
-        for named in self.config_named(start):
+        for named in names:
             for candidate in (named, fold_for_match(named)):
                 if any(_is_within(path, candidate) for path in paths):
                     return (
