@@ -321,6 +321,9 @@ class _Reading:
             ):
                 if key == "core.fsmonitor" and value.strip().lower() in _BOOLEAN:
                     continue
+                if section == "credential" and name == "helper":
+                    # A bare helper name is the program git-credential-<name> on PATH.
+                    value = value if value.lstrip().startswith(("!", "/", "~", ".")) else ""
                 self.named.extend(self._command_paths(value))
 
     def _place(self, value: str, base: str) -> str | None:

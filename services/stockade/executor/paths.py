@@ -259,6 +259,27 @@ def git_dir_layout(directory: str) -> bool:
     return False
 
 
+def _glob_ancestors(globs: Sequence[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Folded leading literal components of the globs that have two or more of them
+    (``.config/fish/**`` -> ``.config``: (``.config``, ``fish``)), keyed by each proper
+    prefix's last component."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for glob in globs:
+        parts = [p for p in fold_for_match(glob).split("/") if p]
+        if parts and parts[0] == "**":
+            parts = parts[1:]
+        lead: list[str] = []
+        for part in parts:
+            if _GLOB_META & set(part):
+                break
+            lead.append(part)
+        if glob.startswith("/") or len(lead) < 2:
+            continue
+        for i in range(1, len(lead)):
+            out.setdefault(lead[i - 1], []).append(tuple(lead[: i + 1]))
+    return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
+
+
 def git_protected(globs: Sequence[str]) -> bool:
     """Whether a set of protected-write globs protects git directories (the default does;
     a deployment that lets commands commit drops ``.git/**`` and so these checks too)."""
@@ -369,6 +390,12 @@ class PathSandbox:
         read_globs = tuple(dict.fromkeys((*self.denied_read_globs, *self.credential_globs)))
         self._read_match = _FoldedGlobs(read_globs)
         self._write_match = _FoldedGlobs(self.protected_write_globs)
+        # Leading literal directories of protected globs (`.config/fish/**`: `.config`):
+        # a write OF such a directory (`mv evil .config`, `cp -r x .config`, `ln -s d
+        # .config`) lays out the protected path below it.
+        self._glob_ancestors: dict[str, tuple[tuple[str, ...], ...]] = _glob_ancestors(
+            self.protected_write_globs
+        )
         self.protects_git: bool = git_protected(self.protected_write_globs)
         """Whether git directories by layout (bare repositories) are protected too."""
 
@@ -481,7 +508,9 @@ class PathSandbox:
                 return PathDecision(False, resolved, f"{root.path} is read-only", root)
             # The path as given counts too: `sub/.git` may be a symlink to a directory
             # whose canonical name matches nothing, and git follows it.
-            glob = self._write_match.match(resolved, lexical)
+            glob = self._write_match.match(resolved, lexical) or self._ancestor_match(
+                resolved, lexical, root
+            )
             if glob is not None:
                 return PathDecision(
                     False,
@@ -811,6 +840,19 @@ class PathSandbox:
                     )
         return None
 
+    def _ancestor_match(self, resolved: str, lexical: str, root: Root) -> str | None:
+        """The protected glob that lies below the directory ``resolved`` names (the write
+        would put a tree there: ``.config`` for ``.config/fish/**``), or None. A root
+        itself never counts (``cp x .`` writes inside it)."""
+        if not self._glob_ancestors or resolved == root.path:
+            return None
+        for path in (resolved, lexical) if lexical != resolved else (resolved,):
+            folded = fold_for_match(path)
+            for lead in self._glob_ancestors.get(folded.rsplit("/", 1)[-1], ()):
+                if folded.endswith("/" + "/".join(lead[:-1])):
+                    return f"{'/'.join(lead)}/…, below the directory written"
+        return None
+
     def config_named(self, *places: str) -> tuple[str, ...]:
         """What the git configuration of the repositories git finds from ``places`` (and
         from the working directory) makes code or configuration outside the git directory:
@@ -827,6 +869,14 @@ class PathSandbox:
         if not names:
             return None
         paths = {resolved, lexical, fold_for_match(resolved), fold_for_match(lexical)}
+        # A directory above a named path, below the roots, the working directory and the
+        # repository's top (`mv evil tools` lays out `tools/hooks`; `ln -s elsewhere
+        # tools` sends git there; `cp x .` writes inside the top).
+        above = not (
+            self._is_ancestor_of_root(resolved)
+            or _is_within(self.cwd, resolved)
+            or os.path.lexists(os.path.join(resolved, ".git"))
+        )
         for named in names:
             for candidate in (named, fold_for_match(named)):
                 if any(_is_within(path, candidate) for path in paths):
@@ -834,6 +884,12 @@ class PathSandbox:
                         f"writes to {resolved} are refused: git's configuration names "
                         f"{named} (a hooks directory, an included config file, or a program "
                         "a git command runs), so a person's git on the host would run it"
+                    )
+                if above and any(_is_within(candidate, path) for path in paths):
+                    return (
+                        f"writes to {resolved} are refused: it holds {named}, which git's "
+                        "configuration names (a hooks directory, an included config file, "
+                        "or a program a git command runs)"
                     )
         return None
 

@@ -164,6 +164,42 @@ def test_global_relative_hooks_path_applies_to_every_repository(
     assert not _sandbox(repo).check(".ci-hooks/pre-commit", write=True).allowed
 
 
+def test_a_directory_above_the_hooks_directory_is_protected(repo: Path, tmp_path: Path) -> None:
+    """Writing a directory ABOVE a named path lays it out: a symlink `tools -> evil`
+    (or `mv evil tools`, `cp -r evil tools`) makes `tools/hooks` the agent's directory."""
+    marker = tmp_path / "MARK-above"
+    host_git(repo, "config", "core.hooksPath", "tools/hooks")
+    _hook(repo / "evil" / "hooks" / "pre-commit", marker)
+    (repo / "tools").symlink_to("evil")
+    host_git(repo, "commit", "-q", "--allow-empty", "-m", "x")
+    assert marker.exists(), "host git did not follow the symlinked parent: the repro is broken"
+    (repo / "tools").unlink()
+    sb = _sandbox(repo)
+    for command in (
+        "ln -s evil tools",
+        "mv evil tools",
+        "cp -r evil tools",
+        "cp -a evil/. tools",
+        "rm -rf tools",
+        "mkdir tools && mv evil/hooks tools/",
+    ):
+        assert analyze(command, sandbox=sb).verdict == "deny", command
+    assert not sb.check("tools", write=True).allowed
+    # Writes into the top itself, and elsewhere, are not writes above it.
+    for command in ("cp README.md .", "mkdir -p src/x", "mv evil src", "cp -r evil docs"):
+        assert analyze(command, sandbox=sb).verdict != "deny", command
+
+
+def test_a_directory_above_a_protected_glob_is_protected(repo: Path) -> None:
+    """The same for the fixed list: `.config` holds `.config/fish/**`."""
+    (repo / "evil" / "fish").mkdir(parents=True)
+    sb = _sandbox(repo)
+    for command in ("mv evil .config", "ln -s evil .config", "cp -r evil .CONFIG"):
+        assert analyze(command, sandbox=sb).verdict == "deny", command
+    for command in ("mkdir -p .config/nvim", "echo x > .config/app.toml"):
+        assert analyze(command, sandbox=sb).verdict != "deny", command
+
+
 # --- include.path: work-tree files that are configuration ----------------------------------
 
 
