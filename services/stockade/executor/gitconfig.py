@@ -43,6 +43,8 @@ _MAX_FILES = 32
 _MAX_NAMES = 256
 _MAX_REPOSITORY_DEPTH = 128
 _CACHE_ENTRIES = 64
+_MAX_HOOK_FILES = 64
+_MAX_HOOK_BYTES = 64 << 10
 
 # Last components of keys whose value is a command (run by the shell, usually from the top
 # of the work tree) or a program's path: core.fsmonitor, core.pager, core.editor,
@@ -231,6 +233,16 @@ def _gitdir_of_file(dot_git: str) -> str | None:
     return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
 
 
+def common_dir(git_dir: str) -> str:
+    """Where a (linked worktree's) git directory keeps config, hooks and objects."""
+    try:
+        with open(os.path.join(git_dir, "commondir"), "rb") as f:
+            pointer = f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return git_dir
+    return os.path.realpath(os.path.join(git_dir, pointer)) if pointer else git_dir
+
+
 def config_files(git_dir: str, home: str) -> list[str]:
     """The configuration files git reads for a repository, lowest precedence first (each
     may be missing): system, global, the common dir's ``config``, ``config.worktree``."""
@@ -243,14 +255,7 @@ def config_files(git_dir: str, home: str) -> list[str]:
     else:
         xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
         files += [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
-    common = git_dir
-    try:
-        with open(os.path.join(git_dir, "commondir"), "rb") as f:
-            pointer = f.read(4096).decode("utf-8", "replace").strip()
-        if pointer:
-            common = os.path.realpath(os.path.join(git_dir, pointer))
-    except OSError:
-        pass
+    common = common_dir(git_dir)
     files.append(os.path.join(common, "config"))
     files.append(os.path.join(git_dir, "config.worktree"))
     if common != git_dir:
@@ -278,6 +283,39 @@ class _Reading:
         self.home = home
         self.consulted: list[str] = []
         self.named: list[str] = []
+        self.hooks_dir: str | None = None
+
+    def installed_hooks(self, hooks_dir: str) -> None:
+        """The hooks git runs (the hooks directory's files, ``*.sample`` aside) are
+        trusted programs; the work-tree files they name are what they run: a hook
+        manager's config (pre-commit's ``--config=…``), ``node_modules/husky/run.js``,
+        ``./scripts/pre-commit.sh``. Words with a ``/`` and bare words naming a file at
+        the top of the work tree count."""
+        self.consulted.append(hooks_dir)
+        try:
+            with os.scandir(hooks_dir) as scan:
+                entries = sorted((e.path for e in scan if not e.name.endswith(".sample")), key=str)
+        except OSError:
+            return
+        for path in entries[:_MAX_HOOK_FILES]:
+            if len(self.named) >= _MAX_NAMES:
+                return
+            try:
+                if not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as f:
+                    text = f.read(_MAX_HOOK_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            self.consulted.append(path)
+            for word in _COMMAND_WORD.findall(text):
+                if "$" in word or word.startswith("-") or not word.strip("./"):
+                    continue
+                if "/" not in word and not os.path.isfile(os.path.join(self.top, word)):
+                    continue
+                place = self._place(word, self.top)
+                if place is not None and not place.startswith(("/dev/", "/proc/")):
+                    self.named.append(place)
 
     def load(self, path: str, depth: int) -> None:
         if depth > _MAX_INCLUDE_DEPTH or len(self.consulted) >= _MAX_FILES:
@@ -301,9 +339,13 @@ class _Reading:
                     # A file of the configuration: writing it is writing the config.
                     self.named.append(included)
                     self.load(included, depth + 1)
-            elif key == "core.hookspath":
+            elif key in ("core.hookspath", "init.templatedir"):
+                # init.templateDir: a person's next `git init` / `git clone` copies the
+                # hooks found there into the new repository.
                 hooks = self._place(value, self.top)
                 if hooks is not None:
+                    if key == "core.hookspath":
+                        self.hooks_dir = hooks  # the last one wins, as in git
                     self.named.append(hooks)
                     if os.path.basename(hooks) == "_":
                         # husky (v9): `.husky/_/<hook>` runs `.husky/<hook>`.
@@ -380,6 +422,7 @@ def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
     reading = _Reading(top, home)
     for path in config_files(git_dir, home):
         reading.load(path, 0)
+    reading.installed_hooks(reading.hooks_dir or os.path.join(common_dir(git_dir), "hooks"))
     out: list[str] = []
     for path in reading.named:
         out.append(path)

@@ -365,6 +365,34 @@ def test_husky_layout_runs_the_parent_script_in_host_git(repo: Path, tmp_path: P
     _refused_everywhere(repo, ".husky/pre-commit")
 
 
+def test_work_tree_files_an_installed_hook_runs_are_protected(repo: Path, tmp_path: Path) -> None:
+    """The hook in `.git/hooks` is trusted; the work-tree files it names are what it runs:
+    a script it execs, pre-commit's `--config=` file, husky v4's `node_modules/...`."""
+    marker = tmp_path / "MARK-installed"
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text(
+        "#!/usr/bin/env bash\n"
+        "ARGS=(hook-impl --config=ci/pc.yaml --hook-type=pre-commit)\n"
+        "node node_modules/husky/run.js || true\n"
+        'exec "./scripts/pre-commit.sh" "$@"\n'
+    )
+    hook.chmod(0o755)
+    _hook(repo / "scripts" / "pre-commit.sh", marker)
+    host_git(repo, "commit", "-q", "--allow-empty", "-m", "x")
+    assert marker.exists(), "host git did not run the installed hook: the repro is broken"
+    for rel in ("scripts/pre-commit.sh", "ci/pc.yaml", "node_modules/husky/run.js"):
+        _refused_everywhere(repo, rel)
+    # Sample hooks are not installed: what they name stays writable.
+    (repo / ".git" / "hooks" / "post-update.sample").write_text("exec tools/sample.sh\n")
+    assert _sandbox(repo).check("tools/sample.sh", write=True).allowed
+
+
+def test_template_directory_is_protected(repo: Path) -> None:
+    """`init.templateDir`: a person's next `git init` / `git clone` copies its hooks."""
+    host_git(repo, "config", "init.templateDir", "tmpl")
+    assert not _sandbox(repo).check("tmpl/hooks/post-checkout", write=True).allowed
+
+
 def test_hook_manager_lookalikes_stay_writable(repo: Path) -> None:
     for rel in ("docs/husky.md", "lefthook", "pre-commit-config.yaml.bak", "src/githooks.py"):
         assert _sandbox(repo).check(rel, write=True).allowed, rel
