@@ -77,6 +77,16 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     ".lefthook-local/**",
     ".overcommit.yml",  # overcommit, and its repository hooks directory
     ".git-hooks/**",
+    # What git and its helpers read from the home directory (when it is a root, an agent
+    # started in ~): git's XDG global config (config, attributes, gitk's Tcl), husky's
+    # init.sh sourced by every husky hook, pre-commit's clones and environments that
+    # every pre-commit hook runs, gpg's agent config (pinentry-program runs on a signed
+    # commit), and the commands on a login PATH that shadow `git` itself.
+    ".config/git/**",
+    ".config/husky/**",
+    ".cache/pre-commit/**",
+    ".gnupg/**",
+    ".local/bin/**",
     # Shell start-up files run on the next interactive or login shell.
     ".bashrc",
     ".bash_profile",

@@ -25,6 +25,7 @@ Attack strings are data here, never typed into a shell of ours.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -52,12 +53,12 @@ def _sandbox(ws: Path) -> PathSandbox:
     return PathSandbox([Root(str(ws), True)], str(ws))
 
 
-def _refused_everywhere(ws: Path, rel: str) -> None:
+def _refused_everywhere(ws: Path, rel: str, *, readable: bool = True) -> None:
     """The path sandbox refuses writing ``rel`` and the bash analysis denies every way of
     writing it that a command line can take."""
     decision = _sandbox(ws).check(rel, write=True)
     assert not decision.allowed, rel
-    assert _sandbox(ws).check(rel).allowed, f"reading {rel} stays allowed"
+    assert _sandbox(ws).check(rel).allowed == readable, f"reading {rel}"
     for command in (
         f"echo 'touch /tmp/x' > {rel}",
         f"printf x >> {rel}",
@@ -348,6 +349,44 @@ def test_program_words_on_path_name_nothing(repo: Path) -> None:
 )
 def test_hook_manager_files_are_protected(repo: Path, rel: str) -> None:
     _refused_everywhere(repo, rel)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        ".config/git/config",  # git's XDG global config
+        ".config/git/attributes",
+        ".config/husky/init.sh",  # sourced by every husky hook
+        ".cache/pre-commit/repo1a2b3c/hooks/check.py",  # pre-commit's cloned hooks
+        ".gnupg/gpg-agent.conf",  # pinentry-program runs on `git commit -S`
+        ".local/bin/git",  # shadows git on a login PATH
+    ],
+)
+def test_home_files_git_and_its_hooks_run_are_protected(
+    tmp_path: Path, rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent started in the home directory (HOME is a root)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / "README.md").write_text("x\n")
+    _refused_everywhere(home, rel, readable=not rel.startswith(".gnupg"))  # a credential
+    assert analyze(f"echo x >> ~/{rel}", sandbox=_sandbox(home)).verdict == "deny"
+
+
+def test_xdg_global_config_is_what_host_git_reads(tmp_path: Path) -> None:
+    marker = tmp_path / "MARK-xdg"
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "config").write_text(
+        f'[core]\n\tfsmonitor = "touch {marker}; false"\n'
+    )
+    ws = home / "proj"
+    ws.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", "."], cwd=ws, env=env, check=True)
+    subprocess.run(["git", "status"], cwd=ws, env=env, capture_output=True, check=True)
+    assert marker.exists()
 
 
 def test_husky_layout_runs_the_parent_script_in_host_git(repo: Path, tmp_path: Path) -> None:
