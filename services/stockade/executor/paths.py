@@ -84,9 +84,10 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     # commit), and the commands on a login PATH that shadow `git` itself.
     ".config/git/**",
     ".config/husky/**",
-    ".cache/pre-commit/**",
     ".gnupg/**",
-    ".local/bin/**",
+    "~/.cache/pre-commit/**",
+    "~/.local/bin/**",
+    "~/bin/**",
     # Shell start-up files run on the next interactive or login shell.
     ".bashrc",
     ".bash_profile",
@@ -114,7 +115,8 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
 """Write-protected paths, matched against the trailing components of the canonical path.
 
 ``*`` matches within one component, ``**`` matches any number of components; a pattern
-starting with ``/`` is anchored at the file-system root, any other matches at any depth.
+starting with ``/`` is anchored at the file-system root, one starting with ``~/`` at the
+executor's home directory (HOME), any other matches at any depth.
 """
 
 GIT_LAYOUT_MARKERS: frozenset[str] = frozenset({"HEAD", "objects", "refs", "commondir"})
@@ -283,7 +285,9 @@ def _glob_ancestors(globs: Sequence[str]) -> dict[str, tuple[tuple[str, ...], ..
             if _GLOB_META & set(part):
                 break
             lead.append(part)
-        if glob.startswith("/") or len(lead) < 2:
+        if glob.startswith("/") or len(lead) < 2 or lead[0] == ".git":
+            # (`.git/hooks/**` without `.git/**`: a deployment that lets commands commit
+            # writes the git directory itself; `git commit` is such a write of `.git`.)
             continue
         for i in range(1, len(lead)):
             out.setdefault(lead[i - 1], []).append(tuple(lead[: i + 1]))
@@ -387,7 +391,16 @@ class PathSandbox:
             for p, w in sorted(canon.items(), key=lambda kv: len(kv[0]), reverse=True)
         )
         self.cwd: str = os.path.realpath(os.path.abspath(cwd))
-        self.protected_write_globs: tuple[str, ...] = tuple(protected_write_globs)
+        # `~/x` entries name the executor's home directory (HOME): kept only when a root
+        # can reach them (an agent started in ~), like the credential globs below.
+        home = _home()
+        self.protected_write_globs: tuple[str, ...] = tuple(
+            g
+            for g in (
+                home.rstrip("/") + g[1:] if g.startswith("~/") else g for g in protected_write_globs
+            )
+            if not g.startswith("/") or self._reachable(g)
+        )
         self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
         # Only those a root can reach are kept: the rest are outside every root, refused
         # anyway (and the common case, a workspace beside ~/.ssh, then pays nothing).

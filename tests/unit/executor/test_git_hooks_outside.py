@@ -360,6 +360,7 @@ def test_hook_manager_files_are_protected(repo: Path, rel: str) -> None:
         ".cache/pre-commit/repo1a2b3c/hooks/check.py",  # pre-commit's cloned hooks
         ".gnupg/gpg-agent.conf",  # pinentry-program runs on `git commit -S`
         ".local/bin/git",  # shadows git on a login PATH
+        "bin/git",
     ],
 )
 def test_home_files_git_and_its_hooks_run_are_protected(
@@ -372,6 +373,19 @@ def test_home_files_git_and_its_hooks_run_are_protected(
     (home / "README.md").write_text("x\n")
     _refused_everywhere(home, rel, readable=not rel.startswith(".gnupg"))  # a credential
     assert analyze(f"echo x >> ~/{rel}", sandbox=_sandbox(home)).verdict == "deny"
+
+
+def test_home_anchored_entries_leave_projects_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/bin/**` is the home's bin, not every project's `bin/`."""
+    home = tmp_path / "home"
+    (home / "proj").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    sb = PathSandbox([Root(str(home / "proj"), True)], str(home / "proj"))
+    assert sb.check("bin/build.sh", write=True).allowed
+    assert sb.check(".local/bin/tool", write=True).allowed
+    assert not any(g.startswith("~") for g in sb.protected_write_globs)
 
 
 def test_xdg_global_config_is_what_host_git_reads(tmp_path: Path) -> None:
