@@ -93,6 +93,20 @@ _COMMAND_SECTIONS = frozenset({"alias", "pager"})
 _PROGRAM_PATH_SECTIONS = frozenset({"mergetool", "difftool", "man", "browser"})
 # gpg.ssh.allowedSignersFile / revocationFile: the keys whose signatures verify as good.
 _VERIFICATION_FILES = frozenset({"allowedsignersfile", "revocationfile"})
+# Hook managers' configuration files at the top of the work tree, and the key whose values
+# are the commands their hooks run.
+_MANAGER_COMMANDS: tuple[tuple[str, str], ...] = (
+    (".pre-commit-config.yaml", "entry"),
+    (".pre-commit-config.yml", "entry"),
+    *(
+        (f"{where}{dot}{stem}.{ext}", "run")
+        for where in ("", ".config/")
+        for dot in ("", ".")
+        for stem in ("lefthook", "lefthook-local")
+        for ext in ("yml", "yaml")
+        if not (where and dot)
+    ),
+)
 # Words of a command: what lies between shell metacharacters and quotes.
 _COMMAND_WORD = re.compile(r"[^\s'\"`;&|()<>=$\\]+")
 _KEY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
@@ -285,6 +299,36 @@ class _Reading:
         self.named: list[str] = []
         self.hooks_dir: str | None = None
 
+    def manager_commands(self, path: str, key: str) -> None:
+        """A hook manager's configuration (itself protected by name) runs the commands of
+        its ``key:`` entries on the person's commits (pre-commit's ``entry:``, lefthook's
+        ``run:``): the work-tree files they name are what those hooks run. YAML is read
+        line by line (a block scalar ``|`` / ``>`` takes the lines indented below it)."""
+        self.consulted.append(path)
+        try:
+            with open(path, "rb") as f:
+                text = f.read(_MAX_CONFIG_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return
+        lines = text.splitlines()
+        pattern = re.compile(rf"^(\s*)-?\s*{key}\s*:\s*(.*)$")
+        for i, line in enumerate(lines):
+            match = pattern.match(line)
+            if match is None:
+                continue
+            value = match.group(2).split(" #", 1)[0].strip()
+            if value[:1] in ("|", ">"):
+                indent = len(match.group(1))
+                block: list[str] = []
+                for nxt in lines[i + 1 :]:
+                    if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                        break
+                    block.append(nxt)
+                value = "\n".join(block)
+            self.named.extend(self._command_paths(value))
+            if len(self.named) >= _MAX_NAMES:
+                return
+
     def installed_hooks(self, hooks_dir: str) -> None:
         """The hooks git runs (the hooks directory's files, ``*.sample`` aside) are
         trusted programs; the work-tree files they name are what they run: a hook
@@ -423,6 +467,8 @@ def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
     for path in config_files(git_dir, home):
         reading.load(path, 0)
     reading.installed_hooks(reading.hooks_dir or os.path.join(common_dir(git_dir), "hooks"))
+    for name, key in _MANAGER_COMMANDS:
+        reading.manager_commands(os.path.join(top, name), key)
     out: list[str] = []
     for path in reading.named:
         out.append(path)

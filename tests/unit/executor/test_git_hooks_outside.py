@@ -440,6 +440,27 @@ def test_work_tree_files_an_installed_hook_runs_are_protected(repo: Path, tmp_pa
     assert _sandbox(repo).check("tools/sample.sh", write=True).allowed
 
 
+def test_scripts_a_hook_manager_config_runs_are_protected(repo: Path) -> None:
+    """pre-commit's `entry:` and lefthook's `run:` (a block scalar too) are the commands
+    their installed hooks run on the person's commits: the work-tree files they name are
+    protected like the configuration that names them."""
+    (repo / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: check\n    name: check\n"
+        "    entry: ./scripts/check.sh --strict  # local\n    language: script\n"
+        "- repo: https://github.com/psf/black\n  rev: 24.1.0\n  hooks:\n  - id: black\n"
+    )
+    (repo / "lefthook.yml").write_text(
+        "pre-commit:\n  commands:\n    lint:\n      run: node tools/lint.js {staged_files}\n"
+        "    multi:\n      run: |\n        sh ci/one.sh\n        python3 ci/two.py\n"
+        "    other:\n      glob: '*.js'\n"
+    )
+    sb = _sandbox(repo)
+    for rel in ("scripts/check.sh", "tools/lint.js", "ci/one.sh", "ci/two.py"):
+        assert not sb.check(rel, write=True).allowed, rel
+    for rel in ("tools/other.js", "ci/three.sh", "README.md"):
+        assert sb.check(rel, write=True).allowed, rel
+
+
 def test_template_directory_is_protected(repo: Path) -> None:
     """`init.templateDir`: a person's next `git init` / `git clone` copies its hooks."""
     host_git(repo, "config", "init.templateDir", "tmpl")
