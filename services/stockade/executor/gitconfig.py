@@ -467,8 +467,8 @@ def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
     for path in config_files(git_dir, home):
         reading.load(path, 0)
     reading.installed_hooks(reading.hooks_dir or os.path.join(common_dir(git_dir), "hooks"))
-    for name, key in _MANAGER_COMMANDS:
-        reading.manager_commands(os.path.join(top, name), key)
+    for manager_file, command_key in _MANAGER_COMMANDS:
+        reading.manager_commands(os.path.join(top, manager_file), command_key)
     out: list[str] = []
     for path in reading.named:
         out.append(path)
