@@ -15,7 +15,7 @@ from stockade.executor.bash.options import (
     literal,
 )
 from stockade.executor.bash.parser import Word
-from stockade.executor.paths import GIT_LAYOUT_MARKERS
+from stockade.executor.paths import GIT_LAYOUT_MARKERS, fold_for_match
 
 
 def judge(j: Judge, args: list[Word]) -> None:
@@ -377,7 +377,14 @@ def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
             os.path.normpath(j.absolute(name)),
             os.path.normpath(os.path.join(top, name)),
         ):
-            if j.credential(absolute) or j.denied(absolute, absolute):
+            # Folded too, as the path sandbox matches (`HEAD:.ENV` is the committed `.ENV`
+            # that `cat .ENV` may not read either).
+            folded = fold_for_match(absolute)
+            if (
+                j.credential(absolute)
+                or j.denied(absolute, absolute)
+                or (folded != absolute and j.denied(folded, folded))
+            ):
                 j.deny(
                     f"git {sub} {short(word, 40)} reads {name} from the repository, "
                     "which policy denies reading"
@@ -515,7 +522,19 @@ _PATCH_OPTIONS = frozenset(
         "--textconv",
     }
 )
-_PATCH_PREFIXES = ("-U", "--unified", "--word-diff", "--color-words", "-L", "--inter-hunk-context")
+_PATCH_PREFIXES = (
+    "-U",
+    "--unified",
+    "--word-diff",
+    "--color-words",
+    "-L",
+    "--inter-hunk-context",
+    # The pickaxe (`log -G 'TOKEN=a'`, `diff-tree -S`) prints which commits' file
+    # contents match a pattern: an oracle that spells a denied file out character by
+    # character, with or without a patch.
+    "-S",
+    "-G",
+)
 # Options that replace a patch by a summary (show/diff print no content with them).
 _SUMMARY_OPTIONS = frozenset(
     {
