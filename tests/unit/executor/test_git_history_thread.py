@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.executor.bash import BashAnalyzer
-from stockade.executor.bash import walker as walker_module
+from stockade.executor.bash import BashAnalyzer, githistory
 from stockade.executor.inspect import parses_in_child
 from stockade.executor.paths import PathSandbox, Root
 from tests.hostgit import host_git
@@ -42,13 +41,14 @@ def repo(tmp_path: Path) -> Path:
 def history_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The thread of every call of the history reader."""
     seen: list[int] = []
-    real = walker_module.history_holds_denied
+    real = githistory._hash_length  # the reader's first look at a repository
 
-    def spy(*args: object, **kwargs: object) -> bool | None:
+    def spy(git_dir: str) -> int:
         seen.append(threading.get_ident())
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(git_dir)
 
-    monkeypatch.setattr(walker_module, "history_holds_denied", spy)
+    # githistory is plain Python (the compiled analysis calls into it): patchable.
+    monkeypatch.setattr(githistory, "_hash_length", spy)
     return seen
 
 
