@@ -28,8 +28,8 @@ import grpc
 
 from stockade.audit.chain import GENESIS
 from stockade.audit.convert import row_from_proto
-from stockade.audit.pg_store import COPY_COLUMNS, migrate
-from stockade.audit.schema import INSERT_ROW, SCHEMA
+from stockade.audit.store.postgres import COPY_COLUMNS, migrate
+from stockade.audit.store.schema import INSERT_ROW, SCHEMA
 from stockade.client.base import aio_channel
 from stockade.stack import LocalStack
 from stockade.v1 import audit_service_pb2 as a_pb2

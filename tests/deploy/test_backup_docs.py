@@ -20,7 +20,7 @@ from pathlib import Path
 import kubernetes_validate
 
 from stockade.audit.model import AuditEventRow
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 
 from .conftest import Manifest, render, workload
 from .test_render import K8S_VERSION

@@ -38,7 +38,7 @@ import pytest
 
 from stockade import devcerts
 from stockade.audit.model import AuditEventRow
-from stockade.audit.pg_store import PostgresAuditStore
+from stockade.audit.store.postgres import PostgresAuditStore
 from tests.pg_tls import pg_bin_dir, server_user, stop_server
 
 from .conftest import DEPLOY, POSTGRES_COMBINATION, Manifest, env_of, workload

@@ -16,7 +16,7 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from stockade.audit.pg_store import _CHAIN_LOCK_CLASS
+from stockade.audit.store.postgres import _CHAIN_LOCK_CLASS
 from stockade.client.audit import AuditRecorder
 from stockade.client.base import aio_channel
 from stockade.server import LIVENESS, READINESS

@@ -32,7 +32,7 @@ from stockade.audit.heads import (
 )
 from stockade.audit.model import EVENT_FIELDS, AuditEventRow
 from stockade.audit.settings import AuditSettings
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 from stockade.server.app import create_server, stop_server
 from stockade.stack import LocalStack
 from stockade.v1 import audit_service_pb2 as a_pb2

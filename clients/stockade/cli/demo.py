@@ -547,7 +547,7 @@ async def run_demo(
 
 def describe_topology(stack: LocalStack, store: str, shared: dict[str, str], style: Style) -> None:
     """Say which processes start, what they share, and what this build cannot share."""
-    from stockade.audit.backend import redact_dsn
+    from stockade.audit.store.base import redact_dsn
 
     groups = [", ".join(stack.replicas[s]) for s in SERVICES]
     print(f"  starting {' | '.join(groups)}, the papers tool provider and the console ...")

@@ -14,13 +14,13 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from stockade.audit.backend import AuditBackend, parse_store_dsn, redact_dsn
 from stockade.audit.core import AuditCore
 from stockade.audit.heads import otel_head_sink
-from stockade.audit.pg_store import PostgresAuditStore
 from stockade.audit.servicer import AuditServicer
 from stockade.audit.settings import AuditSettings
-from stockade.audit.store import AuditStore
+from stockade.audit.store.base import AuditBackend, parse_store_dsn, redact_dsn
+from stockade.audit.store.postgres import PostgresAuditStore
+from stockade.audit.store.sqlite import AuditStore
 from stockade.errors import InvalidArgument
 from stockade.server import Registration, ServingState
 from stockade.v1 import audit_service_pb2 as a_pb2

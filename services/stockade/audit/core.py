@@ -18,7 +18,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from stockade.audit.backend import AuditBackend
 from stockade.audit.heads import SignedHead
 from stockade.audit.model import (
     AppendResult,
@@ -28,6 +27,7 @@ from stockade.audit.model import (
     StoredRow,
     VerifyResult,
 )
+from stockade.audit.store.base import AuditBackend
 from stockade.errors import InvalidArgument
 
 log = logging.getLogger("stockade.audit")

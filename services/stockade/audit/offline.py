@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from stockade.audit.heads import SignedHead, check_heads
 from stockade.audit.model import VerifyResult
-from stockade.audit.pg_store import verify_chains
+from stockade.audit.store.postgres import verify_chains
 from stockade.db.postgres import connect
 from stockade.errors import InvalidArgument
 

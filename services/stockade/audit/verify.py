@@ -23,8 +23,8 @@ from stockade.audit.model import (
     ChainVerification,
     VerifyResult,
 )
-from stockade.audit.schema import select_row_sql
-from stockade.audit.store_common import marker_kind
+from stockade.audit.store.reads import marker_kind
+from stockade.audit.store.schema import select_row_sql
 from stockade.errors import InvalidArgument
 
 _N_HASHED = 2 + len(EVENT_FIELDS)  # sequence, stored_ns, event fields

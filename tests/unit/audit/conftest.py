@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from stockade.audit.backend import AuditBackend
 from stockade.audit.model import AuditEventRow
-from stockade.audit.pg_store import PostgresAuditStore
-from stockade.audit.store import AuditStore
+from stockade.audit.store.base import AuditBackend
+from stockade.audit.store.postgres import PostgresAuditStore
+from stockade.audit.store.sqlite import AuditStore
 
 BASE_NS = 1_700_000_000_000_000_000
 

@@ -12,7 +12,7 @@ from stockade.audit.app import every
 from stockade.audit.core import AuditCore
 from stockade.audit.model import QueryFilters
 from stockade.audit.settings import AuditSettings
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 from stockade.server.settings import SettingsError, load_settings
 
 from .conftest import BASE_NS, EventFactory

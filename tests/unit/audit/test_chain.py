@@ -19,7 +19,7 @@ from stockade.audit.model import (
     AuditEventRow,
     QueryFilters,
 )
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 
 from .conftest import BASE_NS, EventFactory
 

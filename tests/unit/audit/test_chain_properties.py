@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stockade.audit.model import EVENT_FIELDS
+from stockade.audit.store.writer import ChainWriter
 from stockade.audit.verify import verify_file
-from stockade.audit.writer import ChainWriter
 
 from .conftest import build_event
 

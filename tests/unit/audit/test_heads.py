@@ -16,13 +16,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from stockade.audit.app import load_head_key
-from stockade.audit.backend import AuditBackend
 from stockade.audit.chain import hash_values
 from stockade.audit.core import AuditCore
 from stockade.audit.heads import HEAD_PREFIX, SignedHead, check_heads, parse_heads
 from stockade.audit.model import EVENT_FIELDS
-from stockade.audit.pg_store import PostgresAuditStore
-from stockade.audit.store import AuditStore
+from stockade.audit.store.base import AuditBackend
+from stockade.audit.store.postgres import PostgresAuditStore
+from stockade.audit.store.sqlite import AuditStore
 from stockade.errors import InvalidArgument
 
 from .conftest import EventFactory

@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 
 from .conftest import EventFactory
 

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from stockade.audit.model import AppendResult, QueryFilters
-from stockade.audit.pg_store import _APPEND_LOCK, PostgresAuditStore
+from stockade.audit.store.postgres import _APPEND_LOCK, PostgresAuditStore
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
 from .conftest import EventFactory

@@ -9,10 +9,10 @@ import asyncio
 import asyncpg
 import pytest
 
-from stockade.audit.backend import parse_store_dsn, redact_dsn
 from stockade.audit.model import QueryFilters
-from stockade.audit.pg_store import MIGRATIONS, PostgresAuditStore, check_chain_id
 from stockade.audit.settings import AuditSettings
+from stockade.audit.store.base import parse_store_dsn, redact_dsn
+from stockade.audit.store.postgres import MIGRATIONS, PostgresAuditStore, check_chain_id
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
 from .conftest import BASE_NS, EventFactory

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stockade.audit.model import PREVIEW_CHARS, AuditEventRow, QueryFilters
-from stockade.audit.store import AuditStore
+from stockade.audit.store.sqlite import AuditStore
 from stockade.errors import DependencyUnavailable, InvalidArgument, InvalidPageToken
 
 from .conftest import BASE_NS, EventFactory, StoreOpener

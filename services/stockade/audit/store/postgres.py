@@ -54,12 +54,13 @@ from stockade.audit.model import (
     VerifyResult,
 )
 from stockade.audit.notify import HeadWatch
-from stockade.audit.store_common import StoreReads, marker_kind, record_ingest
+from stockade.audit.store.reads import StoreReads, marker_kind, record_ingest
 from stockade.audit.validate import dedupe, normalise_batch
 from stockade.db.postgres import CONNECTION_ERRORS, connect, open_pool
 from stockade.db.postgres import migrate as db_migrate
 from stockade.errors import DependencyUnavailable, InvalidArgument
 
+# The logger keeps its name from before the store package (log filters go on working).
 log = logging.getLogger("stockade.audit.pg_store")
 
 _INTEGER_FIELDS = frozenset({"step", "elapsed_ms", "time_ns"})

@@ -26,7 +26,6 @@ from typing import Any
 import aiosqlite
 from opentelemetry import metrics
 
-from stockade.audit.checkpoint import Checkpointer
 from stockade.audit.metrics import store_instruments
 from stockade.audit.model import (
     EVENT_FIELDS,
@@ -36,11 +35,12 @@ from stockade.audit.model import (
     VerifyResult,
 )
 from stockade.audit.notify import HeadWatch
-from stockade.audit.schema import SELECT_ROW
-from stockade.audit.store_common import StoreReads, record_ingest
+from stockade.audit.store.checkpoint import Checkpointer
+from stockade.audit.store.reads import StoreReads, record_ingest
+from stockade.audit.store.schema import SELECT_ROW
+from stockade.audit.store.writer import ChainWriter
 from stockade.audit.validate import dedupe, normalise_batch
 from stockade.audit.verify import verify_file
-from stockade.audit.writer import ChainWriter
 from stockade.errors import DependencyUnavailable, InvalidArgument, ResourceExhausted
 
 log = logging.getLogger("stockade.audit.store")

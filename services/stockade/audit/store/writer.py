@@ -17,7 +17,7 @@ from typing import Any
 
 from stockade.audit.chain import GENESIS, link_hash
 from stockade.audit.model import AuditEventRow
-from stockade.audit.schema import ROW_COLUMNS, SCHEMA, add_missing_columns
+from stockade.audit.store.schema import ROW_COLUMNS, SCHEMA, add_missing_columns
 
 # SQLite's default limit on bound parameters is far above this; it keeps statements small.
 _ID_CHUNK = 500
