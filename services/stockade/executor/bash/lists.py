@@ -75,6 +75,9 @@ class SafeSpec:
     names_options: frozenset[str] = frozenset()
     """Options whose value is a file naming more files the command reads and prints
     (``sort --files0-from=F``): a read of F, and of files only known at run time."""
+    optional_options: frozenset[str] = frozenset()
+    """Options whose value is optional, so only ever attached (``--color[=WHEN]``,
+    ``-I[FMT]``): the next word is never their value (``grep --color x FILE`` reads FILE)."""
     what: str = "reads files"
     """Words for the explanation (DEC-10)."""
 
@@ -109,8 +112,6 @@ _GREP = SafeSpec(
         "--exclude",
         "--exclude-dir",
         "--label",
-        "--color",
-        "--colour",
         "-d",
         "--directories",
         "-D",
@@ -120,6 +121,8 @@ _GREP = SafeSpec(
     ),
     read_options=_f("-f", "--file", "--exclude-from"),
     pattern_options=_f("-e", "--regexp", "-f", "--file"),
+    # --color[=WHEN]: `grep --color root /etc/shadow` reads /etc/shadow.
+    optional_options=_f("--color", "--colour"),
     what="searches files",
 )
 
@@ -180,7 +183,6 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--format",
             "--sort",
             "--time",
-            "--color",
             "-T",
             "--tabsize",
             "--block-size",
@@ -189,6 +191,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--quoting-style",
             "--indicator-style",
         ),
+        # Optional values, attached only (`ls --color ~/.ssh` lists ~/.ssh).
+        optional_options=_f("--color", "--hyperlink", "--classify"),
         what="lists files",
     ),
     "cat": _PLAIN,  # prints files
@@ -246,9 +250,9 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--skip-fields",
             "--skip-chars",
             "--check-chars",
-            # (--group[=METHOD] and --all-repeated[=METHOD] take their value attached
-            # only: `uniq --group /etc/shadow` reads /etc/shadow.)
         ),
+        # Attached values only: `uniq --group /etc/shadow` reads /etc/shadow.
+        optional_options=_f("--group", "--all-repeated"),
         what="filters lines",
     ),
     # Cuts columns from files.
@@ -278,7 +282,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     # A JSON filter; it cannot run programs; its file options are reads.
     "jq": SafeSpec(
         operands="filter_then_paths",
-        value_options=_f("--arg", "--argjson", "--indent", "--tab", "-L", "--seq"),
+        # (--tab and --seq are flags: `jq --tab . FILE` reads FILE.)
+        value_options=_f("--arg", "--argjson", "--indent", "-L"),
         read_options=_f("-f", "--from-file", "--slurpfile", "--rawfile"),
         what="queries JSON",
     ),
@@ -287,8 +292,6 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
         value_options=_f(
             "-U",
             "-C",
-            "--unified",
-            "--context",
             "-I",
             "--ignore-matching-lines",
             "--label",
@@ -300,6 +303,8 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "-F",
         ),
         read_options=_f("--from-file", "--to-file", "-X", "--exclude-from"),
+        # --unified[=NUM], --context[=NUM]: `diff --unified /etc/shadow x` prints it.
+        optional_options=_f("--unified", "--context", "--color"),
         what="compares files",
     ),
     # Reads file headers; -C writes a compiled magic file.
@@ -325,11 +330,14 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--time-style",
         ),
         read_options=_f("--files0-from", "-X", "--exclude-from"),
+        # --time[=WORD] is an option of its own, not an abbreviation of --time-style.
+        optional_options=_f("--time"),
         what="measures disk usage",
     ),
     # Prints free space.
     "df": SafeSpec(
-        value_options=_f("-B", "--block-size", "-t", "--type", "-x", "--exclude-type", "--output"),
+        value_options=_f("-B", "--block-size", "-t", "--type", "-x", "--exclude-type"),
+        optional_options=_f("--output"),  # --output[=FIELD_LIST]
         what="shows free disk space",
     ),
     # `env` alone prints the environment; with a command it is a wrapper (WRAPPERS).
@@ -352,8 +360,10 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
     # Prints the date; -s sets the clock (refused).
     "date": SafeSpec(
         operands="none",
-        value_options=_f("-d", "--date", "-I", "--iso-8601", "--rfc-3339", "-r", "--reference"),
+        value_options=_f("-d", "--date", "--rfc-3339", "-r", "--reference"),
         read_options=_f("-f", "--file"),
+        # -I[FMT], --iso-8601[=FMT]: `date -I -f FILE` reads FILE (and prints its lines).
+        optional_options=_f("-I", "--iso-8601"),
         # -s sets the system clock.
         deny_options=_f("-s", "--set"),
         what="prints the date",
@@ -402,15 +412,22 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
             "--skip-bytes",
             "--read-bytes",
             "--format",
-        )
+        ),
+        optional_options=_f("-w", "--width", "--strings"),  # -w[BYTES], --strings[=BYTES]
     ),
-    "hexdump": SafeSpec(value_options=_f("-n", "-s", "-e")),  # hex dump
+    # Hex dump; -f FILE reads a format file (and prints it back in its error message).
+    "hexdump": SafeSpec(
+        value_options=_f("-n", "-s", "-e", "--length", "--skip", "--format"),
+        read_options=_f("-f", "--format-file"),
+    ),
     # Prints printable strings.
     "strings": SafeSpec(value_options=_f("-n", "-t", "--bytes", "--radix")),
     # Lists directories; -o writes a file.
     "tree": SafeSpec(
         value_options=_f("-L", "-P", "-I", "--charset", "--filelimit", "--sort"),
         write_options=_f("-o"),
+        # -R runs tree again in every directory with `-o 00Tree.html`: it writes there.
+        ask_options=_f("-R"),
         what="lists files",
     ),
     "whoami": _NO_FILES,  # prints the user name

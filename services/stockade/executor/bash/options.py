@@ -32,26 +32,35 @@ def options_of(
     index: int,
     takes_value: frozenset[str],
     known: Sequence[frozenset[str]] = (),
+    optional: frozenset[str] = frozenset(),
 ) -> list[tuple[str, Word | None, bool]]:
     """Options in one argument: (option, its value word, whether the next arg was used).
 
-    ``known`` lists the command's long options by severity, for abbreviations."""
+    ``known`` lists the command's long options by severity, for abbreviations;
+    ``optional``: options whose value is only ever attached (``--color[=WHEN]``).
+
+    A long option written shorter than the known one it stands for (``--time`` for
+    ``--time-style``) may be another option of the program, unknown to the lists: its
+    value is judged, and the next word is still read as an operand too (``du --time
+    /etc/shadow`` reads /etc/shadow)."""
     nxt = args[index + 1] if index + 1 < len(args) else None
     if value.startswith("--"):
-        option, eq, attached = value.partition("=")
-        option = canonical(option, (*known, takes_value))
+        written, eq, attached = value.partition("=")
+        option = canonical(written, (*known, takes_value, optional))
         if eq:
             return [(option, literal(attached), False)]
         if option in takes_value:
-            return [(option, nxt, nxt is not None)]
+            return [(option, nxt, nxt is not None and option == written)]
         return [(option, None, False)]
     out: list[tuple[str, Word | None, bool]] = []
     for k in range(1, len(value)):
         option = "-" + value[k]
-        if option in takes_value:
+        if option in takes_value or option in optional:
             rest = value[k + 1 :]
             if rest:
                 out.append((option, literal(rest), False))
+            elif option in optional:
+                out.append((option, None, False))
             else:
                 out.append((option, nxt, nxt is not None))
             return out
@@ -74,11 +83,13 @@ def split_arguments(
     args: Sequence[Word],
     takes_value: frozenset[str],
     known: Sequence[frozenset[str]] = (),
+    optional: frozenset[str] = frozenset(),
 ) -> tuple[list[Word], list[OptionArg]]:
     """Split a command's arguments into operands and option arguments, in order.
 
     Words that do not start with ``-`` (and ``-`` itself, dynamic words and everything
-    after ``--``) are operands; an option that takes a value consumes the next word. One
+    after ``--``) are operands; an option that takes a value consumes the next word
+    (one in ``optional`` never does). One
     walk for every judge, so a fix to the GNU conventions lands everywhere at once.
     """
     operands: list[Word] = []
@@ -96,7 +107,7 @@ def split_arguments(
             ended = True
             i += 1
             continue
-        parsed = options_of(value, args, i, takes_value, known)
+        parsed = options_of(value, args, i, takes_value, known, optional)
         found.append(OptionArg(value, parsed))
         # Only the last option of an argument can take the next word as its value.
         i += 2 if parsed[-1][2] else 1

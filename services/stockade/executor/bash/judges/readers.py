@@ -33,6 +33,8 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         return
     if name == "jq":
         args = _jq_named_files(j, args)
+    if name in RESPONSE_FILE_COMMANDS:
+        _response_files(j, args)
     operands, pattern_given = _options(j, name, spec, args)
     if name == "hostname" and operands:
         j.deny("hostname NAME changes the machine's host name")
@@ -63,6 +65,20 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         j.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
     for word in operands:
         j.path(word, write=False)
+
+
+RESPONSE_FILE_COMMANDS = frozenset({"strings"})
+"""Programs built on GNU libiberty (binutils): every argument ``@FILE``, in any position,
+is replaced by the words read from FILE before options are parsed, and an unreadable
+word is printed back in the error (``strings @/etc/shadow`` shows its lines)."""
+
+
+def _response_files(j: Judge, args: list[Word]) -> None:
+    """Judge each ``@FILE`` argument as a read of FILE."""
+    for word in args:
+        value = word.value
+        if value is not None and value.startswith("@") and len(value) > 1:
+            j.path(literal(value[1:]), write=False)
 
 
 def _jq_named_files(j: Judge, args: list[Word]) -> list[Word]:
@@ -99,8 +115,9 @@ def _options(
         spec.read_options,
         spec.pattern_options,
         spec.value_options,
+        spec.optional_options,
     )
-    operands, found = split_arguments(args, takes_value, known)
+    operands, found = split_arguments(args, takes_value, known, spec.optional_options)
     pattern_given = False
     for arg in found:
         for option, operand, _ in arg.options:
