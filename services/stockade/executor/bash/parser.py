@@ -114,7 +114,8 @@ class Assignment(NamedTuple):
     kind: str = "statement"
     """Where it stands: ``statement`` (``X=1`` alone, ``${X:=1}``, ``for X in``), ``prefix``
     (``X=1 cmd``: the command's environment), ``export`` (``export``/``declare -x``: the
-    environment of every later command) or ``declare`` (``declare``/``local`` without -x)."""
+    environment of every later command), ``declare`` (``declare``/``local`` without -x) or
+    ``arithmetic`` (``((X=1))``, ``${a[X++]}``: a number only known at run time)."""
 
 
 class RawCommand(NamedTuple):
@@ -421,6 +422,10 @@ def _plain_word(text: str) -> Word:
     return Word(text, text, False, False, not _GLOB_CHARS.isdisjoint(text))
 
 
+_ARITH_VALUE = Word("1", "1", False, False, False)
+"""The value an arithmetic assignment is recorded with: some number (never code)."""
+
+
 def _word(node: Node) -> Word:
     if node.type == "word":
         text = _text(node)
@@ -466,6 +471,29 @@ _REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_re
 _ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# Assignments inside arithmetic text (`((PATH=1))`, `${a[PATH++]}`, `[[ HOME=1 -eq 1 ]]`):
+# bash sets the variable to a number, so `((PATH=1)); ls` runs ./1/ls. The operators:
+# = and op= (not == <= >= !=), ++ and -- before or after the name.
+_ASSIGN_OP = r"\s*(?:\[[^\]]*\])?\s*(?:(?:<<|>>|[-+*/%&^|])?=(?!=)|\+\+|--)"
+_ARITH_ASSIGNED = re.compile(
+    r"(?<![\w$])([A-Za-z_]\w*)" + _ASSIGN_OP + r"|(?:\+\+|--)\s*([A-Za-z_]\w*)"
+)
+# The same with an expansion as the target (`(( $n = 1 ))`, `((${n}++))`): the name
+# assigned is only known at run time.
+_ARITH_INDIRECT = re.compile(r"\$\{?(?:\w+|[@*#?$!-])\}?" + _ASSIGN_OP + r"|(?:\+\+|--)\s*\$")
+# `${s:OFFSET:LENGTH}`: both are arithmetic (`${s:PATH=1}` assigns PATH).
+_SUBSTRING = re.compile(r"\$\{[!#]?(?:\w+|[@*#?$!-])(?:\[[^\]]*\])?:(?![-=?+])(.*)\}\Z", re.S)
+
+
+def arithmetic_assignments(text: str) -> tuple[list[str], bool]:
+    """The variables an arithmetic ``text`` assigns, and whether it assigns one whose
+    name comes from an expansion (only known at run time)."""
+    if "=" not in text and "++" not in text and "--" not in text:
+        return [], False
+    names = [a or b for a, b in _ARITH_ASSIGNED.findall(text)]
+    return names, _ARITH_INDIRECT.search(text) is not None
+
 
 _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
 
@@ -890,7 +918,9 @@ class _Walker:
             self.data = outer
 
     def _arithmetic_names(self, node: Node) -> None:
-        """Record the variables an arithmetic context reads (not inside substitutions)."""
+        """Record the variables an arithmetic context reads (not inside substitutions),
+        and the ones it assigns."""
+        self._arithmetic_assigns(_text(node))
         stack = [node]
         while stack:
             current = stack.pop()
@@ -902,6 +932,15 @@ class _Walker:
                 self.arithmetic.append(_text(current))
             elif kind not in ("command_substitution", "process_substitution"):
                 stack.extend(current.named_children)
+
+    def _arithmetic_assigns(self, text: str) -> None:
+        """``((PATH=1))`` assigns PATH a number: judged as an assignment (EXE-8b), and a
+        target named by an expansion (``(( $n = 1 ))``) as code."""
+        names, indirect = arithmetic_assignments(text)
+        for name in names:
+            self.assignments.append(Assignment(name, _ARITH_VALUE, text[:40], "arithmetic"))
+        if indirect:
+            self.evaluated.append(text)
 
     def _test_arithmetic(self, node: Node) -> None:
         """In ``[[ ]]``, the operands of -eq -ne -lt -le -gt -ge are arithmetic, and the
@@ -935,7 +974,11 @@ class _Walker:
             # `${x@P}` expands x as a prompt string, running the $(...) in its value.
             self.evaluated.append(_text(node))
         names = [c for c in node.named_children if c.type == "variable_name"]
-        if len(names) > 1 and any(c.type == ":" for c in node.children):
+        if ":" in kinds:
+            substring = _SUBSTRING.match(_text(node))
+            if substring is not None:
+                self._arithmetic_assigns(substring.group(1))
+        if len(names) > 1 and ":" in kinds:
             for extra in names[1:]:
                 self.arithmetic.append(_text(extra))
         name: str | None = None

@@ -12,7 +12,7 @@ from stockade.executor.bash.findings import Judge, expanded, short
 from stockade.executor.bash.options import (
     literal,
 )
-from stockade.executor.bash.parser import ParsedScript, Word
+from stockade.executor.bash.parser import ParsedScript, Word, arithmetic_assignments
 from stockade.executor.confine.env import command_env
 
 
@@ -24,6 +24,8 @@ def builtin(j: Judge, name: str, args: list[Word]) -> bool:
             j.deny(f"{name} argument {short(value, 30)!r} is evaluated as code")
             return False
     values = [w.value for w in args]
+    if not _arithmetic_in_arguments(j, name, values):
+        return False
     if name in _NAMING_BUILTINS:
         for word in args:
             if word.value is None and not _STATIC_NAME.match(word.text):
@@ -94,6 +96,33 @@ def builtin(j: Judge, name: str, args: list[Word]) -> bool:
         return _declaration(j, name, args)
     if name == "compgen":
         return _compgen(j, args)
+    return True
+
+
+def _arithmetic_in_arguments(j: Judge, name: str, values: list[str | None]) -> bool:
+    """``let 'PATH=1'``, ``unset 'a[PATH=1]'``, ``[ -v 'a[HOME=1]' ]``, ``read 'a[PATH++]'``:
+    the text of ``let`` and the subscripts of the names these builtins take are evaluated
+    as arithmetic, and an assignment there sets the variable (EXE-8b); False after a DENY."""
+    if name not in lists.VARIABLE_BUILTINS:
+        return True
+    for k, value in enumerate(values):
+        if value is None:
+            continue
+        if name == "let":
+            text = value
+        elif "[" in value and (name != "printf" or (k and values[k - 1] == "-v")):
+            text = value[value.index("[") + 1 :]
+        else:
+            continue
+        targets, indirect = arithmetic_assignments(text)
+        if indirect:
+            j.deny(f"{name} {short(value, 30)!r} assigns a variable named only at run time")
+            return False
+        before = len(j.findings)
+        for target in targets:
+            assignment(j, target, "1", exported=False)
+        if len(j.findings) > before:
+            return False
     return True
 
 
@@ -193,8 +222,20 @@ def arithmetic(j: Judge) -> None:
 
 
 def arithmetic_text(j: Judge, text: str, name: str) -> None:
-    """A static ``text`` bash evaluates as arithmetic: code in a subscript runs."""
-    if _LITERAL_NUMBER.match(text) or not any(c in text for c in "$`"):
+    """A static ``text`` bash evaluates as arithmetic: code in a subscript runs, and an
+    assignment in it sets that variable (``y='PATH=1'; : $((y))``)."""
+    if _LITERAL_NUMBER.match(text):
+        return
+    targets, indirect = arithmetic_assignments(text)
+    if indirect:
+        j.deny(
+            f"the value {short(text, 30)!r} of {name} is evaluated as arithmetic and "
+            "assigns a variable named only at run time"
+        )
+        return
+    for target in targets:
+        assignment(j, target, "1", exported=False)
+    if not any(c in text for c in "$`"):
         return
     j.deny(
         f"the value {short(text, 30)!r} of {name} is evaluated as arithmetic, which runs "
@@ -380,6 +421,7 @@ def static_values(parsed: ParsedScript) -> dict[str, list[str] | None]:
             or word is None
             or word.value is None
             or word.glob
+            or assignment.kind == "arithmetic"
             or raw.startswith((name + "+=", name + "["))
         ):
             values[name] = None
