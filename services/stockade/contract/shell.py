@@ -49,6 +49,10 @@ class WrapperSpec:
     for writing (``flock FILE CMD``; a number there is a file descriptor)."""
     stdin_args: bool = False
     """The wrapped command gets more arguments from stdin (xargs)."""
+    env_options: frozenset[str] = frozenset()
+    """Options (also in ``value_options``) whose value names a variable the wrapper sets
+    in the wrapped command's environment (``xargs --process-slot-var=PATH echo`` runs
+    ./0/echo): judged as that assignment."""
     no_command_options: frozenset[str] = frozenset()
     """Options after which the words are not a command to run (``command -v ls``)."""
     transparent: bool = False
@@ -106,6 +110,7 @@ WRAPPERS: dict[str, WrapperSpec] = {
         ),
         read_options=_f("-a", "--arg-file"),
         stdin_args=True,
+        env_options=_f("--process-slot-var"),
     ),
     # ionice -c3 CMD: I/O priority; -p PID only changes another process.
     "ionice": WrapperSpec(

@@ -526,6 +526,11 @@ class Walker:
                 if operand is not None and option in spec.write_options:
                     self.path(operand, write=True, what=f"{name} {option} writes")
                     self.effect(f"{name} {option} writes a file", "low")
+                if operand is not None and option in spec.env_options:
+                    if operand.value is None:
+                        self.deny(f"{name} {option} sets a variable named only at run time")
+                        return None
+                    variables.assignment(self, operand.value, "0")  # the slot number
                 i += step
                 continue
             if positionals > 0:
