@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from stockade.executor.bash.findings import Judge
+from stockade.executor.bash.findings import Judge, short
 from stockade.executor.bash.options import (
+    canonical,
     literal,
     split_arguments,
 )
@@ -34,12 +35,42 @@ def judge(j: Judge, args: list[Word]) -> None:
             "--assign",
             "--field-separator",
             "--exec",
+            "-W",
         }
     )
-    operands, found = split_arguments(args, takes_value, (_AWK_DENY, takes_value))
+    operands, found = split_arguments(
+        args, takes_value, (_AWK_DENY, _AWK_WRITE_OPTIONS, takes_value), _AWK_OPTIONAL
+    )
+    info = False
     for arg in found:
         for option, operand, _ in arg.options:
-            if option in ("-l", "--load"):
+            if option == "-W" and operand is not None:
+                # `-W dump-variables=FILE` is gawk's (and POSIX's) spelling of the long
+                # option; mawk's `-W exec FILE` runs a program file.
+                if operand.value is None:
+                    j.ask("awk -W with an option only known at run time", immune=True)
+                    continue
+                name, eq, attached = operand.value.partition("=")
+                option = canonical("--" + name, (_AWK_DENY, _AWK_WRITE_OPTIONS, _AWK_W_HARMLESS))
+                operand = literal(attached) if eq else None
+                info = info or option in _AWK_INFO
+                if option not in _AWK_DENY | _AWK_WRITE_OPTIONS | _AWK_W_HARMLESS:
+                    j.effect(f"awk -W {short(name, 20)} is an option the analysis does not know")
+                    program_file = True
+                    continue
+            if option in _AWK_WRITES:
+                # gawk's --dump-variables / --pretty-print / --profile[=FILE] (-d/-o/-p
+                # with FILE attached) write FILE, or awkvars.out / awkprof.out here.
+                target = operand if operand is not None else literal(_AWK_WRITES[option])
+                if j.path(target, write=True, what=f"awk {option} writes") is not None:
+                    j.effect(f"awk {option} writes {target.text}", "low")
+            elif option in ("-D", "--debug"):
+                j.effect("awk --debug runs the debugger (commands read from a file)")
+                if operand is not None:
+                    j.path(operand, write=False)
+            elif option in _AWK_INFO:
+                info = True  # prints and exits: the program is not run
+            elif option in ("-l", "--load"):
                 j.deny("awk -l loads a shared library")
             elif option in ("-f", "-E", "--file", "--exec", "-i", "--include"):
                 program_file = True
@@ -51,6 +82,8 @@ def judge(j: Judge, args: list[Word]) -> None:
                 else:
                     program = (program or "") + "\n" + operand.value
     if program is None and not program_file:
+        if info:
+            return
         if not operands:
             j.deny("awk without a program")
             return
@@ -101,5 +134,45 @@ def judge_program(j: Judge, program: str) -> None:
 
 
 _AWK_DENY = frozenset({"--load"})
+
+# gawk options that write a file: the value is optional and only ever attached (`-d` alone
+# writes the default file; `-d FILE` reads FILE as the program's input).
+_AWK_WRITES = {
+    "-d": "awkvars.out",
+    "--dump-variables": "awkvars.out",
+    "-o": "awkprof.out",
+    "--pretty-print": "awkprof.out",
+    "-p": "awkprof.out",
+    "--profile": "awkprof.out",
+}
+_AWK_WRITE_OPTIONS = frozenset(_AWK_WRITES)
+_AWK_INFO = frozenset({"--version", "-V", "--help", "-h", "--usage", "--copyright", "-C"})
+_AWK_OPTIONAL = frozenset({*_AWK_WRITES, "-D", "--debug"})
+
+# `-W NAME` options that only change how the program runs or what is printed.
+_AWK_W_HARMLESS = frozenset(
+    {
+        "--version",
+        "--usage",
+        "--help",
+        "--copyright",
+        "--posix",
+        "--traditional",
+        "--compat",
+        "--lint",
+        "--interactive",
+        "--dump",
+        "--sprintf",
+        "--random",
+        "--posix_space",
+        "--re-interval",
+        "--characters-as-bytes",
+        "--sandbox",
+        "--bignum",
+        "--non-decimal-data",
+        "--optimize",
+        "--no-optimize",
+    }
+)
 
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
