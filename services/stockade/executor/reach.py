@@ -50,6 +50,11 @@ def recursive_reader(name: str, argv: Sequence[str]) -> bool:
         )
     if name == "find":
         return any(a in _FIND_RUNS for a in argv)
+    if name == "diff":
+        # `diff -rN . /empty` prints every file under `.`.
+        return "r" in _short_flags(argv) or "--recursive" in argv
+    if name == "git":
+        return _git_reads_work_tree(argv)
     if name in ("tar", "bsdtar"):
         first = argv[0] if argv else ""
         bundle = first.lstrip("-") if first and not first.startswith("--") else ""
@@ -65,6 +70,34 @@ def recursive_reader(name: str, argv: Sequence[str]) -> bool:
         return bool(set(_short_flags(argv)) & {"r", "R"}) or "--recurse-paths" in argv
     if name in ("7z", "7za"):
         return bool(argv) and argv[0] in ("a", "u")
+    return False
+
+
+_GIT_WORK_TREE_OPTIONS = ("--no-index", "--untracked", "--no-exclude-standard")
+_GIT_GLOBAL_VALUES = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+
+
+def _git_reads_work_tree(argv: Sequence[str]) -> bool:
+    """``git grep --no-index|--untracked`` and ``git diff --no-index`` read the files of
+    the work tree (untracked ones too), not the repository's objects (any unambiguous
+    prefix of those options counts, as git's option parser takes it)."""
+    sub = ""
+    rest: Sequence[str] = ()
+    skip = False
+    for k, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg in _GIT_GLOBAL_VALUES:
+            skip = True
+        elif not arg.startswith("-"):
+            sub, rest = arg, argv[k + 1 :]
+            break
+    if sub not in ("grep", "diff"):
+        return False
+    for arg in rest:
+        name = arg.split("=", 1)[0]
+        if len(name) > 4 and any(option.startswith(name) for option in _GIT_WORK_TREE_OPTIONS):
+            return True
     return False
 
 
@@ -113,10 +146,13 @@ def bash_reach_rules(
                 break
     if not (deny or ask):
         return out
-    dirs = [p for p in analysis.paths_read if os.path.isdir(p)] or [cwd]
+    named_dirs = [p for p in analysis.paths_read if os.path.isdir(p)]
+    dirs = named_dirs or [cwd]
     for cmd in analysis.commands:
         if not recursive_reader(cmd.name, cmd.argv):
             continue
+        if cmd.name == "git" and not named_dirs:
+            continue  # git's work-tree forms name the directories they read (`.` included)
         hit = _reached(dirs, ask)
         if hit is not None:
             out.append((f"`{cmd.text}` reads recursively where {hit!r} (policy: ask) lies", True))

@@ -107,6 +107,8 @@ def judge(j: Judge, args: list[Word]) -> None:
         if sub == "help" and short in ("-w", "--web", "-i", "--info", "-m", "--man"):
             j.effect("git help opens a browser, info or man viewer")
     _objects(j, sub, rest)
+    if sub == "grep":
+        _grep_work_tree(j, rest)
     _history(j, sub, rest, elsewhere=git_dir is not None or work_tree is not None)
     first = next((v for v in values if v is not None and not v.startswith("-")), None)
     if sub in ("init", "clone") or (sub == "worktree" and first == "add"):
@@ -554,6 +556,27 @@ _SUMMARY_OPTIONS = frozenset(
         "--check",
     }
 )
+
+
+_GREP_WORK_TREE = frozenset({"--no-index", "--untracked", "--no-exclude-standard"})
+
+
+def _grep_work_tree(j: Judge, rest: list[Word]) -> None:
+    """``git grep --no-index|--untracked PATTERN [PATH...]`` searches the files of the
+    work tree, untracked ones too (``.env`` among them), not the repository's objects:
+    judged as the recursive read it is, of its pathspecs or of the directory it runs in
+    (as ``grep -r PATTERN .`` is)."""
+    names, _ = _option_names(rest)
+    if not any(canonical(n, (_GREP_WORK_TREE,)) in _GREP_WORK_TREE for n in names):
+        return
+    values = [w.value for w in rest]
+    paths = _before_dashes(rest, "grep")
+    if not names & {"-e", "-f", "--and", "--or", "--not"} and paths:
+        paths = paths[1:]  # the first operand is the pattern
+    if "--" in values:
+        paths += [v for v in values[values.index("--") + 1 :] if v is not None]
+    for path in paths or ["."]:
+        j.path(literal(path), write=False)
 
 
 def _option_names(rest: list[Word]) -> tuple[set[str], bool]:
