@@ -90,6 +90,7 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     "~/bin/**",
     # Shell start-up files run on the next interactive or login shell.
     ".bashrc",
+    ".bash_aliases",  # sourced by the default .bashrc of Debian and Ubuntu
     ".bash_profile",
     ".bash_login",
     ".bash_logout",
@@ -111,6 +112,17 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     ".ssh/**",
     # npm honours script-shell / node-options from .npmrc: code on the next `npm run`.
     ".npmrc",
+    # yarn runs the file named by yarn-path / yarnPath on every `yarn` call.
+    ".yarnrc",
+    ".yarnrc.yml",
+    # ripgrep's configuration file (RIPGREP_CONFIG_PATH): `--pre CMD` runs on every search.
+    ".ripgreprc",
+    # Coding agents and dev containers run the commands these declare (MCP servers, hooks,
+    # a dev container's initializeCommand on the host) when a person opens the project.
+    ".mcp.json",
+    ".claude.json",
+    ".claude/**",
+    ".devcontainer/**",
 )
 """Write-protected paths, matched against the trailing components of the canonical path.
 
