@@ -62,6 +62,22 @@ _MAX_BASES = 8
 # minutes); past the bound the line is asked about, bypass-immune.
 _MAX_GLOB_WRITE_PAIRS = 4096
 
+
+def _jobs_command(args: list[Word]) -> list[Word]:
+    """The command ``jobs -x CMD ARGS`` runs (bash's jobs builtin: options ``-lpnxrs``
+    bundled or not, up to ``--`` or the first operand); [] without ``-x`` (the operands
+    are then jobspecs)."""
+    runs = False
+    for k, word in enumerate(args):
+        value = word.value
+        if value == "--":
+            return args[k + 1 :] if runs else []
+        if value is None or not value.startswith("-") or value == "-":
+            return args[k:] if runs else []
+        runs = runs or "x" in value[1:]
+    return []
+
+
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
 _MAX_VARIANTS = 16
@@ -432,6 +448,16 @@ class Walker:
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
     ) -> None:
         """Judge ``name args``: look through wrappers, then dispatch on the command."""
+        if name == "jobs" and not by_path:
+            inner = _jobs_command(args)
+            if inner:
+                # `jobs -x CMD ARGS` runs CMD (its jobspecs replaced by process group ids).
+                self.record(name, args)
+                resolved = self.resolve_name(inner[0])
+                if resolved is None:
+                    self.record(word_text(inner[0]), inner[1:])
+                    return
+                (name, by_path), args = resolved, inner[1:]
         while name in lists.WRAPPERS and not by_path:
             spec = lists.WRAPPERS[name]
             if spec.assignments:
