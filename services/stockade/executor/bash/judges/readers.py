@@ -3,8 +3,10 @@ the files they read."""
 
 from __future__ import annotations
 
+import re
+
 from stockade.executor.bash import lists
-from stockade.executor.bash.findings import Judge, word_text
+from stockade.executor.bash.findings import Judge, short, word_text
 from stockade.executor.bash.judges import awk, find, sed
 from stockade.executor.bash.judges.writes import OUTPUT_OPTION
 from stockade.executor.bash.options import (
@@ -58,6 +60,8 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
     if kind == "none":
         return
     if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
+        if operands and operands[0].value is None:
+            _dynamic_pattern(j, name, operands[0], args)
         operands = operands[1:]
     if name == "jq":
         operands = until(operands, ("--args", "--jsonargs"))
@@ -120,7 +124,9 @@ def _options(
     operands, found = split_arguments(args, takes_value, known, spec.optional_options)
     pattern_given = False
     for arg in found:
-        for option, operand, _ in arg.options:
+        for option, operand, next_word in arg.options:
+            if next_word and operand is not None and operand.value is None:
+                _splits(j, name, operand, f"the value of {option}")
             if option in spec.deny_options:
                 j.deny(f"{name} {option} runs another program")
             elif option in spec.ask_options:
@@ -153,6 +159,43 @@ def _options(
                         immune=True,
                     )
     return operands, pattern_given
+
+
+# A word that is one double-quoted string: its expansions stay one word (no splitting).
+_ONE_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"\Z', re.S)
+
+
+def _splits(j: Judge, name: str, word: Word, what: str) -> bool:
+    """A dynamic word outside double quotes is split (and globbed) by bash into any number
+    of words: more options and files the command reads (`grep -e $p a.txt` with
+    p='x /etc/shadow'), never judged. True when it asked."""
+    if _ONE_QUOTED.match(word.text):
+        return False
+    j.ask(
+        f"{what} ({short(word.text, 30)}) is only known at run time and, unquoted, may "
+        f"split into several words: options and files {name} reads",
+        "high",
+        immune=True,
+    )
+    return True
+
+
+def _dynamic_pattern(j: Judge, name: str, word: Word, args: list[Word]) -> None:
+    """The pattern or filter (the first operand) is only known at run time: it may split
+    into several words, or, before ``--``, be an option (`rg "$p" .` with p='--pre=sh'
+    runs sh on every file)."""
+    if _splits(j, name, word, f"the pattern of {name}"):
+        return
+    if word.text[1:2] not in ("$", "`", "\\", "-"):
+        return  # starts with a literal character: never an option
+    position = next(k for k, a in enumerate(args) if a is word)
+    if not any(a.value == "--" for a in args[:position]):
+        j.ask(
+            f"the pattern of {name} ({short(word.text, 30)}) is only known at run time and "
+            "may be an option (write `-- PATTERN` or `-e PATTERN`)",
+            "high",
+            immune=True,
+        )
 
 
 def cd(j: Judge, args: list[Word]) -> None:
