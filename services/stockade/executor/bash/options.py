@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -13,6 +14,7 @@ __all__ = [
     "OptionArg",
     "canonical",
     "literal",
+    "may_split",
     "option_value",
     "options_of",
     "split_arguments",
@@ -24,6 +26,16 @@ __all__ = [
 def literal(value: str) -> Word:
     """A static word made by the analysis (an option value split off ``--opt=value``)."""
     return Word(value, value, False, False, any(c in "*?[{" for c in value))
+
+
+# A word that is one double-quoted string: its expansions stay one word.
+_ONE_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"\Z', re.S)
+
+
+def may_split(word: Word) -> bool:
+    """Whether bash may make several words of ``word``: it holds an expansion (only known
+    at run time) outside double quotes, which is split on IFS and globbed (EXE-8c)."""
+    return word.value is None and _ONE_QUOTED.match(word.text) is None
 
 
 def options_of(

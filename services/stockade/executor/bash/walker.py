@@ -34,7 +34,7 @@ from stockade.executor.bash.githistory import HistoryCache, history_holds_denied
 from stockade.executor.bash.gitindex import tracked_paths
 from stockade.executor.bash.globsyntax import python_glob
 from stockade.executor.bash.judges import git, interpreters, readers, variables, writes
-from stockade.executor.bash.options import canonical, literal, split_option
+from stockade.executor.bash.options import canonical, literal, may_split, split_option
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
 from stockade.executor.bash.patterns import (
     SECRET_BASENAMES,
@@ -545,6 +545,14 @@ class Walker:
                     elif i + 1 < len(args):
                         operand = args[i + 1]
                         step = 2
+                        if may_split(operand):
+                            # `xargs -n $n echo` with n='1 sh -c id': the value splits
+                            # into the command the wrapper runs (EXE-8c).
+                            self.deny(
+                                f"{name} {option} gets a value only known at run time, "
+                                "which may split into the command it runs"
+                            )
+                            return None
                 if operand is not None and option in spec.chdir_options:
                     self.change_dir(operand)
                 if operand is not None and option in spec.read_options:

@@ -9,6 +9,7 @@ from stockade.executor.bash.findings import Judge, short
 from stockade.executor.bash.options import (
     canonical,
     literal,
+    may_split,
     split_arguments,
 )
 from stockade.executor.bash.parser import Word
@@ -43,7 +44,16 @@ def judge(j: Judge, args: list[Word]) -> None:
     )
     info = False
     for arg in found:
-        for option, operand, _ in arg.options:
+        for option, operand, next_word in arg.options:
+            if next_word and operand is not None and may_split(operand):
+                # `awk -v x=$v 1 FILE`: the value splits into more words, one of which can
+                # take the program's place (`{system(...)}`) (EXE-8c).
+                j.ask(
+                    f"awk {option} gets a value only known at run time, which may split "
+                    "into more words (a program, files)",
+                    "high",
+                    immune=True,
+                )
             if option == "-W" and operand is not None:
                 # `-W dump-variables=FILE` is gawk's (and POSIX's) spelling of the long
                 # option; mawk's `-W exec FILE` runs a program file.

@@ -3,14 +3,13 @@ the files they read."""
 
 from __future__ import annotations
 
-import re
-
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, short, word_text
 from stockade.executor.bash.judges import awk, find, sed
 from stockade.executor.bash.judges.writes import OUTPUT_OPTION
 from stockade.executor.bash.options import (
     literal,
+    may_split,
     split_arguments,
     until,
 )
@@ -58,6 +57,8 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         return
     kind = spec.operands
     if kind == "none":
+        if name in _OPTION_BUILTINS or _has_dangerous_options(spec):
+            _dynamic_options(j, name, args, builtin=name in _OPTION_BUILTINS)
         return
     if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
         if operands and operands[0].value is None:
@@ -161,15 +162,11 @@ def _options(
     return operands, pattern_given
 
 
-# A word that is one double-quoted string: its expansions stay one word (no splitting).
-_ONE_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"\Z', re.S)
-
-
 def _splits(j: Judge, name: str, word: Word, what: str) -> bool:
     """A dynamic word outside double quotes is split (and globbed) by bash into any number
     of words: more options and files the command reads (`grep -e $p a.txt` with
     p='x /etc/shadow'), never judged. True when it asked."""
-    if _ONE_QUOTED.match(word.text):
+    if not may_split(word):
         return False
     j.ask(
         f"{what} ({short(word.text, 30)}) is only known at run time and, unquoted, may "
@@ -178,6 +175,47 @@ def _splits(j: Judge, name: str, word: Word, what: str) -> bool:
         immune=True,
     )
     return True
+
+
+# Builtins on the read-only list whose options change what they do (`printf -v NAME`,
+# `hash -p`, `compgen -C`, `jobs -x`, `wait -p`): a word only known at run time before
+# their first operand may be (or split into) such options.
+_OPTION_BUILTINS = frozenset(
+    {"printf", "hash", "compgen", "jobs", "wait", "mapfile", "readarray", "read", "set"}
+)
+
+
+def _has_dangerous_options(spec: lists.SafeSpec) -> bool:
+    return bool(
+        spec.deny_options
+        or spec.read_options
+        or spec.write_options
+        or spec.ask_options
+        or spec.names_options
+    )
+
+
+def _dynamic_options(j: Judge, name: str, args: list[Word], *, builtin: bool) -> None:
+    """A command that takes no files but has options that read, write or run (`date -f`,
+    `hash -p`, `jobs -x`): a word only known at run time may become such an option
+    (`date +$fmt` with fmt='x -f .env' prints .env). bash's builtins stop reading options
+    at their first operand; other programs read them anywhere."""
+    for word in args:
+        value = word.value
+        if value == "--":
+            return
+        if value is not None:
+            if builtin and not value.startswith("-"):
+                return
+            continue
+        if may_split(word) or word.text[1:2] in ("$", "`", "\\", "-"):
+            j.ask(
+                f"{name} gets a word only known at run time ({short(word.text, 30)}), which "
+                "may be (or split into) options that read, write or run",
+                "high",
+                immune=True,
+            )
+            return
 
 
 def _dynamic_pattern(j: Judge, name: str, word: Word, args: list[Word]) -> None:
