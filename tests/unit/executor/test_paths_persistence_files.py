@@ -1,16 +1,17 @@
 """Issue 11, red-team pass (session 6): files that make other programs run code, which the
 protected-write list missed (EXE-3).
 
-`.gitconfig` was protected, but git reads its XDG twin `~/.config/git/config` the same way:
-with the agent started in the person's home (HOME inside a writable root), a write there
-(an ASK that acceptEdits settles, and allowed to file_write) set `core.fsmonitor`, and the
-person's next `git status` ran it. The same holds for `.bash_aliases` (sourced by the
-default .bashrc of Debian and Ubuntu), yarn's `.yarnrc`/`.yarnrc.yml` (yarnPath runs a file
-on every `yarn`), ripgrep's `.ripgreprc` (`--pre`), and the files coding agents and dev
-containers run commands from (`.mcp.json`, `.claude.json`, `.claude/`, `.devcontainer/`),
-as other agents' mandatory-deny lists protect them. They are now protected writes: refused
-by the path sandbox (file tools, path-check), the bash analysis and bound read-only at run
-time like the rest of the list.
+`.gitconfig` was protected, but git reads its XDG twin `~/.config/git/config` the same
+way: with the agent started in the person's home (HOME inside a writable root), a write
+there (an ASK that acceptEdits settles, and allowed to file_write) set `core.fsmonitor`,
+and the person's next `git status` ran it (the hooks work of the same session protects
+`.config/git/**`; the test below keeps the attack). The same holds for `.bash_aliases`
+(sourced by the default .bashrc of Debian and Ubuntu), yarn's `.yarnrc`/`.yarnrc.yml`
+(yarnPath runs a file on every `yarn`), ripgrep's `.ripgreprc` (`--pre`), and the files
+coding agents and dev containers run commands from (`.mcp.json`, `.claude.json`,
+`.claude/`, `.devcontainer/`), as other agents' mandatory-deny lists protect them. They
+are now protected writes: refused by the path sandbox (file tools, path-check), the bash
+analysis and bound read-only at run time like the rest of the list.
 """
 
 from __future__ import annotations
