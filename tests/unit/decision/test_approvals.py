@@ -106,16 +106,19 @@ async def test_wait_wakes_on_answer(store: SQLiteDecisionStore) -> None:
     assert rec.state is ApprovalState.ALLOWED and rec.resolver == "ui"
 
 
-async def test_always_allow_grant_scopes(store: SQLiteDecisionStore) -> None:
+async def test_always_allow_grant_scopes(open_decision_store: StoreOpener) -> None:
     clock = Clock()
-    store._clock = clock  # the store's deadline checks use the same clock
+    # The store's clock (PostgreSQL: measured against the database's when it connects,
+    # so moving the fake clock moves the store's estimate of the database's).
+    store = await open_decision_store(clock=clock)
+    await store.create_session("s1", Mode.DEFAULT)
     broker = ApprovalBroker(store)
     approval = await ask(broker, "ls *.py")
     _, grant, _ = await broker.resolve(
         approval,
         Resolution.ALWAYS_ALLOW,
         resolver="alice",
-        scope=GrantScope(remaining_uses=2, expire_time=clock.now + 30),
+        scope=GrantScope(remaining_uses=2, expire_time=store.now() + 30),
     )
     assert grant is not None
     assert grant.rule.pattern == r"run_bash(ls \*.py)"  # exact content, star escaped

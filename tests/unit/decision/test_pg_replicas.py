@@ -669,6 +669,26 @@ async def test_an_approval_expires_on_time_for_a_replica_whose_clock_is_slow(
     assert (await slow.get_session("s1")).total_denials == 1  # counted once
 
 
+async def test_a_scoped_grant_ends_at_its_time_on_every_replica_whatever_their_clocks(
+    skewed: tuple[PostgresDecisionStore, ...],
+) -> None:
+    fast, slow = skewed
+    await fast.create_session("s1", Mode.DEFAULT)
+    db_now = await _db_now(fast)
+    # Both replicas estimate the database's clock, not their own an hour off.
+    for store in (fast, slow):
+        assert abs(store.now() - db_now) < 60
+    live = await fast.add_grant("s1", "run_bash(make)", expire_time=db_now + 600)
+    ended = await slow.add_grant("s1", "run_bash(ls)", expire_time=db_now - 60)
+    # The fast replica, an hour ahead, keeps the grant with ten minutes left; the slow
+    # one, an hour behind, does not keep the one that ended a minute ago.
+    for store in (fast, slow):
+        assert [g.grant_id for g in await store.list_grants("s1")] == [live.grant_id]
+        [allow] = (await store.session_rules("s1")).for_tool("run_bash")[2]
+        assert allow.allows_command("make") and not allow.allows_command("ls")
+    assert ended.grant_id not in [g.grant_id for g in await fast.list_grants("s1")]
+
+
 async def _ask_or_refused(broker: ApprovalBroker, session: str, n: int) -> str:
     try:
         return await ask(broker, session, n)

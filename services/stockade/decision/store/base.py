@@ -132,11 +132,12 @@ class DecisionStore(Protocol):
         used up meanwhile (by another replica), so the ALLOW it gave must be decided again."""
 
     def now(self) -> float:
-        """This process's clock (seconds since the epoch), for what only this process
-        measures (how long ago a waiter left). Deadlines, finish times and retention are
-        measured on the store's own clock instead: the database's on a shared store
-        (inside its statements, so replicas' clocks never meet there), this same clock on
-        a private one (one clock source)."""
+        """The store's clock (seconds since the epoch) for what is compared in memory: a
+        scoped grant's "until" time, how long ago a waiter left. A private store has one
+        clock for everything (one clock source); a shared store estimates the database's
+        clock here (this replica's own plus a measured offset), while deadlines, finish
+        times, heartbeats and retention are compared inside its statements on the
+        database's clock itself, so replicas' clocks never meet."""
 
     async def insert_approval(
         self,

@@ -107,6 +107,10 @@ PROBE_TIMEOUT_S = 2.0
 #: on the listening connection (``LISTEN_KEEPALIVE``) close it at the kernel level within
 #: about 3 s of silence even if the event loop is too busy to probe.
 FEED_LOSS_BOUND_S = PROBE_INTERVAL_S + PROBE_TIMEOUT_S
+#: Every this many probes (about a minute), the probe also reads the database's clock, so
+#: the offset of this replica's clock to it (``now``) follows a clock that was stepped.
+CLOCK_SYNC_PROBES = 120
+_DB_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
 #: A new listening connection that takes longer is given up and tried again (a path that
 #: went silent must not hold the reconnect for asyncpg's default minute).
 LISTEN_CONNECT_TIMEOUT_S = 10.0
@@ -231,6 +235,12 @@ class PostgresDecisionStore:
         self._pool = pool
         self._dsn = dsn
         self._clock = clock
+        self._offset = 0.0
+        """The database's clock less this replica's, measured on the listening connection
+        (``now``)."""
+        # Only the wall clock is re-measured while running: a clock a caller gave (a test's
+        # fake one) is the caller's to move, measured against the database once per connect.
+        self._sync_clock = clock is time.time
         self.max_session_rules = max_session_rules
         self._cache = SessionCache(cache_max_sessions)
         # Invalidation counter: a read that began at counter value s may be cached only if
@@ -327,9 +337,19 @@ class PostgresDecisionStore:
     # -- the change feed ----------------------------------------------------------------
 
     def now(self) -> float:
-        """This replica's own clock: only for what this process alone measures (deadlines,
-        finish times and heartbeats are on the database's clock, ``_DB_NOW``)."""
-        return self._clock()
+        """The database's clock as this replica estimates it: its own clock plus the
+        offset measured on the listening connection (to within half a round trip). For
+        what is compared in memory, where a statement cannot be (a scoped grant's "until"
+        time on the ALLOW path), so that every replica agrees on it whatever its own
+        clock says; deadlines, finish times and heartbeats are compared inside the
+        statements, on the database's clock itself (``_DB_NOW``)."""
+        return self._clock() + self._offset
+
+    async def _measure_clock(self, conn: asyncpg.Connection, timeout: float | None) -> None:
+        before = self._clock()
+        db_now = float(await conn.fetchval(_DB_CLOCK, timeout=timeout))
+        after = self._clock()
+        self._offset = db_now - (before + after) / 2
 
     @property
     def listening(self) -> bool:
@@ -396,6 +416,11 @@ class PostgresDecisionStore:
             await conn.close()
             raise
         conn.add_termination_listener(self._on_terminated)
+        try:
+            await self._measure_clock(conn, LISTEN_CONNECT_TIMEOUT_S)
+        except BaseException:
+            await conn.close()
+            raise
         self._listen_conn = conn
         self._lost.clear()
         # Anything read before this point may have missed a notification: start clean.
@@ -423,12 +448,17 @@ class PostgresDecisionStore:
     async def _keep_listening(self) -> None:
         """Probe the LISTEN connection; when it is lost, reconnect and resynchronise."""
         backoff = 0.1
+        probes = 0
         while not self._closed:
             if self._listening:
                 conn = self._listen_conn
+                probes += 1
                 try:
                     assert conn is not None
-                    await conn.execute("SELECT", timeout=PROBE_TIMEOUT_S)
+                    if self._sync_clock and probes % CLOCK_SYNC_PROBES == 0:
+                        await self._measure_clock(conn, PROBE_TIMEOUT_S)
+                    else:
+                        await conn.execute("SELECT", timeout=PROBE_TIMEOUT_S)
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:  # any failure: the feed can no longer be trusted
@@ -665,7 +695,7 @@ class PostgresDecisionStore:
                 "VALUES ($1, $2, $3, $4) ON CONFLICT (session_id) DO NOTHING",
                 sid,
                 mode.value,
-                self._clock(),
+                self.now(),
                 task,
             )
             return bool(status == "INSERT 0 1")
@@ -870,7 +900,7 @@ class PostgresDecisionStore:
         on this replica or any other)."""
         rec = await self.get_session(session_id)
         cached = self._cache.get(rec.session_id)
-        now = self._clock()
+        now = self.now()
         if cached is not None:
             index = cached.current_index(now)
             if index is not None:
@@ -915,7 +945,7 @@ class PostgresDecisionStore:
         """Add a scoped ALLOW grant for the session."""
         rule = new_grant_rule(pattern, resolver, remaining_uses)
         gid = rule.rule_id
-        now = self._clock()
+        now = self.now()
 
         async def insert(conn: asyncpg.Connection) -> None:
             await self._lock_session(conn, session_id)
@@ -939,7 +969,7 @@ class PostgresDecisionStore:
 
     async def list_grants(self, session_id: str) -> list[GrantRecord]:
         """The session's live grants."""
-        _, grants = await self._run(lambda c: self._read_rules(c, session_id, self._clock()))
+        _, grants = await self._run(lambda c: self._read_rules(c, session_id, self.now()))
         return grants
 
     async def revoke_grant(self, grant_id: str) -> bool:
