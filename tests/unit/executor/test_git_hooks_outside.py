@@ -622,3 +622,57 @@ def test_config_reading_is_bounded_and_follows_changes(repo: Path, tmp_path: Pat
     (repo / ".git" / "loop.inc").write_text("[include]\n\tpath = loop.inc\n")
     looped = named_paths(top, git_dir, home)
     assert str(repo / ".git" / "loop.inc") in looped and str(repo / "later") in looped
+
+
+# --- writes hidden in a file's content: git apply ------------------------------------------
+
+_EVIL_PATCH = (
+    "diff --git a/.husky/pre-commit b/.husky/pre-commit\nnew file mode 100755\n"
+    "--- /dev/null\n+++ b/.husky/pre-commit\n@@ -0,0 +1 @@\n+touch {marker}\n"
+)
+_TOOL_PATCH = (
+    "diff --git a/tools/conv.sh b/tools/conv.sh\n--- a/tools/conv.sh\n+++ b/tools/conv.sh\n"
+    '@@ -1 +1,2 @@\n cat "$1"\n+touch {marker}\n'
+)
+_PLAIN_PATCH = (
+    "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+    "@@ -1 +1 @@\n-hello\n+changed\n"
+)
+
+
+def test_git_apply_targets_are_judged_by_the_sandbox(repo: Path, tmp_path: Path) -> None:
+    """The files a patch creates or changes are writes: a patch that plants a hook (or
+    changes a program the configuration runs) is refused, not merely asked."""
+    marker = tmp_path / "MARK-apply"
+    (repo / "evil.patch").write_text(_EVIL_PATCH.format(marker=marker))
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    host_git(probe, "init", "-q", ".")
+    (probe / "evil.patch").write_text(_EVIL_PATCH.format(marker=marker))
+    assert host_git(probe, "apply", "evil.patch").returncode == 0
+    assert (probe / ".husky" / "pre-commit").exists(), "git apply did not plant the hook"
+    host_git(repo, "config", "diff.conv.textconv", "sh tools/conv.sh")
+    (repo / "tools").mkdir()
+    (repo / "tools" / "conv.sh").write_text('cat "$1"\n')
+    (repo / "tool.patch").write_text(_TOOL_PATCH.format(marker=marker))
+    (repo / "plain.patch").write_text(_PLAIN_PATCH)
+    sb = _sandbox(repo)
+    for command in (
+        "git apply evil.patch",
+        "git apply -p0 evil.patch",
+        "git apply --directory=pkg evil.patch",
+        "git -C . apply --reject evil.patch",
+        "git apply plain.patch tool.patch",
+    ):
+        assert analyze(command, sandbox=sb).verdict == "deny", command
+    for command in ("git apply plain.patch", "git apply --check evil.patch"):
+        assert analyze(command, sandbox=sb).verdict == "ask", command
+
+
+def test_git_config_file_is_a_read(repo: Path) -> None:
+    """`git config -f FILE -l` prints an INI file: judged as reading FILE."""
+    sb = _sandbox(repo)
+    assert analyze("git config -f ../outside.ini -l", sandbox=sb).verdict == "ask"
+    assert analyze("git config --file=../outside.ini --list", sandbox=sb).verdict == "ask"
+    assert analyze("git config -f ~/.aws/credentials -l", sandbox=sb).verdict == "deny"
+    assert analyze("git config -f .gitmodules -l", sandbox=sb).verdict == "allow"

@@ -113,6 +113,8 @@ def judge(j: Judge, args: list[Word]) -> None:
     first = next((v for v in values if v is not None and not v.startswith("-")), None)
     if sub in ("init", "clone") or (sub == "worktree" and first == "add"):
         _new_repository(j, sub, rest)
+    if sub == "apply":
+        _patch_targets(j, rest)
     if sub == "bundle" and first == "create":
         operands = [w for w in rest if w.value is None or not w.value.startswith("-")]
         if len(operands) >= 2:
@@ -194,7 +196,9 @@ def _option_target(
         kind = "write"  # files are checked out under the prefix (any directory)
     elif (short in ("-F",) or option == "--file") and sub in _GIT_FILE_READERS:
         kind = "read"  # a message or pattern file: its content enters the repository
-    elif short == "-f" and sub == "grep":
+    elif short == "-f" and sub in ("grep", "config"):
+        kind = "read"  # `git config -f FILE -l` prints an INI file (~/.aws/credentials)
+    elif option == "--file" and sub == "config":
         kind = "read"
     elif option in ("--contents", "--reference", "--reference-if-able"):
         kind = "read"
@@ -207,6 +211,69 @@ def _option_target(
     if k + 1 < len(rest):
         return kind, rest[k + 1]
     return None
+
+
+_MAX_PATCH_BYTES = 1 << 20
+_PATCH_TARGET = re.compile(r"^(?:\+\+\+ |rename to |copy to |diff --git \S+ )(.*)$")
+
+
+def _patch_targets(j: Judge, rest: list[Word]) -> None:
+    """``git apply PATCH…``: the files a patch creates or changes are writes, judged by
+    the path sandbox like any other (a patch adding ``.husky/pre-commit`` or the hooks
+    directory's script is refused, not asked). The patch is read here, bounded; one that
+    cannot be read (stdin, a missing or huge file, a quoted name) keeps the plain ASK."""
+    strip, directory = 1, ""
+    patches: list[str] = []
+    values = [w.value for w in rest]
+    if {"--stat", "--numstat", "--summary", "--check"} & set(filter(None, values)) and (
+        "--apply" not in values
+    ):
+        return  # reports on the patch, writes nothing
+    skip = False
+    for k, value in enumerate(values):
+        if value is None:
+            return
+        if skip:
+            skip = False
+            continue
+        if value.startswith("-p") and value[2:].isdigit():
+            strip = int(value[2:])
+        elif value.startswith("--directory="):
+            directory = value.split("=", 1)[1]
+        elif value in ("--directory", "-C", "--exclude", "--include", "--whitespace"):
+            if value == "--directory" and k + 1 < len(values):
+                directory = values[k + 1] or ""
+            skip = True
+        elif not value.startswith("-") or value == "-":
+            patches.append(value)
+    top = repository_top(j)
+    for patch in patches:
+        if patch == "-":
+            return
+        try:
+            with open(_here(j, patch), "rb") as f:
+                data = f.read(_MAX_PATCH_BYTES + 1)
+        except OSError:
+            return
+        if len(data) > _MAX_PATCH_BYTES:
+            return
+        for line in data.decode("utf-8", "replace").splitlines():
+            match = _PATCH_TARGET.match(line)
+            if match is None:
+                continue
+            name = match.group(1).split("\t", 1)[0].strip()
+            if name.startswith('"'):
+                j.effect("git apply with a quoted file name in the patch")
+                return
+            if name == "/dev/null" or not name:
+                continue
+            if not line.startswith(("rename to ", "copy to ")):
+                parts = name.split("/")
+                if len(parts) <= strip:
+                    continue
+                name = "/".join(parts[strip:])
+            target = os.path.normpath(os.path.join(top, directory, name))
+            j.path(literal(target), write=True, what="git apply writes")
 
 
 def repository_top(j: Judge) -> str:
