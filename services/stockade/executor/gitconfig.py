@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -232,14 +233,37 @@ def repository_of(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _gitdir_of_file(dot_git: str) -> str | None:
-    """The directory a ``gitdir: X`` file names (relative to the file's directory)."""
+def _read_regular(path: str, limit: int) -> str | None:
+    """The first ``limit`` bytes of a regular file (symlinks followed, as git does), as
+    text; None for anything else. Opened non-blocking and checked with fstat: a FIFO or a
+    device under a name git reads (a program the checker cannot see into may make one)
+    must not hang the analysis."""
     try:
-        with open(dot_git, "rb") as f:
-            head = f.read(4096).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
         return None
-    if not head.startswith("gitdir:"):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _gitdir_of_file(dot_git: str) -> str | None:
+    """The directory a ``gitdir: X`` file names (relative to the file's directory)."""
+    head = _read_regular(dot_git, 4096)
+    if head is None or not head.startswith("gitdir:"):
         return None
     target = head[len("gitdir:") :].strip()
     if not target:
@@ -249,11 +273,7 @@ def _gitdir_of_file(dot_git: str) -> str | None:
 
 def common_dir(git_dir: str) -> str:
     """Where a (linked worktree's) git directory keeps config, hooks and objects."""
-    try:
-        with open(os.path.join(git_dir, "commondir"), "rb") as f:
-            pointer = f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return git_dir
+    pointer = (_read_regular(os.path.join(git_dir, "commondir"), 4096) or "").strip()
     return os.path.realpath(os.path.join(git_dir, pointer)) if pointer else git_dir
 
 
@@ -305,10 +325,8 @@ class _Reading:
         ``run:``): the work-tree files they name are what those hooks run. YAML is read
         line by line (a block scalar ``|`` / ``>`` takes the lines indented below it)."""
         self.consulted.append(path)
-        try:
-            with open(path, "rb") as f:
-                text = f.read(_MAX_CONFIG_BYTES).decode("utf-8", "replace")
-        except OSError:
+        text = _read_regular(path, _MAX_CONFIG_BYTES)
+        if text is None:
             return
         lines = text.splitlines()
         pattern = re.compile(rf"^(\s*)-?\s*{key}\s*:\s*(.*)$")
@@ -344,12 +362,8 @@ class _Reading:
         for path in entries[:_MAX_HOOK_FILES]:
             if len(self.named) >= _MAX_NAMES:
                 return
-            try:
-                if not os.path.isfile(path):
-                    continue
-                with open(path, "rb") as f:
-                    text = f.read(_MAX_HOOK_BYTES).decode("utf-8", "replace")
-            except OSError:
+            text = _read_regular(path, _MAX_HOOK_BYTES)
+            if text is None:
                 continue
             self.consulted.append(path)
             for word in _COMMAND_WORD.findall(text):
@@ -365,12 +379,9 @@ class _Reading:
         if depth > _MAX_INCLUDE_DEPTH or len(self.consulted) >= _MAX_FILES:
             return
         self.consulted.append(path)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_MAX_CONFIG_BYTES + 1)
-        except OSError:
+        text = _read_regular(path, _MAX_CONFIG_BYTES)
+        if text is None:
             return
-        text = data[:_MAX_CONFIG_BYTES].decode("utf-8", "replace")
         base = os.path.dirname(path)
         for key, value in parse_config(text):
             if value is None or len(self.named) >= _MAX_NAMES:

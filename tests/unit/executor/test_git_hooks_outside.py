@@ -676,3 +676,17 @@ def test_git_config_file_is_a_read(repo: Path) -> None:
     assert analyze("git config --file=../outside.ini --list", sandbox=sb).verdict == "ask"
     assert analyze("git config -f ~/.aws/credentials -l", sandbox=sb).verdict == "deny"
     assert analyze("git config -f .gitmodules -l", sandbox=sb).verdict == "allow"
+
+
+def test_fifos_under_names_git_reads_do_not_hang_the_check(repo: Path) -> None:
+    """A FIFO where a hook manager's config, an included file or an installed hook would
+    be (a program the analysis cannot see into can make one) is skipped, not opened for
+    reading: the write check still answers."""
+    with (repo / ".git" / "config").open("a") as f:
+        f.write("[include]\n\tpath = ../shared.inc\n")
+    os.mkfifo(repo / "shared.inc")
+    os.mkfifo(repo / ".pre-commit-config.yaml")
+    os.mkfifo(repo / ".git" / "hooks" / "pre-commit")
+    sb = _sandbox(repo)
+    assert sb.check("src/app.py", write=True).allowed
+    assert not sb.check("shared.inc", write=True).allowed
