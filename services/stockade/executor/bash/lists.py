@@ -1483,6 +1483,37 @@ CREDENTIAL_PATHS: tuple[str, ...] = (
     "~/.python_history",
     "~/.local/share/keyrings/**",
     "~/.config/rclone/rclone.conf",
+    # More tokens and histories found in the red-team pass of session 6: container
+    # registries (podman, skopeo, buildah), coding agents' CLIs, model hubs, object stores,
+    # cloud and password-manager CLIs, and the histories of database and language shells
+    # (passwords typed on their command lines).
+    "~/.config/containers/auth.json",
+    "/run/user/*/containers/auth.json",
+    "~/.claude/.credentials.json",
+    "~/.codex/auth.json",
+    "~/.cache/huggingface/token",
+    "~/.huggingface/token",
+    "~/.s3cfg",
+    "~/.boto",
+    "~/.databrickscfg",
+    "~/.config/op/**",
+    "~/.config/doctl/config.yaml",
+    "~/.config/configstore/firebase-tools.json",
+    "~/.config/helm/repositories.yaml",
+    "~/.psql_history",
+    "~/.mysql_history",
+    "~/.sqlite_history",
+    "~/.rediscli_history",
+    "~/.node_repl_history",
+    "~/.local/share/fish/fish_history",
+    # Cluster administrator credentials and private keys on nodes.
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/pki/**",
+    "/etc/rancher/k3s/k3s.yaml",
+    "/var/lib/kubelet/pki/**",
+    "/etc/pki/tls/private/**",
+    "/etc/letsencrypt/live/**",
+    "/etc/letsencrypt/archive/**",
 )
 """Credential files: any access is DENY. Globs: ``*`` within a component, ``**`` across."""
 
