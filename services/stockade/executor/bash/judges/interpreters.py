@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, word_text
 from stockade.executor.bash.parser import RawCommand, Word
+
+# What a pipe or a here-string feeds: stdin by any of its names, or another inherited fd
+# (`source /dev/fd/3 3<<< 'rm -rf ~'`).
+_STDIN = re.compile(
+    r"-\Z|/dev/stdin\Z|/dev/fd/\d+\Z|/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/\d+\Z"
+)
+
+
+def _normal(path: str) -> str:
+    """``path`` without ``.``, doubled or leading extra slashes (``//dev/./stdin``)."""
+    if not path:
+        return path
+    normal = os.path.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("/") else normal
 
 
 def eval_command(j: Judge, name: str, args: list[Word]) -> None:
@@ -12,8 +29,10 @@ def eval_command(j: Judge, name: str, args: list[Word]) -> None:
     if name not in ("source", "."):
         j.deny(lists.EVAL_COMMANDS[name])
         return
+    if args and args[0].value == "--":
+        args = args[1:]  # `source -- FILE` (bash's no_options)
     target = args[0] if args else None
-    if target is None or target.value is None or target.value in ("-", "/dev/stdin"):
+    if target is None or target.value is None or _STDIN.match(_normal(target.value)):
         j.deny(f"{name} of downloaded or generated content cannot be checked")
         return
     j.path(target, write=False)
