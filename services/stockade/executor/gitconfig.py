@@ -124,6 +124,7 @@ def parse_config(text: str) -> list[tuple[str, str | None]]:
     """
     out: list[tuple[str, str | None]] = []
     section = ""
+    text = text.removeprefix("\ufeff")  # git skips a UTF-8 byte order mark
     i, n = 0, len(text)
     while i < n:
         ch = text[i]

@@ -690,3 +690,37 @@ def test_fifos_under_names_git_reads_do_not_hang_the_check(repo: Path) -> None:
     sb = _sandbox(repo)
     assert sb.check("src/app.py", write=True).allowed
     assert not sb.check("shared.inc", write=True).allowed
+
+
+_CONFIG_SYNTAX = [
+    "[core]\n\thooksPath = .hk\n",
+    "[core]hooksPath=.hk\n",
+    "[CoRe]\nHOOKSPATH=.hk\n",
+    '[core]\n\thooksPath = ".h k" \n',
+    "[core]\n\thooksPath = .h\\\nk\n",
+    "[core]\r\n\thooksPath = .hk\r\n",
+    "[core] ; c\n\thooksPath = .hk # c\n",
+    '[core]\n\thooksPath = "a;b#c"\n',
+    "[core]\n\thooksPath = a\\tb\n",
+    "[core]\n\thooksPath =\n",
+    '[core ""]\n\thooksPath = .x\n',
+    "[core.sub]\n\thooksPath = .x\n",
+    "[core]\n\thooksPath = .a\n\thooksPath = .b\n",
+    "  [core]  \n  hooksPath   =   spaced   value  \n",
+    '[core]\n\thooksPath = a"b"c\n',
+    '[core]\n\thooksPath = \\"q\\"\n',
+    "[include]\n\tpath = x\n[core]\n\thooksPath = .y\n",
+    "\ufeff[core]\n\thooksPath = .bom\n",
+    "[core]\n\thooks-path = .dash\n",
+]
+
+
+@pytest.mark.parametrize("text", _CONFIG_SYNTAX)
+def test_config_parser_agrees_with_git(tmp_path: Path, text: str) -> None:
+    """Differential: the values git itself reads for core.hooksPath from each spelling."""
+    config = tmp_path / "c"
+    config.write_text(text)
+    result = host_git(tmp_path, "config", "-f", str(config), "--get-all", "core.hookspath")
+    assert result.returncode in (0, 1), result.stderr
+    mine = [v for k, v in parse_config(text) if k == "core.hookspath" and v is not None]
+    assert mine == result.stdout.splitlines()
