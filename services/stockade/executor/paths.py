@@ -20,7 +20,7 @@ import functools
 import os
 import stat
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mypy_extensions import mypyc_attr
@@ -45,6 +45,7 @@ __all__ = [
     "match_relative_glob",
     "matches_path_glob",
     "openat2_available",
+    "protected_matcher",
 ]
 
 DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
@@ -369,6 +370,13 @@ class _FoldedGlobs:
                 if glob is not None:
                     return f"{glob}, matched as {folded_path!r}"
         return None
+
+
+def protected_matcher(globs: tuple[str, ...]) -> Callable[[str], str | None]:
+    """The sandbox's own matcher for ``globs`` (each path also in its folded spelling),
+    for the run-time walks that must find exactly what the sandbox refuses."""
+    folded = _FoldedGlobs(globs)
+    return lambda path: folded.match(path, path)
 
 
 # Compiled by `make native` (mypyc); tests subclass it to count or replay its checks.

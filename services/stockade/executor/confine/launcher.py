@@ -31,7 +31,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from stockade.executor.confine import kernel, landlock, limits, masks, worker
+from stockade.executor.confine import kernel, landlock, limits, protect, worker
 from stockade.executor.confine.policy import (
     CAPABILITIES,
     GIT_NEUTRALISED,
@@ -357,22 +357,21 @@ class LauncherServer:
 
     def _finish_git_cleanup(self, w: _Worker) -> None:
         """A worker killed mid-command (time limit, cancel) could not remove the git
-        directories its command created: do it here, in a child confined by Landlock to
-        the command's writable roots (a symlink swapped in by a concurrent command cannot
-        lead the removal anywhere else)."""
+        directories and protected files its command created: do it here, in a child
+        confined by Landlock to the command's writable roots (and the removal opens every
+        directory without following symlinks: one swapped in by a concurrent command
+        cannot lead it anywhere else)."""
         path = os.path.join(self.base, f"w{w.wid}.git")
         try:
             with open(path, "rb") as fh:
-                data = fh.read(1 << 22)
+                data = fh.read(1 << 24)
             os.unlink(path)
         except OSError:
             return
         if not data:
             return  # the worker finished the job itself (or had none)
         try:
-            state = json.loads(data)
-            roots = [str(r) for r in state["roots"]]
-            known = [masks_identity(x) for x in state["known"]]
+            snapshot = protect.Snapshot.from_dict(json.loads(data))
         except (ValueError, KeyError, TypeError):
             return
         pid = os.fork()
@@ -383,17 +382,18 @@ class LauncherServer:
                 if self.plan.landlock_abi > 0:
                     everything = landlock.fs_rights(self.plan.landlock_abi)
                     landlock.restrict(
-                        [landlock.PathRule(r, everything) for r in roots],
+                        [landlock.PathRule(r, everything) for r in snapshot.roots],
                         abi=self.plan.landlock_abi,
                         deny_tcp=True,
                     )
-                removed = masks.remove_new_git_control(known, roots)
-                if removed:
-                    print(
-                        "stockade-launcher: removed git control path(s) a killed command "
-                        "created: " + ", ".join(removed[:5]),
-                        file=sys.stderr,
-                    )
+                removed = protect.clean_up(snapshot)
+                for what, paths in (("git control", removed.git), ("protected", removed.protected)):
+                    if paths:
+                        print(
+                            f"stockade-launcher: removed {what} path(s) a killed command "
+                            "created: " + ", ".join(paths[:5]),
+                            file=sys.stderr,
+                        )
                 code = 0
             finally:
                 os._exit(code)
@@ -480,13 +480,6 @@ class LauncherServer:
         if self.memory_root is not None:
             self.memory_root.remove()
         limits.remove_tree(self.base)
-
-
-def masks_identity(item: object) -> masks.GitControl:
-    """A GitControl standing for one (dev, ino) of a saved snapshot."""
-    if not isinstance(item, list) or len(item) != 2:
-        raise ValueError("a saved identity is [dev, ino]")
-    return masks.GitControl("", (int(item[0]), int(item[1])), True)
 
 
 def _kill_all(pids: list[int]) -> None:

@@ -14,7 +14,6 @@ matches at any depth.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -185,45 +184,6 @@ def find_sockets(
     return found
 
 
-def find_protected(writable: Sequence[str], cwd: str, globs: Sequence[str]) -> list[str]:
-    """Existing paths named by ``globs`` at each writable root and at ``cwd`` and its
-    parents up to its root (where a repository or a shell start-up file takes effect).
-
-    Globs with wildcards (other than a trailing ``/**``) are skipped: finding them would
-    need a walk of the whole tree on every command. Symlinks are skipped: binding one
-    would protect whatever it points to instead.
-    """
-    rels: list[str] = []
-    for glob in globs:
-        rel = glob[:-3] if glob.endswith("/**") else glob
-        if rel and not any(c in rel for c in "*?["):
-            rels.append(rel)
-    if not rels:
-        return []
-    roots = [os.path.realpath(w) for w in writable]
-    places: list[str] = list(roots)
-    here = os.path.realpath(cwd)
-    while any(_within(here, r) for r in roots):
-        places.append(here)
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
-    found: list[str] = []
-    for place in dict.fromkeys(places):
-        for rel in rels:
-            path = rel if rel.startswith("/") else os.path.join(place, rel)
-            if path in found or not any(_within(path, r) for r in roots):
-                continue
-            try:
-                if stat.S_ISLNK(os.lstat(path).st_mode):
-                    continue
-            except OSError:
-                continue
-            found.append(path)
-    return found
-
-
 # Secrets of the host in the system directories a command may read. A command running
 # as uid 0 (without capabilities) still owns these files, so only masking hides them.
 SENSITIVE_SYSTEM_FILES: tuple[str, ...] = (
@@ -258,111 +218,6 @@ def find_sensitive() -> tuple[list[str], list[str]]:
         elif stat.S_ISDIR(mode):
             dirs.append(path)
     return files, dirs
-
-
-# --- git directories (EXE-3 rev 2) ---------------------------------------------------
-
-
-def _layout(names: set[str]) -> bool:
-    """Whether a directory listing holds a git directory's layout: git takes a directory
-    for one only with a HEAD, and objects/, refs/ or a commondir beside it (the same
-    test as the path sandbox's ``git_dir_layout``)."""
-    return "HEAD" in names and not names.isdisjoint(("objects", "refs", "commondir"))
-
-
-@dataclass(frozen=True)
-class GitControl:
-    """A place a person's git would read configuration or hooks from."""
-
-    path: str
-    """The ``.git`` entry (dir, file or symlink) or the directory laid out as a git dir."""
-    identity: tuple[int, int]
-    """(st_dev, st_ino) of the entry itself: a renamed entry is still the same one."""
-    named: bool
-    """True for an entry named ``.git``; False for a bare layout under another name."""
-
-
-def find_git_control(roots: Iterable[str]) -> list[GitControl]:
-    """Every ``.git`` entry and bare-repository layout inside ``roots``.
-
-    Git directories are not descended into (they are protected whole). Symlinks are not
-    followed; a ``.git`` symlink is reported itself (its target, if inside a root, is
-    found by the walk where it lives, or is laid out as a git dir). Raises OSError past
-    MAX_ENTRIES (fail closed: the caller refuses the command).
-    """
-    found: list[GitControl] = []
-    seen = 0
-    pending = sorted({os.path.realpath(r) for r in roots})
-    visited: set[str] = set()
-    while pending:
-        top = pending.pop()
-        if top in visited:
-            continue
-        visited.add(top)
-        try:
-            with os.scandir(top) as scan:
-                entries = list(scan)
-        except OSError:
-            continue
-        seen += len(entries)
-        if seen > MAX_ENTRIES:
-            raise OSError(0, f"more than {MAX_ENTRIES} entries under the roots to scan")
-        names = {e.name for e in entries}
-        if _layout(names):
-            st = os.lstat(top)
-            found.append(GitControl(top, (st.st_dev, st.st_ino), False))
-            continue
-        for entry in entries:
-            try:
-                if entry.name == ".git":
-                    st = entry.stat(follow_symlinks=False)
-                    found.append(GitControl(entry.path, (st.st_dev, st.st_ino), True))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-            except OSError:
-                continue
-    return found
-
-
-def git_bind_targets(found: Sequence[GitControl], writable: Sequence[str]) -> list[str]:
-    """What to bind read-only: each entry, a symlink's target when it lies in a writable
-    root (a bind mount cannot sit on a symlink; the target is what git reads)."""
-    roots = [os.path.realpath(w) for w in writable]
-    targets: list[str] = []
-    for item in found:
-        path = item.path
-        if os.path.islink(path):
-            path = os.path.realpath(path)
-            if not any(_within(path, r) for r in roots) or not os.path.exists(path):
-                continue  # outside the writable roots Landlock already refuses writes
-        targets.append(path)
-    return list(dict.fromkeys(targets))
-
-
-def remove_new_git_control(before: Sequence[GitControl], roots: Sequence[str]) -> list[str]:
-    """Remove the git control entries a command created (call after it ended, inside its
-    Landlock domain). A new ``.git`` goes whole; a new layout loses what makes git take
-    it for a repository (HEAD, commondir). Returns what was removed."""
-    known = {item.identity for item in before}
-    removed: list[str] = []
-    for item in find_git_control(roots):
-        if item.identity in known:
-            continue
-        victims = (
-            [item.path]
-            if item.named
-            else [os.path.join(item.path, name) for name in ("HEAD", "commondir")]
-        )
-        for victim in victims:
-            try:
-                if os.path.isdir(victim) and not os.path.islink(victim):
-                    shutil.rmtree(victim)
-                else:
-                    os.unlink(victim)
-            except FileNotFoundError:
-                continue
-            removed.append(victim)
-    return removed
 
 
 def hide_dirs(dirs: Sequence[str], roots: Sequence[str], empty_file: str) -> int:

@@ -28,7 +28,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from stockade.executor.confine import kernel, landlock, limits, masks
+from stockade.executor.confine import kernel, landlock, limits, masks, protect
 from stockade.executor.confine.env import command_env
 from stockade.executor.confine.policy import (
     CAPABILITIES,
@@ -243,9 +243,9 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
         request = json.loads(msg)
         if prepared.problems:
             raise OSError(0, "; ".join(prepared.problems))
-        layers, argv, env, policy, git_found = _confine(request, fds, plan, slot, prepared)
-        if policy.protect_git and slot.git_state_fd >= 0:
-            _save_git_state(slot.git_state_fd, policy, git_found)
+        layers, argv, env, policy, guard = _confine(request, fds, plan, slot, prepared)
+        if guard is not None and slot.git_state_fd >= 0:
+            _save_state(slot.git_state_fd, guard.snapshot)
         devnull = prepared.devnull
         pid = os.posix_spawn(
             argv[0],
@@ -260,8 +260,8 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
             setsigmask=(),
         )
         # A copy of stderr (not inherited: os.dup is close-on-exec) for a note after the
-        # command, such as git directories it created and that were removed.
-        note_fd = os.dup(fds[1]) if policy.protect_git else -1
+        # command, such as git directories or rc files it created and that were removed.
+        note_fd = os.dup(fds[1]) if guard is not None else -1
         for fd in (devnull, fds[0], fds[1]):
             os.close(fd)
     except BaseException as exc:
@@ -273,8 +273,8 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     # Whatever the command left running dies before its end is reported: when the
     # executor sees the exit code, nothing of the command is left.
     _kill_leftovers(plan.pid_namespace)
-    if policy.protect_git:
-        layers = _remove_new_git_control(layers, git_found, policy, note_fd)
+    if guard is not None:
+        layers = _clean_up(layers, guard, note_fd)
         if slot.git_state_fd >= 0:
             os.ftruncate(slot.git_state_fd, 0)  # done: nothing for the launcher to do
     # One report at the end (one wake-up of the executor): layers and exit code.
@@ -282,49 +282,85 @@ def serve(sock: socket.socket, plan: Plan, slot: Slot, prepared: Prepared) -> No
     os._exit(0)
 
 
-def _save_git_state(fd: int, policy: ConfinementPolicy, found: list[masks.GitControl]) -> None:
-    """Leave the pre-run git snapshot where the launcher finds it if we are killed."""
-    data = json.dumps(
-        {"roots": list(policy.writable_roots), "known": [list(g.identity) for g in found]}
-    ).encode()
+@dataclass(frozen=True)
+class Guard:
+    """The run-time protection of git directories and protected files for one command."""
+
+    snapshot: protect.Snapshot
+    """What was there before the command."""
+    skip: frozenset[protect.Identity]
+    """Identities of our own mounts (masks), seen after the command in place of what they
+    cover: never taken for something the command created."""
+
+
+def _save_state(fd: int, snapshot: protect.Snapshot) -> None:
+    """Leave the pre-run snapshot where the launcher finds it if we are killed."""
+    data = json.dumps(snapshot.to_dict()).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
 
 
-def _remove_new_git_control(
-    layers: list[Layer], before: list[masks.GitControl], policy: ConfinementPolicy, note_fd: int
-) -> list[Layer]:
-    """A git directory, ``.git`` file or bare layout the command made (through a program
-    the analysis could not see into) is removed before anyone's git on the host reads
-    it; the git layer and the command's stderr say what went."""
-    removed: list[str] = []
+def _clean_up(layers: list[Layer], guard: Guard, note_fd: int) -> list[Layer]:
+    """Git directories, ``.git`` files, bare layouts and protected files (rc files,
+    ``.envrc``, ``.vscode/`` …) the command made (through a program the analysis could not
+    see into) are removed before a person's programs on the host read them; the layers
+    and the command's stderr say what went."""
+    git_note = protected_note = ""
+    removed = protect.Removed([], [])
     try:
-        removed = masks.remove_new_git_control(before, policy.writable_roots)
-        note = (
-            f"; removed {len(removed)} git control path(s) the command created: "
-            + ", ".join(removed[:5])
-            if removed
-            else ""
-        )
+        removed = protect.clean_up(guard.snapshot, skip=guard.skip)
     except OSError as exc:
-        note = f"; could not check for git directories the command created: {exc}"
-    if note_fd >= 0:
-        if removed:
+        problem = f"; could not check for protected paths the command created: {exc}"
+        git_note = protected_note = problem
+        if note_fd >= 0:
             with contextlib.suppress(OSError):
+                os.write(note_fd, f"stockade: WARNING{problem[1:]}\n".encode())
+    if removed.git:
+        git_note = (
+            f"; removed {len(removed.git)} git control path(s) the command created: "
+            + ", ".join(removed.git[:5])
+        )
+    if removed.protected:
+        protected_note = (
+            f"; removed {len(removed.protected)} protected path(s) the command created: "
+            + ", ".join(removed.protected[:5])
+        )
+    if removed.failed:
+        problem = "; could NOT remove: " + ", ".join(removed.failed[:5])
+        git_note += problem
+        protected_note += problem
+        if note_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(
+                    note_fd,
+                    (
+                        "stockade: WARNING: could not remove protected paths this command "
+                        "created: " + ", ".join(removed.failed[:20]) + "\n"
+                    ).encode(),
+                )
+    if note_fd >= 0:
+        with contextlib.suppress(OSError):
+            if removed.git:
                 os.write(
                     note_fd,
                     (
                         "stockade: removed git repository data this command created (git "
                         "directories are protected; a person's git would read their config "
-                        "and hooks): " + ", ".join(removed[:20]) + "\n"
+                        "and hooks): " + ", ".join(removed.git[:20]) + "\n"
+                    ).encode(),
+                )
+            if removed.protected:
+                os.write(
+                    note_fd,
+                    (
+                        "stockade: removed protected files this command created (they make "
+                        "other programs run code: shell rc files, .envrc, editor tasks, "
+                        ".npmrc ...): " + ", ".join(removed.protected[:20]) + "\n"
                     ).encode(),
                 )
         os.close(note_fd)
-    if not note:
-        return layers
-    return [
-        Layer(x.name, x.active, x.detail + note) if x.name == GIT_NEUTRALISED else x for x in layers
-    ]
+    notes = {GIT_NEUTRALISED: git_note if guard.snapshot.git else "", MOUNT_MASK: protected_note}
+    return [Layer(x.name, x.active, x.detail + notes.get(x.name, "")) for x in layers]
 
 
 def _kill_leftovers(pid_namespace: bool) -> None:
@@ -391,9 +427,8 @@ def _report(fd: int, message: dict[str, Any]) -> None:
 
 def _confine(
     request: dict[str, Any], fds: list[int], plan: Plan, slot: Slot, prepared: Prepared
-) -> tuple[list[Layer], list[str], dict[str, str], ConfinementPolicy, list[masks.GitControl]]:
+) -> tuple[list[Layer], list[str], dict[str, str], ConfinementPolicy, Guard | None]:
     policy = ConfinementPolicy.from_dict(request["policy"])
-    git_found: list[masks.GitControl] = []
     cwd: str = request["cwd"]
     layers: list[Layer] = [
         Layer(PROCESS_GROUP, True, "own session and process group; killed as a group"),
@@ -421,11 +456,19 @@ def _confine(
 
     # 2. Masks (needs the private mount namespace and capabilities, before Landlock).
     roots = tuple(dict.fromkeys(policy.readable_roots + policy.writable_roots))
-    if policy.protect_git:
-        # Before any mask: the snapshot must see what a person's git on the host sees (a
-        # repository inside a masked folder is still theirs, never "created" by the
-        # command when the launcher compares after a kill).
-        git_found = masks.find_git_control(policy.writable_roots)
+    found: protect.Survey | None = None
+    snapshot: protect.Snapshot | None = None
+    if policy.protect_git or policy.read_only_globs:
+        # Before any mask: the snapshot must see what a person on the host sees (a
+        # repository or an rc file inside a masked folder is still theirs, never
+        # "created" by the command when the launcher compares after a kill). One walk of
+        # the writable roots finds git directories and protected files at any depth.
+        names = protect.Names.compile(policy.read_only_globs) if policy.read_only_globs else None
+        found = protect.survey(policy.writable_roots, names, git=policy.protect_git)
+        snapshot = protect.Snapshot.of(
+            found, policy.writable_roots, policy.read_only_globs, git=policy.protect_git
+        )
+    skip: set[protect.Identity] = set()
     if plan.mount_namespace:
         files, dirs = masks.find_masked(roots, policy.masked_globs)
         count = masks.apply_masks(files, dirs, plan.empty_file)
@@ -433,23 +476,32 @@ def _confine(
         # writable. A read-only bind mount keeps it read-only.
         nested = masks.nested_read_only(policy.readable_roots, policy.writable_roots)
         masks.bind_read_only(nested)
-        # Files that make other programs run code later (git hooks, shell rc files)
-        # stay read-only even for commands the user approved.
-        protected = masks.find_protected(policy.writable_roots, cwd, policy.read_only_globs)
-        masks.bind_read_only(protected)
-        # Every git directory, `.git` file and bare layout in the writable roots is
-        # read-only (EXE-3 rev 2): a person's git on the host reads them later.
+        protected: list[str] = []
         git_binds: list[str] = []
-        if policy.protect_git:
+        if found is not None:
             # What a mask now hides is out of the command's reach already.
-            git_binds = [
-                path
-                for path in masks.git_bind_targets(git_found, policy.writable_roots)
-                if not any(masks.within(path, d) for d in dirs)
-            ]
-            masks.bind_read_only(git_binds)
+            def unmasked(paths: list[str]) -> list[str]:
+                return [p for p in paths if not any(masks.within(p, d) for d in dirs)]
+
+            # Files that make other programs run code later (rc files, .envrc, editor
+            # tasks; at any depth, with every other name of their inode) stay read-only
+            # even for commands the user approved.
+            protected = unmasked(protect.bind_targets(found, policy.writable_roots))
+            masks.bind_read_only(protected)
+            # Every git directory, `.git` file and bare layout in the writable roots is
+            # read-only (EXE-3 rev 2): a person's git on the host reads them later.
+            if policy.protect_git:
+                git_binds = unmasked(protect.git_bind_targets(found.git, policy.writable_roots))
+                masks.bind_read_only(git_binds)
         # Stockade's own unix sockets: a command must not call the services judging it.
         hidden = masks.hide_dirs(policy.masked_dirs, (*policy.writable_roots, cwd), plan.empty_file)
+        if snapshot is not None:
+            # Our own mounts show their source's identity afterwards (the empty file, a
+            # tmpfs): the clean-up must not take them for something the command made.
+            for path in (plan.empty_file, *dirs, *policy.masked_dirs):
+                with contextlib.suppress(OSError):
+                    st = os.lstat(path)
+                    skip.add((st.st_dev, st.st_ino))
         layers.append(
             Layer(
                 MOUNT_MASK,
@@ -457,13 +509,23 @@ def _confine(
                 f"{count} policy-denied path(s) masked, {len(nested)} nested read-only"
                 f" root(s), {len(protected)} protected path(s) and {len(git_binds)} git"
                 f" director(ies) read-only, {hidden} Stockade socket mask(s), in a private"
-                " mount namespace",
+                " mount namespace"
+                + ("; protected paths the command creates are removed" if snapshot else ""),
             )
         )
     else:
-        # No mount namespace: existing git dirs stay writable (the analysis's refusal
-        # holds alone), but what the command creates is still removed afterwards.
-        layers.append(Layer(MOUNT_MASK, False, plan.why(MOUNT_MASK)))
+        # No mount namespace: existing git dirs and protected files stay writable (the
+        # analysis's refusal holds alone), but what the command creates is still
+        # removed afterwards.
+        layers.append(
+            Layer(
+                MOUNT_MASK,
+                False,
+                plan.why(MOUNT_MASK)
+                + ("; protected paths the command creates are still removed" if snapshot else ""),
+            )
+        )
+    guard = Guard(snapshot, frozenset(skip)) if snapshot is not None else None
 
     # 3. Limits.
     r = policy.rlimits
@@ -541,7 +603,7 @@ def _confine(
 
     layers.append(Layer(GIT_NEUTRALISED, True, "git ignores system/global config and hooks"))
     argv = [BASH, "--noprofile", "--norc", "-c", str(request["command"])]
-    return layers, argv, command_env(cwd=cwd, tmp_dir=slot.tmp_dir), policy, git_found
+    return layers, argv, command_env(cwd=cwd, tmp_dir=slot.tmp_dir), policy, guard
 
 
 def _system_rules(*, network: bool) -> list[landlock.PathRule]:
