@@ -19,6 +19,8 @@ import errno
 import functools
 import os
 import stat
+import threading
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -372,6 +374,62 @@ class _FoldedGlobs:
         return None
 
 
+class _LinkedSecrets:
+    """Identities (st_dev, st_ino) of the files the sandbox refuses to read that have
+    more than one link: another name of such a file (a hard link made before, under a
+    name no glob matches) is refused too. Found on demand, only when a file with more than
+    one link is opened for reading, by the run-time mask walk over the roots (bounded:
+    past it every such open is refused, fail closed), and kept :data:`TTL_S` seconds
+    (files denied since are seen after that). Shared by a sandbox and its ``with_cwd``
+    copies."""
+
+    TTL_S = 2.0
+
+    def __init__(self, roots: tuple[str, ...], globs: tuple[str, ...]) -> None:
+        self._roots = roots
+        self._globs = globs
+        self._lock = threading.Lock()
+        self._when = -1.0
+        self._found: dict[tuple[int, int], str] = {}
+        self._problem = ""
+
+    def holder(self, identity: tuple[int, int], path: str) -> str | None:
+        """Why reading ``path`` (a file of that identity with several links) is refused,
+        or None."""
+        if not self._globs:
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if self._when < 0 or now - self._when > self.TTL_S:
+                self._refresh()
+                self._when = now
+            if self._problem:
+                return f"{path} has other names (hard links) and {self._problem}"
+            other = self._found.get(identity)
+        if other is None or other == path:
+            return None
+        return f"{path} is another name (a hard link) of {other}, which reading is denied"
+
+    def _refresh(self) -> None:
+        # Imported here: the confine package imports this module.
+        from stockade.executor.confine import masks
+
+        self._found, self._problem = {}, ""
+        try:
+            files, dirs = masks.find_masked(self._roots, self._globs)
+            for d in dirs:
+                files += masks.files_under(d)
+            for f in files:
+                try:
+                    st = os.lstat(f)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    self._found[(st.st_dev, st.st_ino)] = f
+        except OSError as exc:
+            self._problem = f"the denied files could not all be found ({exc.strerror or exc})"
+
+
 def protected_matcher(globs: tuple[str, ...]) -> Callable[[str], str | None]:
     """The sandbox's own matcher for ``globs`` (each path also in its folded spelling),
     for the run-time walks that must find exactly what the sandbox refuses."""
@@ -439,6 +497,7 @@ class PathSandbox:
         self._glob_ancestors: dict[str, tuple[tuple[str, ...], ...]] = _glob_ancestors(
             self.protected_write_globs
         )
+        self._linked = _LinkedSecrets(tuple(r.path for r in self.roots), read_globs)
         self.protects_git: bool = git_protected(self.protected_write_globs)
         """Whether git directories by layout (bare repositories) are protected too."""
 
@@ -488,12 +547,14 @@ class PathSandbox:
         a command whose relative paths resolve against its own working directory."""
         if cwd == self.cwd:
             return self
-        return PathSandbox(
+        box = PathSandbox(
             self.roots,
             cwd,
             protected_write_globs=self.protected_write_globs,
             denied_read_globs=self.denied_read_globs,
         )
+        box._linked = self._linked  # same roots and globs: one lookup for both
+        return box
 
     def _reachable(self, glob: str) -> bool:
         """Whether an absolute glob can match a path inside one of the roots: its literal
@@ -632,6 +693,12 @@ class PathSandbox:
             st = os.fstat(fd)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 raise PathRefused(f"{decision.resolved} is not a regular file", path=path)
+            if st.st_nlink > 1 and not decision.write and stat.S_ISREG(st.st_mode):
+                # The path was judged, not the file: another name of a denied file reads
+                # the same bytes (the identity is that of what was really opened).
+                why = self._linked.holder((st.st_dev, st.st_ino), decision.resolved)
+                if why is not None:
+                    raise PathRefused(why, path=path, resolved=decision.resolved)
             if not flags & os.O_NONBLOCK:
                 os.set_blocking(fd, True)
         except BaseException:

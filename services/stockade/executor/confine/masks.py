@@ -95,6 +95,146 @@ def find_masked(roots: Iterable[str], globs: Sequence[str]) -> tuple[list[str], 
     return files, dirs
 
 
+_GLOB_META = frozenset("*?[")
+
+
+def find_credentials(
+    globs: Sequence[str], roots: Sequence[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """The credential files of the bash analysis's list (``~`` already the home directory:
+    ``PathSandbox.credential_globs``) that lie inside ``roots``: (files, directories, and
+    the globs with wildcards, left to the mask walk). A literal glob (``~/.netrc``,
+    ``~/.ssh/**``) costs one lstat, not a walk of the home directory. A credential path
+    that is a symlink is masked where it points, when that is inside a root (outside,
+    Landlock already refuses the read)."""
+    real_roots = [os.path.realpath(r) for r in roots]
+    files: list[str] = []
+    dirs: list[str] = []
+    rest: list[str] = []
+    for glob in globs:
+        base = glob[:-3] if glob.endswith("/**") else glob
+        if _GLOB_META & set(base):
+            literal: list[str] = []
+            for part in glob.split("/")[1:]:
+                if _GLOB_META & set(part):
+                    break
+                literal.append(part)
+            prefix = "/" + "/".join(literal)
+            if any(_within(prefix, r) or _within(r, prefix) for r in real_roots):
+                rest.append(glob)
+            continue
+        try:
+            mode = os.lstat(base).st_mode
+            if stat.S_ISLNK(mode):
+                base = os.path.realpath(base)
+                mode = os.stat(base).st_mode
+        except OSError:
+            continue  # missing: nothing to hide (what a command puts there is its own)
+        if not any(_within(base, r) for r in real_roots):
+            continue
+        if stat.S_ISDIR(mode):
+            dirs.append(base)
+        elif stat.S_ISREG(mode):
+            files.append(base)
+    return list(dict.fromkeys(files)), list(dict.fromkeys(dirs)), rest
+
+
+def other_names(
+    roots: Iterable[str], linked: dict[tuple[int, int], str], *, limit: int = MAX_ENTRIES
+) -> list[str]:
+    """Every regular file in ``roots`` whose identity (st_dev, st_ino) is in ``linked``
+    under another path than the one given there: the hard links of those files. The walk
+    compares the inode number from the directory listing (no stat per entry) and confirms
+    a hit with lstat. Raises OSError past ``limit`` entries (fail closed)."""
+    if not linked:
+        return []
+    inos = {ino for _, ino in linked}
+    hits: list[str] = []
+    seen = 0
+    pending = sorted({os.path.realpath(r) for r in roots})
+    visited: set[str] = set()
+    while pending:
+        top = pending.pop()
+        if top in visited:
+            continue
+        visited.add(top)
+        try:
+            with os.scandir(top) as scan:
+                entries = list(scan)
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > limit:
+            raise OSError(0, f"more than {limit} entries under the roots to scan for hard links")
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.inode() in inos and entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    original = linked.get((st.st_dev, st.st_ino))
+                    if original is not None and original != entry.path:
+                        hits.append(entry.path)
+            except OSError:
+                continue
+    return hits
+
+
+def files_under(directory: str, *, limit: int = MAX_ENTRIES) -> list[str]:
+    """Every regular file below ``directory`` (symlinks not followed). Raises OSError
+    past ``limit`` entries."""
+    found: list[str] = []
+    seen = 0
+    pending = [directory]
+    while pending:
+        top = pending.pop()
+        try:
+            with os.scandir(top) as scan:
+                entries = list(scan)
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > limit:
+            raise OSError(0, f"more than {limit} entries in {directory} to scan")
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    found.append(entry.path)
+            except OSError:
+                continue
+    return found
+
+
+def linked_names(
+    roots: Sequence[str], files: Sequence[str], dirs: Sequence[str], *, limit: int = MAX_ENTRIES
+) -> list[str]:
+    """Other names of the files a mask hides (the masked files, and the files inside the
+    masked directories): a hard link made before (``ln .env notes``) reads the same file
+    under a name no glob matches, and a mask covers a path, not an inode. Only files
+    with more than one link cost a walk. Raises OSError past ``limit`` entries."""
+    linked: dict[tuple[int, int], str] = {}
+    for path in files:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            linked[(st.st_dev, st.st_ino)] = path
+    for directory in dirs:
+        for path in files_under(directory, limit=limit):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_nlink > 1:
+                linked[(st.st_dev, st.st_ino)] = path
+    return [
+        p for p in other_names(roots, linked, limit=limit) if not any(_within(p, d) for d in dirs)
+    ]
+
+
 def _remount_read_only(path: str) -> None:
     """Make the bind mount at ``path`` read-only (a bind mount takes flags only so)."""
     kernel.mount(

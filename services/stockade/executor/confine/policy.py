@@ -101,6 +101,10 @@ class ConfinementPolicy:
     masked_dirs: tuple[str, ...] = ()
     """Directories hidden (an empty read-only tmpfs) from the command: where Stockade's
     own unix sockets live, so a command cannot call the services that judge it."""
+    masked_credentials: tuple[str, ...] = ()
+    """The credential files of the bash analysis's list (``~/.ssh/**``, ``~/.aws/**`` …,
+    ``~`` the executor's home) that a root can reach (``PathSandbox.credential_globs``):
+    masked like ``masked_globs`` when the home directory lies inside a root."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the launcher protocol)."""
@@ -118,6 +122,7 @@ class ConfinementPolicy:
             rlimits=Rlimits(**data["rlimits"]),
             protect_git=bool(data.get("protect_git", False)),
             masked_dirs=tuple(data.get("masked_dirs", ())),
+            masked_credentials=tuple(data.get("masked_credentials", ())),
         )
 
 

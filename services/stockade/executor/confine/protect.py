@@ -15,7 +15,7 @@ enters, VS Code the ``.vscode/tasks.json`` of whatever folder is opened, npm rea
   beneath a protected directory;
 * the ones that exist are bound read-only in the command's mount namespace
   (:func:`bind_targets`), with every other name of a protected file's inode (a hard link
-  made before the command writes the same file; :func:`other_names`);
+  made before the command writes the same file; :func:`masks.other_names`);
 * **after** it ends (by the worker, or by the launcher when the worker was killed), the
   same walk finds the protected entries whose identity was not there before, and removes
   them (:func:`remove_created`): files, symlinks (never followed) and whole directories,
@@ -201,47 +201,6 @@ def survey(
     return found
 
 
-def other_names(
-    roots: Iterable[str], linked: dict[Identity, str], *, limit: int = masks.MAX_ENTRIES
-) -> list[str]:
-    """Every regular file in ``roots`` whose identity is in ``linked`` under another path
-    than the one given there (hard links of those files). The walk compares the inode
-    number from the directory listing (no stat per entry) and confirms a hit with lstat.
-    Raises OSError past ``limit`` entries (fail closed)."""
-    if not linked:
-        return []
-    inos = {ino for _, ino in linked}
-    hits: list[str] = []
-    seen = 0
-    pending = sorted({os.path.realpath(r) for r in roots})
-    visited: set[str] = set()
-    while pending:
-        top = pending.pop()
-        if top in visited:
-            continue
-        visited.add(top)
-        try:
-            with os.scandir(top) as scan:
-                entries = list(scan)
-        except OSError:
-            continue
-        seen += len(entries)
-        if seen > limit:
-            raise OSError(0, f"more than {limit} entries under the roots to scan for hard links")
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif entry.inode() in inos and entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    original = linked.get((st.st_dev, st.st_ino))
-                    if original is not None and original != entry.path:
-                        hits.append(entry.path)
-            except OSError:
-                continue
-    return hits
-
-
 def bind_targets(found: Survey, writable: Sequence[str]) -> list[str]:
     """What to bind read-only so the existing protected entries cannot change: each
     entry (a directory whole), a symlink's target when it lies in a writable root (a
@@ -262,7 +221,7 @@ def bind_targets(found: Survey, writable: Sequence[str]) -> list[str]:
     for item in found.inside:
         if stat.S_ISREG(item.mode) and item.nlink > 1:
             linked[item.identity] = item.path
-    targets += other_names(roots, linked)
+    targets += masks.other_names(roots, linked)
     targets = list(dict.fromkeys(targets))
     if len(targets) > MAX_BINDS:
         raise OSError(

@@ -470,8 +470,16 @@ def _confine(
         )
     skip: set[protect.Identity] = set()
     if plan.mount_namespace:
-        files, dirs = masks.find_masked(roots, policy.masked_globs)
-        count = masks.apply_masks(files, dirs, plan.empty_file)
+        # The credential files of the analysis's list, when the home directory is inside
+        # a root (an agent started in ~): a few lstat calls, not a walk of the home.
+        cred_files, cred_dirs, cred_globs = masks.find_credentials(policy.masked_credentials, roots)
+        files, dirs = masks.find_masked(roots, (*policy.masked_globs, *cred_globs))
+        files = list(dict.fromkeys((*files, *cred_files)))
+        dirs = list(dict.fromkeys((*dirs, *cred_dirs)))
+        # A mask covers a path, not an inode: other names (hard links made before) of a
+        # masked file, or of a file in a masked directory, are masked too.
+        links = masks.linked_names(roots, files, dirs)
+        count = masks.apply_masks([*files, *links], dirs, plan.empty_file)
         # Landlock grants are a union: a read-only root inside a writable one would be
         # writable. A read-only bind mount keeps it read-only.
         nested = masks.nested_read_only(policy.readable_roots, policy.writable_roots)
@@ -506,7 +514,9 @@ def _confine(
             Layer(
                 MOUNT_MASK,
                 True,
-                f"{count} policy-denied path(s) masked, {len(nested)} nested read-only"
+                f"{count} policy-denied path(s) masked (of which {len(cred_files) + len(cred_dirs)}"
+                f" credential path(s) and {len(links)} hard link(s) of masked files),"
+                f" {len(nested)} nested read-only"
                 f" root(s), {len(protected)} protected path(s) and {len(git_binds)} git"
                 f" director(ies) read-only, {hidden} Stockade socket mask(s), in a private"
                 " mount namespace"

@@ -48,6 +48,7 @@ def confinement_policy(
         rlimits=rlimits,
         protect_git=sandbox.protects_git,
         masked_dirs=masked_dirs,
+        masked_credentials=sandbox.credential_globs,
     )
 
 
