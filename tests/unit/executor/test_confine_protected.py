@@ -338,3 +338,54 @@ def test_too_many_protected_paths_fail_closed(
     found = protect.survey([str(ws)], protect.Names.compile(DEFAULT_PROTECTED_WRITES), git=True)
     with pytest.raises(OSError, match="more than 4 protected paths"):
         protect.bind_targets(found, [str(ws)])
+
+
+# --- a command that hides what it made from the clean-up ------------------------------------
+
+# The clean-up runs without capabilities: a directory made unreadable, unsearchable or
+# read-only by the command would keep its protected files from it.
+HIDING: list[tuple[str, list[str], dict[str, int]]] = [
+    ("mkdir -p a && echo evil > a/.envrc && chmod 000 a", ["a/.envrc"], {"a": 0o000}),
+    ("mkdir -p b/c && echo evil > b/c/.npmrc && chmod 100 b", ["b/c/.npmrc"], {"b": 0o100}),
+    ("mkdir ro && touch ro/.bashrc && chmod 555 ro", ["ro/.bashrc"], {"ro": 0o555}),
+    (
+        "mkdir -p .vscode/d/e && echo {} > .vscode/tasks.json && echo x > .vscode/d/e/f"
+        " && chmod 000 .vscode/d/e && chmod 500 .vscode/d .vscode",
+        [".vscode"],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "planted", "modes"), HIDING, ids=[h[0][:30] for h in HIDING])
+async def test_protected_files_in_directories_made_unreadable_are_removed(
+    launcher: Launcher, ws: Path, command: str, planted: list[str], modes: dict[str, int]
+) -> None:
+    on = await launcher.run(command + "; echo done", cwd=str(ws), policy=_policy(ws), timeout_s=60)
+    assert "done" in on.stdout, on.stderr
+    assert "WARNING" not in on.stderr, on.stderr
+    # The directories get their modes back (look as root: the test holds capabilities).
+    for rel, mode in modes.items():
+        assert (ws / rel).stat().st_mode & 0o777 == mode, rel
+    for rel in planted:
+        assert not os.path.lexists(ws / rel), (rel, on.stderr)
+    assert not [p for p in os.listdir(ws) if p.startswith(protect.QUARANTINE_PREFIX)]
+
+
+async def test_a_tree_too_deep_to_remove_is_left_under_a_name_nothing_reads(
+    launcher: Launcher, ws: Path
+) -> None:
+    depth = protect.MAX_REMOVE_DEPTH + 5
+    outcome = await launcher.run(
+        f"p=.vscode; for i in $(seq {depth}); do p=$p/d; done; mkdir -p $p"
+        " && echo {} > .vscode/tasks.json && echo done",
+        cwd=str(ws),
+        policy=_policy(ws),
+        timeout_s=60,
+    )
+    assert "done" in outcome.stdout, outcome.stderr
+    assert not os.path.lexists(ws / ".vscode")
+    assert "could not remove" in outcome.stderr and "levels" in outcome.stderr
+    left = [p for p in os.listdir(ws) if p.startswith(protect.QUARANTINE_PREFIX)]
+    assert len(left) == 1
+    assert "could NOT remove" in _detail(outcome, "mount_mask")

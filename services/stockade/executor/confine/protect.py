@@ -32,7 +32,6 @@ and on the command's stderr.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -150,11 +149,14 @@ def survey(
     git: bool,
     limit: int = masks.MAX_ENTRIES,
     skip: frozenset[Identity] = frozenset(),
+    modes: _Modes | None = None,
 ) -> Survey:
     """Walk ``roots`` (never following symlinks) for git control entries (with ``git``)
     and protected entries (with ``names``). Git directories are not descended into (they
     are protected whole by the git mechanism). Entries whose identity is in ``skip`` (our
-    own mask mounts) are passed over. Raises OSError past ``limit`` entries."""
+    own mask mounts) are passed over. With ``modes`` (the walk after a command, which
+    runs without capabilities), a directory the command made unreadable is opened up to
+    be listed. Raises OSError past ``limit`` entries."""
     found = Survey()
     seen = 0
     pending: list[tuple[str, bool]] = [
@@ -167,8 +169,7 @@ def survey(
             continue
         visited.add(top)
         try:
-            with os.scandir(top) as scan:
-                entries = list(scan)
+            entries = _listing(top, modes)
         except OSError:
             continue
         seen += len(entries)
@@ -199,6 +200,23 @@ def survey(
             except OSError:
                 continue
     return found
+
+
+def _listing(top: str, modes: _Modes | None) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(top) as scan:
+            return list(scan)
+    except PermissionError:
+        if modes is None:
+            raise
+    fd = open_dir_nofollow(top)
+    try:
+        if not modes.open_up(fd):
+            raise PermissionError(13, "cannot list", top)
+    finally:
+        os.close(fd)
+    with os.scandir(top) as scan:
+        return list(scan)
 
 
 def bind_targets(found: Survey, writable: Sequence[str]) -> list[str]:
@@ -330,8 +348,18 @@ def clean_up(
     commondir, what makes git take it for a repository) and new protected entries.
     ``skip``: identities of our own mounts (masks), seen in place of what they cover.
     Raises OSError when the walk passes :data:`MAX_ENTRIES_AFTER`."""
+    modes = _Modes()
+    try:
+        return _clean_up(before, skip, modes)
+    finally:
+        modes.restore()
+
+
+def _clean_up(before: Snapshot, skip: frozenset[Identity], modes: _Modes) -> Removed:
     names = Names.compile(before.globs) if before.globs else None
-    after = survey(before.roots, names, git=before.git, limit=MAX_ENTRIES_AFTER, skip=skip)
+    after = survey(
+        before.roots, names, git=before.git, limit=MAX_ENTRIES_AFTER, skip=skip, modes=modes
+    )
     real_roots = sorted({os.path.realpath(r) for r in before.roots}, key=len, reverse=True)
 
     def root_of(path: str) -> str | None:
@@ -342,7 +370,7 @@ def clean_up(
 
     def remove(root: str, rel: str, identity: Identity | None, keep: frozenset[Identity]) -> bool:
         try:
-            return remove_beneath(root, rel, identity, keep)
+            return remove_beneath(root, rel, identity, keep, modes)
         except OSError as exc:
             failed.append(f"{os.path.join(root, rel)} ({exc.strerror or exc})")
             return False
@@ -386,22 +414,85 @@ def git_bind_targets(found: Sequence[GitControl], writable: Sequence[str]) -> li
     return list(dict.fromkeys(targets))
 
 
+# A new protected directory is first renamed to a name nothing reads, then removed: if
+# the removal fails part-way (a tree too deep), what is left is harmless and reported.
+QUARANTINE_PREFIX = ".stockade-removed-"
+# Deeper trees than this are not removed (left renamed, reported): fds stay bounded.
+MAX_REMOVE_DEPTH = 256
+
+
+def _proc_fd(fd: int) -> str:
+    # chmod through the fd's magic link: it acts on that very inode (an O_PATH fd, opened
+    # without following symlinks, cannot be fchmod-ed directly).
+    return f"/proc/self/fd/{fd}"
+
+
+class _Modes:
+    """Directories the clean-up opened up (u+rwx) to remove what a command hid in them
+    (a command may `chmod 000` a directory it made, and the clean-up runs without
+    capabilities); each gets its mode back at the end."""
+
+    def __init__(self) -> None:
+        self.changed: list[tuple[int, int]] = []
+
+    def open_up(self, fd: int) -> bool:
+        """Make the directory behind ``fd`` (kept open until :meth:`restore`) rwx for its
+        owner; False when it already was, is not a directory, or cannot be changed."""
+        if len(self.changed) >= MAX_BINDS:
+            return False
+        try:
+            st = os.fstat(fd)
+            mode = stat.S_IMODE(st.st_mode)
+            if not stat.S_ISDIR(st.st_mode) or mode & 0o700 == 0o700:
+                return False
+            os.chmod(_proc_fd(fd), mode | 0o700)
+        except OSError:
+            return False
+        self.changed.append((os.dup(fd), mode))
+        return True
+
+    def restore(self) -> None:
+        """Give every opened-up directory its mode back."""
+        for fd, mode in reversed(self.changed):
+            try:
+                os.chmod(_proc_fd(fd), mode)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        self.changed.clear()
+
+
 def remove_beneath(
-    root: str, rel: str, identity: Identity | None, keep: frozenset[Identity]
+    root: str,
+    rel: str,
+    identity: Identity | None,
+    keep: frozenset[Identity],
+    modes: _Modes | None = None,
 ) -> bool:
     """Remove ``root``/``rel`` without following any symlink on the way: each directory
-    is opened from its parent's fd with O_NOFOLLOW, the entry is checked to still be the
-    one the walk found (``identity``, when given; never one of ``keep``), then unlinked or removed
-    whole (``shutil.rmtree`` with a dir fd: it never follows symlinks either). Returns
-    whether it was removed (False: gone, or replaced since); raises OSError when it could
-    not be (a symlink or a non-directory on the way, a permission)."""
+    is opened from its parent's fd with O_NOFOLLOW (O_PATH), the entry is checked to
+    still be the one the walk found (``identity``, when given; never one of ``keep``),
+    then unlinked, or (a directory) renamed out of the way and removed whole by the same
+    fd-relative steps. A directory on the way or the parent that the command made
+    unsearchable or read-only is opened up for the removal (and its mode given back by
+    ``modes.restore()``). Returns whether it was removed (False: gone, or replaced
+    since); raises OSError when it could not be (a symlink or a non-directory on the way,
+    a permission, a tree deeper than MAX_REMOVE_DEPTH: then it is left renamed)."""
     parts = [p for p in rel.split("/") if p]
     if not parts or ".." in parts:
         return False
+    own = modes is None
+    modes = modes or _Modes()
     fd = open_dir_nofollow(root)
     try:
         for part in parts[:-1]:
-            nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except PermissionError:
+                if not modes.open_up(fd):
+                    raise
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nfd
         name = parts[-1]
@@ -409,16 +500,60 @@ def remove_beneath(
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             return False  # gone already
+        except PermissionError:
+            if not modes.open_up(fd):
+                raise
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         found = (st.st_dev, st.st_ino)
         if (identity is not None and found != identity) or found in keep:
             return False  # not what the walk found: replaced since (never follow it)
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=fd)
-        else:
-            os.unlink(name, dir_fd=fd)
+        if not stat.S_ISDIR(st.st_mode):
+            _retry(modes, fd, lambda: os.unlink(name, dir_fd=fd))
+            return True
+        hidden = QUARANTINE_PREFIX + os.urandom(6).hex()
+        _retry(modes, fd, lambda: os.rename(name, hidden, src_dir_fd=fd, dst_dir_fd=fd))
+        _remove_tree(fd, hidden, modes, 0)
         return True
     finally:
         os.close(fd)
+        if own:
+            modes.restore()
+
+
+def _retry(modes: _Modes, parent: int, step: Callable[[], None]) -> None:
+    """``step`` (a change in the directory ``parent``); after opening the directory up
+    once if the command made it read-only."""
+    try:
+        step()
+    except PermissionError:
+        if not modes.open_up(parent):
+            raise
+        step()
+
+
+def _remove_tree(parent: int, name: str, modes: _Modes, depth: int) -> None:
+    """Remove the directory ``name`` of ``parent`` and all below it, every step relative
+    to a directory fd opened without following symlinks (a symlink inside is unlinked,
+    never entered)."""
+    if depth > MAX_REMOVE_DEPTH:
+        raise OSError(0, f"more than {MAX_REMOVE_DEPTH} levels of directories")
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        modes.open_up(fd)
+        listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            children = os.listdir(listing)
+        finally:
+            os.close(listing)
+        for child in children:
+            st = os.stat(child, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                _remove_tree(fd, child, modes, depth + 1)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def open_dir_nofollow(path: str) -> int:
