@@ -389,3 +389,37 @@ async def test_a_tree_too_deep_to_remove_is_left_under_a_name_nothing_reads(
     left = [p for p in os.listdir(ws) if p.startswith(protect.QUARANTINE_PREFIX)]
     assert len(left) == 1
     assert "could NOT remove" in _detail(outcome, "mount_mask")
+
+
+async def test_without_a_mount_namespace_changed_protected_files_are_set_aside(
+    tmp_path: Path,
+) -> None:
+    """Restricted pods have no mount namespace: existing protected files cannot be bound
+    read-only there, so a change (append, rewrite, or an inode reused after a delete) is
+    found by its ctime and the file is renamed to a name nothing reads, kept for its
+    owner."""
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / ".envrc").write_text("theirs\n")
+    (ws / ".npmrc").write_text("registry=x\n")
+    (ws / "same").mkdir()
+    (ws / "same" / ".envrc").write_text("untouched\n")
+    launcher = Launcher(disable=("mount_mask",))
+    await launcher.start()
+    try:
+        outcome = await launcher.run(
+            "echo evil >> sub/.envrc; rm .npmrc; for i in 1 2 3; do echo evil > t$i; done;"
+            " mv t1 .npmrc; echo done",
+            cwd=str(ws),
+            policy=_policy(ws),
+            timeout_s=60,
+        )
+    finally:
+        await launcher.close()
+    assert "done" in outcome.stdout, outcome.stderr
+    assert not (ws / "sub" / ".envrc").exists() and not (ws / ".npmrc").exists()
+    [aside] = [p for p in os.listdir(ws / "sub") if p.startswith(protect.QUARANTINE_PREFIX)]
+    assert aside.endswith("-.envrc")
+    assert (ws / "sub" / aside).read_text() == "theirs\nevil\n"  # kept for its owner
+    assert "set aside" in outcome.stderr
+    assert (ws / "same" / ".envrc").read_text() == "untouched\n"

@@ -387,11 +387,16 @@ class LauncherServer:
                         deny_tcp=True,
                     )
                 removed = protect.clean_up(snapshot)
-                for what, paths in (("git control", removed.git), ("protected", removed.protected)):
+                for what, paths in (
+                    ("removed git control", removed.git),
+                    ("removed protected", removed.protected),
+                    ("set aside changed protected", removed.quarantined),
+                    ("could not remove", removed.failed),
+                ):
                     if paths:
                         print(
-                            f"stockade-launcher: removed {what} path(s) a killed command "
-                            "created: " + ", ".join(paths[:5]),
+                            f"stockade-launcher: {what} path(s) of a killed command: "
+                            + ", ".join(paths[:5]),
                             file=sys.stderr,
                         )
                 code = 0

@@ -52,6 +52,7 @@ _GLOB_META = frozenset("*?[")
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Identity = tuple[int, int]
+Stamp = tuple[int, int, int]
 
 
 def layout(names: set[str]) -> bool:
@@ -85,6 +86,14 @@ class Entry:
     """``st_mode`` of the entry itself."""
     nlink: int
     """``st_nlink``: above 1, another name writes the same file."""
+    ctime: int = 0
+    """``st_ctime_ns``: any write, chmod, link or rename of the entry moves it, and no
+    program can set it back (a changed file is told apart from an untouched one)."""
+
+    def stamp(self) -> Stamp:
+        """(dev, ino, ctime) of a file or symlink; directories are followed by their
+        entries, not their own ctime (which every new entry inside moves)."""
+        return (*self.identity, self.ctime)
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,11 @@ class Survey:
         """Identities of every protected entry and of everything beneath one."""
         return {e.identity for e in self.protected} | {e.identity for e in self.inside}
 
+    def stamps(self) -> set[Stamp]:
+        """Stamps of every protected file and symlink (and of those beneath a protected
+        directory)."""
+        return {e.stamp() for e in (*self.protected, *self.inside) if not stat.S_ISDIR(e.mode)}
+
 
 def survey(
     roots: Iterable[str],
@@ -191,7 +205,7 @@ def survey(
                     identity = (st.st_dev, st.st_ino)
                     if identity in skip:
                         continue
-                    item = Entry(entry.path, identity, st.st_mode, st.st_nlink)
+                    item = Entry(entry.path, identity, st.st_mode, st.st_nlink, st.st_ctime_ns)
                     (found.inside if beneath else found.protected).append(item)
                     if stat.S_ISDIR(st.st_mode):
                         pending.append((entry.path, True))
@@ -248,6 +262,19 @@ def bind_targets(found: Survey, writable: Sequence[str]) -> list[str]:
     return targets
 
 
+def changed(before: Snapshot, after: Survey) -> list[Entry]:
+    """Protected files and symlinks of ``after`` that were there before (same identity)
+    but changed since (another ctime): possible only where they could not be bound
+    read-only (no mount namespace), or edited on the host meanwhile."""
+    return [
+        e
+        for e in (*after.protected, *after.inside)
+        if not stat.S_ISDIR(e.mode)
+        and e.identity in before.known
+        and e.stamp() not in before.stamps
+    ]
+
+
 def created(before: set[Identity], after: Survey) -> list[Entry]:
     """Protected entries of ``after`` whose identity was not there before; one inside a
     new protected directory goes with it (not listed on its own)."""
@@ -276,6 +303,8 @@ class Snapshot:
     """Identities of the git control entries before the command."""
     known: frozenset[Identity]
     """Identities of the protected entries (and all beneath them) before the command."""
+    stamps: frozenset[Stamp] = frozenset()
+    """Stamps of the protected files and symlinks before the command (see Entry.ctime)."""
 
     @classmethod
     def of(
@@ -288,6 +317,7 @@ class Snapshot:
             git,
             frozenset(g.identity for g in found.git),
             frozenset(found.known()),
+            frozenset(found.stamps()),
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -298,6 +328,7 @@ class Snapshot:
             "git": self.git,
             "git_known": [list(i) for i in self.git_known],
             "known": [list(i) for i in self.known],
+            "stamps": [list(i) for i in self.stamps],
         }
 
     @classmethod
@@ -314,6 +345,11 @@ class Snapshot:
                 out.add((int(item[0]), int(item[1])))
             return frozenset(out)
 
+        stamps = data.get("stamps", [])
+        if not isinstance(stamps, list) or not all(
+            isinstance(x, list) and len(x) == 3 for x in stamps
+        ):
+            raise ValueError("a stamp is [dev, ino, ctime]")
         roots, globs = data["roots"], data["globs"]
         if not isinstance(roots, list) or not isinstance(globs, list):
             raise ValueError("roots and globs are lists")
@@ -323,6 +359,7 @@ class Snapshot:
             bool(data["git"]),
             ids(data["git_known"]),
             ids(data["known"]),
+            frozenset((int(x[0]), int(x[1]), int(x[2])) for x in stamps),
         )
 
 
@@ -336,6 +373,10 @@ class Removed:
     """Other protected paths (files, symlinks, whole directories)."""
     failed: list[str] = field(default_factory=list)
     """What could not be removed (with the error): reported, never silent."""
+    quarantined: list[str] = field(default_factory=list)
+    """Existing protected files the command changed (where they could not be kept
+    read-only): renamed to ``QUARANTINE_PREFIX…-<name>`` beside themselves, so nothing
+    reads them and their owner can look at them."""
 
 
 def clean_up(
@@ -389,6 +430,20 @@ def _clean_up(before: Snapshot, skip: frozenset[Identity], modes: _Modes) -> Rem
         for name in ("HEAD", "commondir"):
             if remove(root, os.path.join(rel, name), None, before.git_known):
                 git_removed.append(os.path.join(item.path, name))
+    quarantined: list[str] = []
+    for entry in changed(before, after):
+        root = root_of(entry.path)
+        if root is None:
+            continue
+        try:
+            moved = quarantine_beneath(
+                root, os.path.relpath(entry.path, root), entry.stamp(), modes
+            )
+        except OSError as exc:
+            failed.append(f"{entry.path} ({exc.strerror or exc})")
+            continue
+        if moved:
+            quarantined.append(f"{entry.path} -> {moved}")
     removed: list[str] = []
     for entry in created(set(before.known), after):
         root = root_of(entry.path)
@@ -396,7 +451,7 @@ def _clean_up(before: Snapshot, skip: frozenset[Identity], modes: _Modes) -> Rem
             continue
         if remove(root, os.path.relpath(entry.path, root), entry.identity, before.known):
             removed.append(entry.path)
-    return Removed(git_removed, removed, failed)
+    return Removed(git_removed, removed, failed, quarantined)
 
 
 def git_bind_targets(found: Sequence[GitControl], writable: Sequence[str]) -> list[str]:
@@ -518,6 +573,33 @@ def remove_beneath(
         os.close(fd)
         if own:
             modes.restore()
+
+
+def quarantine_beneath(root: str, rel: str, stamp: Stamp, modes: _Modes) -> str:
+    """Rename the file ``root``/``rel`` (if it still has ``stamp``) to a name nothing
+    reads, beside itself; the same fd-relative, symlink-refusing steps as
+    :func:`remove_beneath`. Returns the new name ("" when it changed again or went)."""
+    parts = [p for p in rel.split("/") if p]
+    if not parts or ".." in parts:
+        return ""
+    fd = open_dir_nofollow(root)
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        name = parts[-1]
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return ""
+        if (st.st_dev, st.st_ino, st.st_ctime_ns) != stamp:
+            return ""
+        moved = f"{QUARANTINE_PREFIX}{os.urandom(6).hex()}-{name}"
+        _retry(modes, fd, lambda: os.rename(name, moved, src_dir_fd=fd, dst_dir_fd=fd))
+        return os.path.join(os.path.dirname(os.path.join(root, rel)), moved)
+    finally:
+        os.close(fd)
 
 
 def _retry(modes: _Modes, parent: int, step: Callable[[], None]) -> None:

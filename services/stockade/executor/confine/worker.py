@@ -325,6 +325,11 @@ def _clean_up(layers: list[Layer], guard: Guard, note_fd: int) -> list[Layer]:
             f"; removed {len(removed.protected)} protected path(s) the command created: "
             + ", ".join(removed.protected[:5])
         )
+    if removed.quarantined:
+        protected_note += (
+            f"; set aside {len(removed.quarantined)} protected file(s) the command changed: "
+            + ", ".join(removed.quarantined[:5])
+        )
     if removed.failed:
         problem = "; could NOT remove: " + ", ".join(removed.failed[:5])
         git_note += problem
@@ -356,6 +361,16 @@ def _clean_up(layers: list[Layer], guard: Guard, note_fd: int) -> list[Layer]:
                         "stockade: removed protected files this command created (they make "
                         "other programs run code: shell rc files, .envrc, editor tasks, "
                         ".npmrc ...): " + ", ".join(removed.protected[:20]) + "\n"
+                    ).encode(),
+                )
+            if removed.quarantined:
+                os.write(
+                    note_fd,
+                    (
+                        "stockade: set aside protected files this command changed (renamed so "
+                        "that nothing runs them; their owner can check them): "
+                        + ", ".join(removed.quarantined[:20])
+                        + "\n"
                     ).encode(),
                 )
         os.close(note_fd)
