@@ -37,14 +37,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from stockade.executor.confine import masks
-from stockade.executor.paths import fold_for_match, protected_matcher
+from stockade.executor.paths import fold_for_match, git_dir_layout, protected_matcher
 
 # A workspace with more protected entries than this (each needs a bind mount) is refused
 # rather than run with some of them writable.
 MAX_BINDS = 1_000
 # What the command created is looked for in a tree this large at most (it may have made
 # many entries; the walk before it is bounded by masks.MAX_ENTRIES).
-MAX_ENTRIES_AFTER = 1_000_000
+MAX_ENTRIES_AFTER = 5_000_000
 
 _GLOB_META = frozenset("*?[")
 # O_PATH: a handle for the *at calls that needs no access right (Landlock grants the
@@ -183,43 +183,72 @@ def survey(
             continue
         visited.add(top)
         try:
-            entries = _listing(top, modes)
+            scan = _scan(top, modes)
         except OSError:
             continue
-        seen += len(entries)
-        if seen > limit:
-            raise OSError(0, f"more than {limit} entries under the writable roots to scan")
-        if git and not beneath and layout({e.name for e in entries}):
-            st = os.lstat(top)
-            found.git.append(GitControl(top, (st.st_dev, st.st_ino), False))
-            continue
-        for entry in entries:
+        with scan:
+            # One lstat of HEAD per directory (git's own test, as the sandbox's), so the
+            # listing streams: a directory of millions of entries is never held whole.
+            if git and not beneath and git_dir_layout(top):
+                st = os.lstat(top)
+                found.git.append(GitControl(top, (st.st_dev, st.st_ino), False))
+                continue
             try:
-                if git and entry.name == ".git" and not beneath:
-                    st = entry.stat(follow_symlinks=False)
-                    found.git.append(GitControl(entry.path, (st.st_dev, st.st_ino), True))
-                    continue
-                hit = beneath or (names is not None and names.protected(entry.name, entry.path))
-                if hit:
-                    st = entry.stat(follow_symlinks=False)
-                    identity = (st.st_dev, st.st_ino)
-                    if identity in skip:
-                        continue
-                    item = Entry(entry.path, identity, st.st_mode, st.st_nlink, st.st_ctime_ns)
-                    (found.inside if beneath else found.protected).append(item)
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append((entry.path, True))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, False))
+                for entry in scan:
+                    seen += 1
+                    if seen > limit:
+                        raise _TooMany(limit)
+                    _visit(entry, beneath, found, names, git=git, skip=skip, pending=pending)
+            except _TooMany:
+                raise OSError(
+                    0, f"more than {limit} entries under the writable roots to scan"
+                ) from None
             except OSError:
                 continue
     return found
 
 
-def _listing(top: str, modes: _Modes | None) -> list[os.DirEntry[str]]:
+class _TooMany(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+
+
+def _visit(
+    entry: os.DirEntry[str],
+    beneath: bool,
+    found: Survey,
+    names: Names | None,
+    *,
+    git: bool,
+    skip: frozenset[Identity],
+    pending: list[tuple[str, bool]],
+) -> None:
     try:
-        with os.scandir(top) as scan:
-            return list(scan)
+        if git and entry.name == ".git" and not beneath:
+            st = entry.stat(follow_symlinks=False)
+            found.git.append(GitControl(entry.path, (st.st_dev, st.st_ino), True))
+            return
+        hit = beneath or (names is not None and names.protected(entry.name, entry.path))
+        if hit:
+            st = entry.stat(follow_symlinks=False)
+            identity = (st.st_dev, st.st_ino)
+            if identity in skip:
+                return
+            item = Entry(entry.path, identity, st.st_mode, st.st_nlink, st.st_ctime_ns)
+            (found.inside if beneath else found.protected).append(item)
+            if stat.S_ISDIR(st.st_mode):
+                pending.append((entry.path, True))
+        elif entry.is_dir(follow_symlinks=False):
+            pending.append((entry.path, False))
+    except OSError:
+        return
+
+
+def _scan(top: str, modes: _Modes | None) -> os._ScandirIterator[str]:
+    """``os.scandir(top)``; with ``modes``, after opening up a directory the command made
+    unreadable."""
+    try:
+        return os.scandir(top)
     except PermissionError:
         if modes is None:
             raise
@@ -229,8 +258,7 @@ def _listing(top: str, modes: _Modes | None) -> list[os.DirEntry[str]]:
             raise PermissionError(13, "cannot list", top)
     finally:
         os.close(fd)
-    with os.scandir(top) as scan:
-        return list(scan)
+    return os.scandir(top)
 
 
 def bind_targets(found: Survey, writable: Sequence[str]) -> list[str]:
