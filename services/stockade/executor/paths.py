@@ -379,13 +379,12 @@ class _LinkedSecrets:
     more than one link: another name of such a file (a hard link made before, under a
     name no glob matches) is refused too. Found on demand, only when a file with more than
     one link is opened for reading, by the run-time mask walk over the roots (bounded:
-    past it every such open is refused, fail closed), and kept :data:`TTL_S` seconds
-    (files denied since are seen after that). Shared by a sandbox and its ``with_cwd``
-    copies."""
-
-    TTL_S = 2.0
+    past it every such open is refused, fail closed), and kept ``ttl_s`` seconds (files
+    denied since are seen after that). Shared by a sandbox and its ``with_cwd`` copies."""
 
     def __init__(self, roots: tuple[str, ...], globs: tuple[str, ...]) -> None:
+        self.ttl_s = 2.0
+        """How long a lookup is kept."""
         self._roots = roots
         self._globs = globs
         self._lock = threading.Lock()
@@ -400,7 +399,7 @@ class _LinkedSecrets:
             return None
         with self._lock:
             now = time.monotonic()
-            if self._when < 0 or now - self._when > self.TTL_S:
+            if self._when < 0 or now - self._when > self.ttl_s:
                 self._refresh()
                 self._when = now
             if self._problem:

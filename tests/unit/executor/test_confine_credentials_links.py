@@ -234,10 +234,8 @@ async def test_file_tools_refuse_hard_links_of_denied_files(linked: Path) -> Non
 
 
 async def test_a_hard_link_made_after_the_first_lookup_is_seen_after_the_ttl(
-    linked: Path, monkeypatch: pytest.MonkeyPatch
+    linked: Path,
 ) -> None:
-    from stockade.executor import paths
-
     sandbox = PathSandbox([Root(str(linked), True)], str(linked), denied_read_globs=DENIED)
     os.close(sandbox.open("plain-link.txt", os.O_RDONLY))  # the lookup is made (and kept)
     (linked / "late.env").write_text(f"{SECRET}\n")
@@ -246,7 +244,7 @@ async def test_a_hard_link_made_after_the_first_lookup_is_seen_after_the_ttl(
     (linked / "x").mkdir()
     (linked / "x" / ".env").write_text(f"{SECRET}\n")
     os.link(linked / "x" / ".env", linked / "x-link")
-    monkeypatch.setattr(paths._LinkedSecrets, "TTL_S", 0.0)
+    sandbox._linked.ttl_s = 0.0  # as if the 2 s had passed
     with pytest.raises(PathRefused, match="hard link"):
         sandbox.open("x-link", os.O_RDONLY)
     os.close(sandbox.open("later.txt", os.O_RDONLY))  # not a denied file's name
