@@ -281,3 +281,37 @@ async def test_writing_through_a_hard_link_of_a_protected_file_leaves_it_alone(
     await _run("file_write", {"file_path": "b", "content": "evil2\n"}, ctx)
     assert (ws / "b").read_text() == "evil2\n"
     assert (ws / ".bashrc").read_text() == "# rc\n"
+
+
+def test_system_masks_cover_the_analysis_credential_list_under_etc() -> None:
+    """One list: every credential path of the bash analysis under a system directory a
+    command may read (/etc) is masked in every command's mount namespace."""
+    from stockade.executor.bash.lists import CREDENTIAL_PATHS
+    from stockade.executor.confine import masks, worker
+
+    readable = [d for d in worker.SYSTEM_READ_DIRS if d != "/proc"]  # private /proc
+    for path in CREDENTIAL_PATHS:
+        if not any(masks.within(path, d) for d in readable):
+            continue
+        base = path[:-3] if path.endswith("/**") else path
+        if base == "/etc/ssh/ssh_host_*":
+            continue  # expanded by find_sensitive (below)
+        assert base in masks.SENSITIVE_SYSTEM_FILES, path
+
+
+async def test_system_credentials_are_masked_for_commands(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """The command runs as uid 0 without capabilities: it still owns /etc/shadow."""
+    shadow = Path("/etc/shadow")
+    assert shadow.exists() and shadow.stat().st_size > 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = ConfinementPolicy(readable_roots=(str(ws),), writable_roots=(str(ws),))
+    outcome = await launcher.run(
+        "p=$(printf '/e%sc/sh%sow' t ad); wc -c < \"$p\"",
+        cwd=str(ws),
+        policy=policy,
+        timeout_s=60,
+    )
+    assert outcome.stdout.split()[0] == "0", outcome.stderr

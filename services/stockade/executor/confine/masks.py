@@ -326,23 +326,28 @@ def find_sockets(
 
 # Secrets of the host in the system directories a command may read. A command running
 # as uid 0 (without capabilities) still owns these files, so only masking hides them.
+# The system entries of the bash analysis's CREDENTIAL_PATHS under /etc, kept here as
+# literals (the launcher does not import the analysis; a test holds the two together);
+# /etc/ssh/ssh_host_* is expanded by find_sensitive.
 SENSITIVE_SYSTEM_FILES: tuple[str, ...] = (
     "/etc/shadow",
     "/etc/shadow-",
     "/etc/gshadow",
     "/etc/gshadow-",
     "/etc/sudoers",
+    "/etc/sudoers.d",
     "/etc/security/opasswd",
     "/etc/ssl/private",
 )
 
 
 def find_sensitive() -> tuple[list[str], list[str]]:
-    """Existing secret system (files, directories), not symlinks; plus SSH host keys."""
+    """Existing secret system (files, directories), not symlinks; plus the SSH host keys
+    (``/etc/ssh/ssh_host_*``)."""
     candidates = list(SENSITIVE_SYSTEM_FILES)
     try:
         candidates += [
-            os.path.join("/etc/ssh", n) for n in os.listdir("/etc/ssh") if n.endswith("_key")
+            os.path.join("/etc/ssh", n) for n in os.listdir("/etc/ssh") if n.startswith("ssh_host_")
         ]
     except OSError:
         pass
