@@ -74,12 +74,15 @@ def ws(tmp_path: Path) -> Path:
 # --- creation, by class ---------------------------------------------------------------------
 
 # (what the command does, the protected paths it leaves without the layer)
-CREATIONS: list[tuple[str, list[str]]] = [
+# (what the command does, the protected paths it leaves without the layer, the ordinary
+# paths it makes that must stay: a link's other name, a symlink's target, a copy's source)
+CREATIONS: list[tuple[str, list[str], list[str]]] = [
     # A program writes them (the analysis sees only `python3 writer.py`).
     (
         "python3 writer.py .envrc=evil .npmrc=script-shell=/tmp/x .bashrc=evil "
         ".vscode/tasks.json={} .idea/workspace.xml=x .config/fish/config.fish=x",
         [".envrc", ".npmrc", ".bashrc", ".vscode", ".idea", ".config/fish"],
+        [".config"],
     ),
     # Deep: direnv runs the .envrc of any directory a person enters; VS Code the tasks of
     # any folder opened; npm the .npmrc of the nearest package root.
@@ -87,50 +90,75 @@ CREATIONS: list[tuple[str, list[str]]] = [
         "mkdir -p a/b/c && python3 writer.py a/b/.envrc=evil a/b/c/.vscode/tasks.json={} "
         "packages/p/.npmrc=x",
         ["a/b/.envrc", "a/b/c/.vscode", "packages/p/.npmrc"],
+        ["a/b/c", "packages/p"],
     ),
     # Hard link, then append through the other name.
-    ("touch .bashrc; ln .bashrc b2; echo evil >> b2", [".bashrc"]),
+    ("touch .bashrc; ln .bashrc b2; echo evil >> b2", [".bashrc"], ["b2"]),
     # A link from an ordinary file to a protected name (the file stays, the name goes).
-    ("echo evil > x; ln x .envrc", [".envrc"]),
+    ("echo evil > x; ln x .envrc", [".envrc"], ["x"]),
     # Symlinks named like protected files, in and out of the root (never followed).
-    ("echo evil > y; ln -s y .zshrc; ln -s /etc/passwd .profile", [".zshrc", ".profile"]),
+    ("echo evil > y; ln -s y .zshrc; ln -s /etc/passwd .profile", [".zshrc", ".profile"], ["y"]),
     # Renames: an ordinary file or directory moved onto a protected name.
     (
         "echo evil > n; mv n .envrc; mkdir d; echo {} > d/tasks.json; mv d .vscode",
         [".envrc", ".vscode"],
+        [],
     ),
     # A folded spelling the sandbox refuses too.
-    ("python3 writer.py .BASHRC=evil .VSCode/tasks.json={}", [".BASHRC", ".VSCode"]),
+    ("python3 writer.py .BASHRC=evil .VSCode/tasks.json={}", [".BASHRC", ".VSCode"], []),
+    # Copies and archives carry them in.
+    (
+        "mkdir -p tpl/.vscode && echo {} > tpl/.vscode/tasks.json && cp -r tpl/.vscode ."
+        " && echo evil > tpl/x && tar cf t.tar -C tpl x && mkdir u && tar xf t.tar -C u"
+        " && mv u/x u/.envrc",
+        [".vscode", "tpl/.vscode", "u/.envrc"],
+        ["tpl/x", "t.tar", "u"],
+    ),
+    # Special files and links to what is not there yet, or to a directory.
+    (
+        "mkfifo .bash_profile; ln -s later .zshenv; mkdir real && echo {} > real/tasks.json"
+        " && ln -s real .idea",
+        [".bash_profile", ".zshenv", ".idea"],
+        ["real/tasks.json"],
+    ),
     # Inside an existing ordinary directory tree, under an .ssh dir made later.
-    ("mkdir -p home/u/.ssh && echo key > home/u/.ssh/authorized_keys", ["home/u/.ssh"]),
+    (
+        "mkdir -p home/u/.ssh && echo key > home/u/.ssh/authorized_keys",
+        ["home/u/.ssh"],
+        ["home/u"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("command", "planted"), CREATIONS, ids=[c[0][:40] for c in CREATIONS])
+@pytest.mark.parametrize(
+    ("command", "planted", "kept"), CREATIONS, ids=[c[0][:40] for c in CREATIONS]
+)
 async def test_protected_files_a_command_creates_are_removed(
-    launcher: Launcher, ws: Path, command: str, planted: list[str]
+    launcher: Launcher, tmp_path: Path, command: str, planted: list[str], kept: list[str]
 ) -> None:
-    (ws / "keep.txt").write_text("mine\n")
-    off = await launcher.run(
-        command + "; echo done", cwd=str(ws), policy=_policy(ws, protected=False), timeout_s=60
-    )
-    assert "done" in off.stdout, off.stderr
-    for rel in planted:  # without the layer they land
-        assert os.path.lexists(ws / rel), (rel, off.stdout, off.stderr)
-        _remove(ws / rel)
-    on = await launcher.run(command + "; echo done", cwd=str(ws), policy=_policy(ws), timeout_s=60)
-    assert "done" in on.stdout, on.stderr
-    for rel in planted:
-        assert not os.path.lexists(ws / rel), (rel, on.stdout, on.stderr)
-        assert str(ws / rel) in on.stderr or rel.split("/")[0] in on.stderr
-    assert "removed" in _detail(on, "mount_mask")
-    assert "stockade: removed protected files" in on.stderr
-    # Nothing else went: the ordinary files, the link's other names, symlink targets.
+    for name, protected in (("off", False), ("on", True)):
+        ws = tmp_path / name
+        ws.mkdir()
+        (ws / "writer.py").write_text(_WRITER)
+        (ws / "keep.txt").write_text("mine\n")
+        outcome = await launcher.run(
+            command + "; echo done",
+            cwd=str(ws),
+            policy=_policy(ws, protected=protected),
+            timeout_s=60,
+        )
+        assert "done" in outcome.stdout, outcome.stderr
+        for rel in planted:
+            # Without the layer they land; with it they go.
+            assert os.path.lexists(ws / rel) is not protected, (rel, outcome.stderr)
+        # Nothing else goes: the ordinary files, a link's other name, a symlink's target.
+        for rel in ("keep.txt", "writer.py", *kept):
+            assert os.path.lexists(ws / rel), (rel, outcome.stderr)
     assert (ws / "keep.txt").read_text() == "mine\n"
-    assert (ws / "writer.py").exists()
-    for other in ("b2", "x", "y"):
-        if f" {other}" in command:
-            assert (ws / other).exists(), other
+    for rel in planted:
+        assert str(ws / rel) in outcome.stderr, (rel, outcome.stderr)
+    assert "removed" in _detail(outcome, "mount_mask")
+    assert "stockade: removed protected files" in outcome.stderr
     assert Path("/etc/passwd").exists()
 
 
