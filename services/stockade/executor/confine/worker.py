@@ -45,6 +45,7 @@ from stockade.executor.confine.policy import (
     ConfinementPolicy,
     Layer,
 )
+from stockade.executor.paths import DEFAULT_PROTECTED_WRITES
 
 BASH = "/bin/bash"
 SETUP_FAILED = 126
@@ -211,6 +212,9 @@ def warm_up() -> None:
     json.dumps({"layers": [[x.name, x.active, x.detail] for x in layers]})
     command_env(cwd="/", tmp_dir="/")
     masks.find_masked((), ())
+    # The default protected list's matchers, compiled once here (cached): each command's
+    # survey would otherwise compile them again (about 1 ms).
+    protect.Names.compile(DEFAULT_PROTECTED_WRITES)
     masks.nested_read_only(policy.readable_roots, policy.writable_roots)
     limits.nproc_enforced()
     kernel.warm_up()
