@@ -364,7 +364,8 @@ class LauncherServer:
         path = os.path.join(self.base, f"w{w.wid}.git")
         try:
             with open(path, "rb") as fh:
-                data = fh.read(1 << 24)
+                # Our own private file, bounded by the walk's bound (200,000 entries).
+                data = fh.read()
             os.unlink(path)
         except OSError:
             return
@@ -372,7 +373,12 @@ class LauncherServer:
             return  # the worker finished the job itself (or had none)
         try:
             snapshot = protect.Snapshot.from_dict(json.loads(data))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError) as exc:
+            print(
+                f"stockade-launcher: WARNING: the killed command's snapshot is unreadable ({exc}):"
+                " what it created in its writable roots was not checked",
+                file=sys.stderr,
+            )
             return
         pid = os.fork()
         if pid == 0:
