@@ -481,8 +481,12 @@ class PathSandbox:
         self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
         # Only those a root can reach are kept: the rest are outside every root, refused
         # anyway (and the common case, a workspace beside ~/.ssh, then pays nothing).
+        # The home as spelled and as resolved: roots are canonical, so a home reached
+        # through a symlink (/home -> /data/home) must be matched by its real path too.
+        home = _home()
+        homes = dict.fromkeys((home, os.path.realpath(home)))
         self.credential_globs: tuple[str, ...] = tuple(
-            g for g in credential_read_globs(_home()) if self._reachable(g)
+            dict.fromkeys(g for h in homes for g in credential_read_globs(h) if self._reachable(g))
         )
         """Credential files nothing may read through the file tools (beside the policy's)."""
         # Every read is judged against both sets, and every check against the folded

@@ -315,3 +315,19 @@ async def test_system_credentials_are_masked_for_commands(
         timeout_s=60,
     )
     assert outcome.stdout.split()[0] == "0", outcome.stderr
+
+
+async def test_a_home_reached_through_a_symlink_is_masked_by_its_real_path(
+    launcher: Launcher, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME=/home/u where /home is a symlink: the roots are canonical, the list is not."""
+    link = home.parent / "home-link"
+    link.symlink_to(home)
+    monkeypatch.setenv("HOME", str(link))
+    sandbox = PathSandbox([Root(str(home), True)], str(home))
+    assert not sandbox.check(str(home / ".ssh" / "id_rsa")).allowed
+    policy = confinement_policy(sandbox, network_enabled=False, masked_globs=(), rlimits=Rlimits())
+    outcome = await launcher.run(
+        "cat .ssh/id_rsa .netrc; echo done", cwd=str(home), policy=policy, timeout_s=60
+    )
+    assert outcome.stdout == "done\n", outcome.stderr
