@@ -2,7 +2,9 @@
 
 The executor is run as ``nobody`` with no capabilities (``setpriv``), using the system
 Python 3.11 (the venv's interpreter lives under /root, which nobody cannot enter) and
-only the pure-Python confine package on its path.
+only the confine package on its path, with what it imports: the path sandbox (its
+protected-name matcher, shared with the run-time clean-up) and that module's one runtime
+dependency, mypy_extensions (a single file).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import mypy_extensions
 import pytest
 
 import stockade.executor.confine as confine_pkg
@@ -84,6 +87,7 @@ def test_unprivileged_executor_reports_and_still_confines(shared_dir: Path) -> N
     src = shared_dir / "src"
     for tree, root in (("services", SERVICES), ("clients", CLIENTS)):
         shutil.copytree(root, src / tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(mypy_extensions.__file__, src / "services")
     for dirpath, _, _ in os.walk(src):
         os.chmod(dirpath, 0o755)
     script = shared_dir / "run.py"
