@@ -483,7 +483,6 @@ class PathSandbox:
         # anyway (and the common case, a workspace beside ~/.ssh, then pays nothing).
         # The home as spelled and as resolved: roots are canonical, so a home reached
         # through a symlink (/home -> /data/home) must be matched by its real path too.
-        home = _home()
         homes = dict.fromkeys((home, os.path.realpath(home)))
         self.credential_globs: tuple[str, ...] = tuple(
             dict.fromkeys(g for h in homes for g in credential_read_globs(h) if self._reachable(g))
