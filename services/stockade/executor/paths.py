@@ -60,6 +60,9 @@ DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
     ".git/**",
     ".gitmodules",
     ".gitconfig",
+    # git-lfs reads lfs.url / lfs.pushurl from this committed file: a person's next push
+    # would send the large files to whatever server it names.
+    ".lfsconfig",
     # Hooks outside .git: the hook managers' files that the installed hook (already in
     # .git/hooks or core.hooksPath) reads on the person's next commit, checkout or push
     # and runs as commands. (A hooks directory named by the repository's own config,

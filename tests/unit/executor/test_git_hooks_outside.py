@@ -344,6 +344,7 @@ def test_program_words_on_path_name_nothing(repo: Path) -> None:
         ".overcommit.yml",
         ".git-hooks/pre_commit/x.rb",
         ".githooks/pre-commit",
+        ".lfsconfig",  # steers where a person's push sends the large files
         "packages/web/.husky/pre-commit",  # a monorepo package
     ],
 )
