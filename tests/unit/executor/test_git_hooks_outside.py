@@ -725,3 +725,28 @@ def test_config_parser_agrees_with_git(tmp_path: Path, text: str) -> None:
     assert result.returncode in (0, 1), result.stderr
     mine = [v for k, v in parse_config(text) if k == "core.hookspath" and v is not None]
     assert mine == result.stdout.splitlines()
+
+
+async def test_config_named_paths_a_command_creates_are_removed(
+    launcher: Launcher, repo: Path, tmp_path: Path
+) -> None:
+    """Configured but absent (nothing to bind read-only), or re-created after renaming its
+    parent: the hooks a program the analysis cannot see into writes there are gone when
+    the command ends, before a person's git can run them."""
+    host_git(repo, "config", "core.hooksPath", "tools/hooks")
+    (tmp_path / "w.py").write_text(
+        "import os\n"
+        "os.makedirs('tools/hooks')\n"
+        "open('tools/hooks/pre-commit', 'w').write('#!/bin/sh\\ntouch /tmp/pwned\\n')\n"
+        "os.rename('tools', 'tools.old')\n"
+        "os.makedirs('tools/hooks')\n"
+        "open('tools/hooks/pre-commit', 'w').write('#!/bin/sh\\ntouch /tmp/pwned\\n')\n"
+        "open('kept.txt', 'w').write('x')\n"
+    )
+    sandbox = PathSandbox([Root(str(repo), True), Root(str(tmp_path), False)], str(repo))
+    policy = confinement_policy(sandbox, network_enabled=False, masked_globs=(), rlimits=Rlimits())
+    outcome = await launcher.run(
+        f"python3 {tmp_path / 'w.py'}", cwd=str(repo), policy=policy, timeout_s=60
+    )
+    assert (repo / "kept.txt").exists(), outcome.stdout + outcome.stderr
+    assert not (repo / "tools" / "hooks" / "pre-commit").exists(), outcome.stderr
