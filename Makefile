@@ -47,13 +47,15 @@ native-clean: ## Remove the compiled modules: the analysis runs as plain Python
 	$(BIN)/python scripts/build_native.py --clean
 	rm -f $(NATIVE_STAMP)
 
-lock: $(STAMP) ## Re-resolve pyproject.toml into requirements.lock and requirements-dev.lock (with hashes)
+lock: $(STAMP) ## Re-resolve pyproject.toml into requirements*.lock, and the image's build tools into requirements-build.lock (with hashes)
 	@echo "==> make: resolving the runtime dependencies into requirements.lock"
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
 	@echo "==> make: resolving the runtime and dev dependencies into requirements-dev.lock"
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --extra dev --output-file requirements-dev.lock pyproject.toml
 	@echo "==> make: resolving the runtime dependencies and the ha-demo extra into requirements-ha-demo.lock"
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --extra ha-demo --output-file requirements-ha-demo.lock pyproject.toml
+	@echo "==> make: resolving the image builder's tools (hatchling, mypy, setuptools) into requirements-build.lock, at the dev lock's versions"
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links --output-file requirements-build.lock requirements-build.in
 
 $(BUF):
 	@echo "==> make: installing buf $(BUF_VERSION) (npm package @bufbuild/buf) into $(VENV)/buf"

@@ -1,9 +1,12 @@
 """Static checks of deploy/docker/Dockerfile and .dockerignore (no Docker daemon needed):
 multi-stage on a base pinned by digest, the locked dependencies installed (hashes
-checked) before the sources are copied, the wheel built in the builder, two runtime
-targets (`service`, and `executor`, the only one with git and ripgrep) each with a
-non-root numeric USER, no compilers or pip, the `stockade serve` entrypoint, and a build
-context that carries the sources but never keys, venvs or git history."""
+checked) before the sources are copied, the wheel built in the builder, the bash analysis
+compiled there (PERF-4a) with hashed build tools kept out of the runtime venv and the
+build refused unless the installed analysis imports compiled, two runtime targets
+(`service`, and `executor`, the only one with git and ripgrep) each with a non-root
+numeric USER, no compilers or pip, the `stockade serve` entrypoint, and a build context
+that carries the sources but never keys, venvs, git history or a dev build.
+tests/deploy/test_image_native.py runs the builder's native step itself."""
 
 from __future__ import annotations
 
@@ -181,6 +184,83 @@ def test_final_stage_has_no_build_tools_and_no_pip(stages: list[Stage], target: 
     assert not final.args("ADD")
 
 
+def _apt_installed(stage: Stage) -> set[str]:
+    runs = " ".join(stage.args("RUN"))
+    found: set[str] = set()
+    for match in re.finditer(r"apt-get install ([^&;|]+)", runs):
+        found |= {w for w in shlex.split(match.group(1)) if not w.startswith("-")}
+    return found
+
+
+def native_step(stages: list[Stage]) -> str:
+    """The builder's RUN that compiles the installed analysis and proves it (PERF-4a)."""
+    [step] = [run for run in stages[0].args("RUN") if "build_native.py" in run]
+    return step
+
+
+def test_the_c_compiler_and_build_tools_are_only_in_the_builder(stages: list[Stage]) -> None:
+    builder = stages[0]
+    assert {"gcc", "libc6-dev"} <= _apt_installed(builder)
+    runs = builder.args("RUN")
+    # mypy, setuptools and hatchling: from their own lock, every hash checked, wheels only,
+    # into a venv of their own that no runtime stage copies (their COPYs are checked to take
+    # /opt/stockade only).
+    [tools] = [run for run in runs if "requirements-build.lock" in run]
+    assert re.search(
+        r"/opt/build-tools/bin/python -m pip install --require-hashes --only-binary=:all:"
+        r"\s+-r requirements-build\.lock",
+        tools,
+    ), tools
+    assert "python -m venv /opt/build-tools" in tools
+    assert not [
+        run for run in runs if re.search(r"/opt/stockade/bin/\S+ .*requirements-build", run)
+    ]
+    # The wheel is built by the locked hatchling, nothing fetched unpinned to build it.
+    assert re.search(
+        r"/opt/build-tools/bin/python -m pip wheel .*--no-build-isolation", " ".join(runs)
+    )
+    for target in ("service", "executor"):
+        final = chain(stages, target)
+        assert not {"gcc", "libc6-dev"} & _apt_installed(final)
+        text = " ".join(final.args("RUN") + final.args("COPY") + final.args("ENV"))
+        assert "build-tools" not in text and "mypy" not in text and "build_native" not in text
+
+
+def test_the_builder_compiles_the_installed_analysis_and_proves_it(stages: list[Stage]) -> None:
+    builder = stages[0]
+    runs = builder.args("RUN")
+    step = native_step(stages)
+    # After the wheel is installed, and the last thing done to the venv the runtime copies.
+    wheel = next(i for i, run in enumerate(runs) if "pip install --no-deps /wheels/" in run)
+    assert runs.index(step) > wheel and runs.index(step) == len(runs) - 1
+    build, _, proof = step.partition(" && ")
+    build = build.strip()
+    assert (
+        build
+        == "/opt/build-tools/bin/python scripts/build_native.py --into /opt/stockade/bin/python"
+    )
+    # The proof runs in the venv's own interpreter, isolated from /src, and exits non-zero
+    # (failing the build) unless all of the list is compiled, none stale, the parser an
+    # extension module, and the compiled analysis still judges.
+    assert proof.startswith('/opt/stockade/bin/python -I -c "'), proof
+    for condition in (
+        "native.compiled() == list(native.NATIVE_MODULES)",
+        "native.stale() == []",
+        "parser.__file__.endswith('.so')",
+        "all(f.endswith('.so') for f in files)",
+        "verdicts == ['allow', 'deny']",
+        "sys.exit(0 if ok else ",
+    ):
+        assert condition in proof, condition
+    # One python -c and nothing after it that could hide its exit status.
+    assert proof.endswith('"') and proof.count('"') == 2, proof
+    assert "&&" not in proof and "||" not in proof and ";" not in proof.split('"')[0]
+    # The script and its lock reach the build (COPY), before the step.
+    copies = builder.args("COPY")
+    assert "scripts/build_native.py ./scripts/" in copies
+    assert "requirements-build.lock ./" in copies
+
+
 @pytest.mark.parametrize("target", ["service", "executor"])
 def test_final_stage_runs_as_a_fixed_non_root_user(stages: list[Stage], target: str) -> None:
     final = chain(stages, target)
@@ -267,6 +347,16 @@ def ignore_patterns() -> list[str]:
         "services/stockade/.env",
         "services/stockade/decision/__pycache__/engine.cpython-311.pyc",
         "bench-results.json",
+        # Of the scripts, only the native build; of the locks, only the runtime and build ones.
+        "scripts/check_lock.py",
+        "requirements-dev.lock",
+        "requirements-build.in",
+        # A dev build (`make native`): the builder compiles its own.
+        "services/stockade/executor/paths.cpython-311-x86_64-linux-gnu.so",
+        "services/stockade_native__mypyc.cpython-311-x86_64-linux-gnu.so",
+        "services/stockade/executor/native-manifest.json",
+        "services/.mypy_cache/3.11/stockade/executor/paths.data.json",
+        "build/native/c/__native_stockade_native.c",
     ],
 )
 def test_build_context_excludes(ignore_patterns: list[str], path: str) -> None:
@@ -285,8 +375,28 @@ def test_build_context_keeps_what_the_dockerfile_copies(
     assert sources
     for source in sources:
         assert not excluded(source.rstrip("/"), ignore_patterns), source
-    for path in ("clients/stockade/devcerts.py", "services/stockade/errors.py", "README.md"):
+    for path in (
+        "clients/stockade/devcerts.py",
+        "services/stockade/errors.py",
+        "services/stockade/executor/native.py",
+        "README.md",
+        "requirements-build.lock",
+        "scripts/build_native.py",
+    ):
         assert not excluded(path, ignore_patterns), path
+
+
+def test_the_allow_list_is_exactly_what_the_builder_copies(ignore_patterns: list[str]) -> None:
+    assert {p for p in ignore_patterns if p.startswith("!")} == {
+        "!pyproject.toml",
+        "!requirements.lock",
+        "!requirements-build.lock",
+        "!scripts/build_native.py",
+        "!protos/",
+        "!README.md",
+        "!clients/",
+        "!services/",
+    }
 
 
 def test_ignore_evaluator_honours_order() -> None:

@@ -25,7 +25,12 @@ def test_the_committed_locks_are_complete() -> None:
     assert _check_lock().main(ROOT) == 0  # type: ignore[attr-defined]
 
 
-LOCKS = ["requirements.lock", "requirements-dev.lock", "requirements-ha-demo.lock"]
+LOCKS = [
+    "requirements.lock",
+    "requirements-dev.lock",
+    "requirements-ha-demo.lock",
+    "requirements-build.lock",
+]
 
 
 @pytest.mark.parametrize("lock", LOCKS)
@@ -70,3 +75,59 @@ def test_the_ha_demo_lock_must_pin_the_extra(
     lock.write_text(stripped)
     assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
     assert "requirements-ha-demo.lock does not pin pgserver" in capsys.readouterr().err
+
+
+def _copy_locks(tmp_path: Path) -> None:
+    for name in LOCKS:
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+
+
+def test_the_build_lock_pins_the_image_builders_tools_at_the_dev_versions() -> None:
+    """The image's mypyc must be the dev venv's (`make native`), hatchling too."""
+    module = _check_lock()
+    build = module._pins(ROOT / "requirements-build.lock")  # type: ignore[attr-defined]
+    dev = module._pins(ROOT / "requirements-dev.lock")  # type: ignore[attr-defined]
+    for tool in ("mypy", "setuptools", "hatchling"):
+        assert build[tool] == dev[tool], tool
+    text = (ROOT / "requirements-build.lock").read_text()
+    assert "requirements-build.in" in text  # resolved by `make lock` from its input file
+
+
+@pytest.mark.parametrize(
+    ("lock", "package"),
+    [
+        ("requirements-build.lock", "mypy"),
+        ("requirements-dev.lock", "mypy"),
+        ("requirements-build.lock", "librt"),
+    ],
+)
+def test_a_build_tool_drifting_from_the_dev_lock_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lock: str, package: str
+) -> None:
+    _copy_locks(tmp_path)
+    path = tmp_path / lock
+    text = path.read_text()
+    changed = re.sub(rf"^{package}==\S+ ", f"{package}==0.0.1 ", text, count=1, flags=re.M)
+    assert changed != text
+    path.write_text(changed)
+    assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
+    err = capsys.readouterr().err
+    assert "requirements-build.lock differs from requirements-dev.lock" in err
+    assert f"{package} " in err and "0.0.1" in err
+
+
+def test_a_build_lock_without_mypy_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _copy_locks(tmp_path)
+    lock = tmp_path / "requirements-build.lock"
+    text = lock.read_text()
+    stripped = re.sub(r"^mypy==.*?(?=^[A-Za-z])", "", text, count=1, flags=re.M | re.S)
+    assert stripped != text
+    lock.write_text(stripped)
+    assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
+    assert "requirements-build.lock does not pin mypy" in capsys.readouterr().err
+    (tmp_path / "requirements-build.lock").unlink()
+    assert _check_lock().main(tmp_path) == 1  # type: ignore[attr-defined]
+    assert "requirements-build.lock is missing" in capsys.readouterr().err
