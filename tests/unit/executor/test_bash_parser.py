@@ -198,3 +198,32 @@ def test_commands_inside_functions_know_their_function() -> None:
         ("b", "g"),
         ("c", None),
     ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "ls -la | grep -v x && echo done > /tmp/log 2>&1; cd src || exit 1",
+        "a=(1 2); echo ${a[@]:1:2} ${!b} ${c@P} $((x + 1)) [[ -v y && z -eq 1 ]] <(z) >(w)",
+        "for ((i=0; i<3; i++)); do f() { :; }; f; done; case $x in y|z) ;; esac",
+        "cat <<EOF | tee x\nbody $(id) `id`\nEOF\nwhile read -r l; do echo \"$l\"; done <<< 'w'",
+        'echo $\'\\x41\' "a${b}c" $"t" {a,b} *.py ~/x \\$y # comment',
+        "export A=1; declare -x B; unset C; local D=2; select s in a b; do :; done",
+        "echo $(",  # ERROR and MISSING nodes: kinds past the table
+        "if then fi",
+        "echo 'unterminated",
+    ],
+)
+def test_kind_table_names_every_node_as_node_type(source: str) -> None:
+    """The walk reads node kinds from a table by symbol id (cheaper than ``node.type``);
+    the table must name every node exactly as ``node.type`` does, error nodes included."""
+    from stockade.executor.bash.parser import _PARSER, _kind
+
+    stack = [_PARSER.parse(source.encode()).root_node]
+    seen = 0
+    while stack:
+        node = stack.pop()
+        assert _kind(node) == node.type
+        seen += 1
+        stack.extend(node.children)
+    assert seen > 3

@@ -11,7 +11,8 @@ whether they contain expansions. It judges nothing itself.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, NamedTuple
+import sys
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -33,7 +34,23 @@ __all__ = [
 # One parser for the process: building one costs far more than a parse, and a parse of a
 # typical command is ~10 µs. tree-sitter parsers are not thread-safe; the executor calls
 # analyze() from the event loop thread only.
-_PARSER = Parser(Language(tree_sitter_bash.language()))
+_LANGUAGE = Language(tree_sitter_bash.language())
+_PARSER = Parser(_LANGUAGE)
+
+# Node kinds by symbol id: ``_KINDS[node.kind_id]`` is ``node.type`` (both are the grammar's
+# name of the node's symbol), read as an int instead of a new str built per call; the names
+# are interned, so set lookups and comparisons with literals find them by identity. Ids
+# past the table (ERROR is 65535) fall back to ``node.type`` (see _kind).
+_KINDS: Final[tuple[str, ...]] = tuple(
+    sys.intern(_LANGUAGE.node_kind_for_id(i) or "") for i in range(_LANGUAGE.node_kind_count)
+)
+_KIND_COUNT: Final = len(_KINDS)
+
+# The result tuples are built with tuple.__new__ in the hot paths: a NamedTuple's own
+# __new__ is a Python function (interpreted even when this module is compiled), several
+# times the cost of the tuple itself. The helpers below take every field, so none is left
+# to a default by mistake.
+_TUPLE_NEW: Final = tuple.__new__
 
 # Deeper nesting than this is refused rather than walked: it bounds the recursion, and no
 # honest command nests 64 levels of substitutions or groups.
@@ -157,6 +174,42 @@ class ParsedScript(NamedTuple):
     """Variables whose values bash evaluates as arithmetic or as a variable name
     (``$((x))``, ``((x))``, ``${a[x]}``, ``${s:x}``, ``[[ $x -eq 1 ]]``, ``${!x}``,
     ``[[ -v $x ]]``): a value like ``a[$(cmd)]`` read at run time runs cmd there."""
+
+
+def _new_word(
+    text: str,
+    value: str | None,
+    quoted: bool,
+    expanded: bool,
+    glob: bool,
+    home_path: str | None,
+    braces: tuple[Word, ...] | None,
+) -> Word:
+    return _TUPLE_NEW(Word, (text, value, quoted, expanded, glob, home_path, braces))
+
+
+def _new_redirect(op: str, fd: str | None, target: Word | None) -> Redirect:
+    return _TUPLE_NEW(Redirect, (op, fd, target))
+
+
+def _new_assignment(name: str, value: Word | None, raw: str, kind: str) -> Assignment:
+    return _TUPLE_NEW(Assignment, (name, value, raw, kind))
+
+
+def _new_command(
+    name: Word,
+    args: tuple[Word, ...],
+    assignments: tuple[Assignment, ...],
+    redirects: tuple[Redirect, ...],
+    in_function: str | None,
+) -> RawCommand:
+    return _TUPLE_NEW(RawCommand, (name, args, assignments, redirects, in_function))
+
+
+def _kind(node: Node) -> str:
+    """``node.type``, from the table of kinds (see _KINDS)."""
+    kind_id = node.kind_id
+    return _KINDS[kind_id] if kind_id < _KIND_COUNT else node.type
 
 
 def _decode_ansi_c(body: str) -> str:
@@ -285,7 +338,7 @@ class _WordBuilder:
                 self.home_parts = None
 
     def add(self, node: Node) -> None:
-        kind = node.type
+        kind = _kind(node)
         if kind == "word":
             source = _text(node)
             value, escaped, glob = _unescape_bare(source)
@@ -302,7 +355,7 @@ class _WordBuilder:
         elif kind in ("string", "translated_string"):
             self.quoted = True
             for child in node.children:
-                ctype = child.type
+                ctype = _kind(child)
                 if ctype == "string_content":
                     self.literal(_unescape_double(_text(child)))
                 elif ctype == '"':
@@ -340,7 +393,7 @@ class _WordBuilder:
         if not self.static and self.home_parts:
             home = "".join(self.home_parts)
         braces = self.expand_braces() if self.brace else None
-        return Word(text, value, self.quoted, self.expanded, self.glob, home, braces)
+        return _new_word(text, value, self.quoted, self.expanded, self.glob, home, braces)
 
     def expand_braces(self) -> tuple[Word, ...] | None:
         """The words of brace expansion (EXE-8c), None when the braces are literal."""
@@ -378,7 +431,7 @@ class _WordBuilder:
                 texts.append(kind)  # a brace or comma that stayed literal
                 glob = glob or kind == "{"
         joined = "".join(texts)
-        return Word(joined, None if dynamic else joined, quoted, dynamic, glob)
+        return _new_word(joined, None if dynamic else joined, quoted, dynamic, glob, None, None)
 
 
 def _bare_atoms(source: str, out: list[Atom]) -> None:
@@ -400,10 +453,10 @@ def _bare_atoms(source: str, out: list[Atom]) -> None:
 
 def _is_home(node: Node) -> bool:
     """Whether ``node`` is exactly ``$HOME`` or ``${HOME}``."""
-    if node.type not in ("simple_expansion", "expansion"):
+    if _kind(node) not in ("simple_expansion", "expansion"):
         return False
     named = node.named_children
-    return len(named) == 1 and named[0].type == "variable_name" and _text(named[0]) == "HOME"
+    return len(named) == 1 and _kind(named[0]) == "variable_name" and _text(named[0]) == "HOME"
 
 
 def _text(node: Node) -> str:
@@ -419,7 +472,10 @@ def _is_plain(text: str) -> bool:
 def _plain_word(text: str) -> Word:
     """The Word of a plain ``word`` node (what _WordBuilder would build, without building
     it; this is most words)."""
-    return Word(text, text, False, False, not _GLOB_CHARS.isdisjoint(text))
+    # Three substring tests: cheaper than a set scan of the text (each makes no objects).
+    return _new_word(
+        text, text, False, False, "*" in text or "?" in text or "[" in text, None, None
+    )
 
 
 _ARITH_VALUE = Word("1", "1", False, False, False)
@@ -427,7 +483,7 @@ _ARITH_VALUE = Word("1", "1", False, False, False)
 
 
 def _word(node: Node) -> Word:
-    if node.type == "word":
+    if _kind(node) == "word":
         text = _text(node)
         if _is_plain(text):
             return _plain_word(text)
@@ -580,11 +636,15 @@ class _Walker:
         "error",
         "fn_stack",
         "data",
+        "text",
     )
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, text: str | None) -> None:
         self.data = data
         """The source of the tree being walked (node byte offsets index it)."""
+        self.text = text
+        """The same source as str when it is ASCII (byte offsets are then its character
+        offsets: a word's text is sliced, not decoded), else None."""
         self.commands: list[RawCommand] = []
         self.redirects: list[Redirect] = []
         self.assignments: list[Assignment] = []
@@ -601,7 +661,7 @@ class _Walker:
             if self.error is None:
                 self.error = f"nesting deeper than {_MAX_DEPTH} levels"
             return
-        kind = node.type
+        kind = _kind(node)
         if kind in _CONTAINERS:
             # Nothing below applies to these: straight to their statements.
             for child in node.children:
@@ -610,7 +670,7 @@ class _Walker:
             return
         if kind in _TEXT_LEAVES:
             self._leaf_text(node, depth)
-        if kind == "command_substitution" and node.child_count and node.children[0].type == "`":
+        if kind == "command_substitution" and node.child_count and _kind(node.children[0]) == "`":
             quoted_body = _text(node)[1:-1]
             if "\\" in quoted_body:
                 # Inside backticks bash first removes the backslash of \\ \` \$, so
@@ -629,7 +689,7 @@ class _Walker:
                 if self.error is None:
                     self.error = f"text the parser did not understand: {gap!r}"
                 return
-            if body is not None and body.type != "command" and self.error is None:
+            if body is not None and _kind(body) != "command" and self.error is None:
                 late = [w for c in node.children for w in _words_after_redirect(c)]
                 if late:
                     # `c1 && c2 >f a`: tree-sitter hangs the redirection, and the word `a`
@@ -638,9 +698,9 @@ class _Walker:
                         f"words after a redirection the parser did not place: {_text(late[0])!r}"
                     )
                     return
-            if body is not None and body.type == "command":
+            if body is not None and _kind(body) == "command":
                 # The statement's redirects belong to the command (`python - <<EOF`).
-                extra = tuple(c for c in node.children if c.type in _REDIRECT_NODES)
+                extra = tuple(c for c in node.children if _kind(c) in _REDIRECT_NODES)
                 self._command(body, depth + 1, extra)
                 for child in node.children:
                     if child.is_named and child != body:
@@ -650,7 +710,7 @@ class _Walker:
             kind == "compound_statement"
             and node.named_child_count == 0
             and node.child_count
-            and node.children[0].type == "{"
+            and _kind(node.children[0]) == "{"
         ):
             # tree-sitter reads `{}` as an empty group; bash reads the word `{}` as a
             # command name (`c1 & {}` runs a command named `{}`; found by the differential
@@ -683,20 +743,22 @@ class _Walker:
                 raw = _text(node)[:40]
                 if static:
                     # Every value is judged (`for y in 1 'a[$(cmd)]'` feeds arithmetic).
-                    self.assignments.extend(Assignment(name, w, raw) for w in words)
+                    self.assignments.extend(
+                        _new_assignment(name, w, raw, "statement") for w in words
+                    )
                 else:
-                    self.assignments.append(Assignment(name, None, raw))
-                if node.children and node.children[0].type == "select":
+                    self.assignments.append(_new_assignment(name, None, raw, "statement"))
+                if node.children and _kind(node.children[0]) == "select":
                     # select puts the line it reads in REPLY (and maybe nothing in NAME).
-                    self.assignments.append(Assignment("REPLY", None, raw))
-                    self.assignments.append(Assignment(name, None, raw))
+                    self.assignments.append(_new_assignment("REPLY", None, raw, "statement"))
+                    self.assignments.append(_new_assignment(name, None, raw, "statement"))
         elif kind == "expansion":
             self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
             word = _word(node)
             if word.value is not None and ("$(" in word.value or "`" in word.value):
                 self.evaluated.append(word.value)
-        if kind == "compound_statement" and node.child_count and node.children[0].type == "((":
+        if kind == "compound_statement" and node.child_count and _kind(node.children[0]) == "((":
             in_eval = True
             self._arithmetic_names(node)
         elif kind in _EVAL_CONTEXTS:
@@ -726,24 +788,50 @@ class _Walker:
         nested: list[Node] = []
         late: list[Node] = []
         data = self.data
+        source = self.text
         # A plain word needs no look inside when its text has no substitution and the depth
         # leaves room (what _scan_node would do for it: _leaf_text, or the depth error).
         shallow = depth + 2 <= _MAX_DEPTH
+        # _split_word over this node's children, made in the same pass (see _split_step):
+        # where the last word ended, and the first child bash splits or joins.
+        end = -1
+        split: Node | None = None
         for child in node.children:
-            kind = child.type
+            kind = _kind(child)
             if kind == "word":
                 # Most arguments: the source text sliced once (Node.text copies the whole
                 # tree's source per call) and the Word built without a builder.
-                text = data[child.start_byte : child.end_byte].decode("utf-8", "surrogateescape")
+                start = child.start_byte
+                stop = child.end_byte
+                if source is not None:
+                    text = source[start:stop]
+                else:
+                    text = data[start:stop].decode("utf-8", "surrogateescape")
                 args.append(_plain_word(text) if _is_plain(text) else _word(child))
                 if not shallow or "`" in text or "$(" in text:
                     nested.append(child)
+                if split is None:
+                    end, split = _split_step(child, kind, start, stop, text, end, data)
                 continue
+            if kind == "comment":
+                continue
+            if not child.is_named:
+                # tree-sitter splits `$"..."` into `$` and a string; bash drops the `$`.
+                continue
+            if split is None:
+                end, split = _split_step(
+                    child, kind, child.start_byte, child.end_byte, "", end, data
+                )
             if kind == "command_name":
                 inner = child.named_children
-                if shallow and len(inner) == 1 and inner[0].type == "word":
+                if shallow and len(inner) == 1 and _kind(inner[0]) == "word":
                     word = inner[0]
-                    text = data[word.start_byte : word.end_byte].decode("utf-8", "surrogateescape")
+                    start = word.start_byte
+                    stop = word.end_byte
+                    if source is not None:
+                        text = source[start:stop]
+                    else:
+                        text = data[start:stop].decode("utf-8", "surrogateescape")
                     name = _plain_word(text) if _is_plain(text) else _word(word)
                     if "`" in text or "$(" in text:
                         nested.append(child)
@@ -757,27 +845,23 @@ class _Walker:
                 redirects.extend(self._make_redirects(child))
                 nested.append(child)
                 late.extend(_words_after_redirect(child))
-            elif kind == "comment":
-                continue
-            elif child.is_named:
+            else:
                 args.append(_word(child))
                 nested.append(child)
-            elif kind == "$":
-                # tree-sitter splits `$"..."` into `$` and a string; bash drops the `$`.
-                continue
         self.assignments.extend(prefix)
         self.redirects.extend(redirects)
         for outer in extra:
             # Recorded script-wide when the statement's redirect nodes are walked.
             redirects.extend(self._make_redirects(outer))
             late.extend(_words_after_redirect(outer))
-        containers = (node, *[e for e in extra if e.type in _WORD_REDIRECTS]) if extra else (node,)
-        for container in containers:
-            split = _split_word(container, self.data) if self.error is None else None
-            if split is not None:
-                self.error = (
-                    f"the parser and bash split words differently near {_text(split)[:40]!r}"
-                )
+        if split is None and self.error is None:
+            for container in extra:
+                if _kind(container) in _WORD_REDIRECTS:
+                    split = _split_word(container, data)
+                    if split is not None:
+                        break
+        if split is not None and self.error is None:
+            self.error = f"the parser and bash split words differently near {_text(split)[:40]!r}"
         if late:
             # `cat >/dev/null /etc/shadow`: tree-sitter hangs the words after a redirection
             # on the redirection; to bash they are the command's arguments (found by the
@@ -787,11 +871,13 @@ class _Walker:
             fn = self.fn_stack[-1] if self.fn_stack else None
             if name.value is not None and name.value in self.fn_stack:
                 self.recursive.append(name.value)
-            self.commands.append(RawCommand(name, tuple(args), tuple(prefix), tuple(redirects), fn))
+            self.commands.append(
+                _new_command(name, tuple(args), tuple(prefix), tuple(redirects), fn)
+            )
         for child in nested:
             # Look inside for substitutions; name, assignment and redirect nodes were
             # recorded above, so only their insides are scanned; arguments are scanned whole.
-            if child.type in _RECORDED:
+            if _kind(child) in _RECORDED:
                 self._scan(child, depth + 1)
             else:
                 self._scan_node(child, depth + 1)
@@ -807,7 +893,7 @@ class _Walker:
             if self.error is None:
                 self.error = f"nesting deeper than {_MAX_DEPTH} levels"
             return
-        kind = node.type
+        kind = _kind(node)
         if kind == "expansion":
             self._expansion(node)
         if kind in ("command_substitution", "process_substitution"):
@@ -836,24 +922,24 @@ class _Walker:
         text = _text(node)
         if "`" in text:
             self._backticks(text, depth)
-        elif "$(" in text and node.type != "string_content":
+        elif "$(" in text and _kind(node) != "string_content":
             if self.error is None:
                 self.error = f"a command substitution the parser did not understand: {text!r}"
 
     def _heredoc_body(self, node: Node, depth: int) -> None:
         """Backticks in an unquoted here-doc body run commands; the grammar skips them."""
-        start = next((c for c in node.children if c.type == "heredoc_start"), None)
+        start = next((c for c in node.children if _kind(c) == "heredoc_start"), None)
         if start is None or any(q in _text(start) for q in "'\"\\"):
             return  # a quoted delimiter: the body is literal
         for child in node.children:
-            if child.type != "heredoc_body":
+            if _kind(child) != "heredoc_body":
                 continue
             raw = child.text or b""
             base = child.start_byte
             pos = base
             pieces: list[bytes] = []
             for part in child.children:
-                if part.type in ("command_substitution", "expansion", "simple_expansion"):
+                if _kind(part) in ("command_substitution", "expansion", "simple_expansion"):
                     pieces.append(raw[pos - base : part.start_byte - base])
                     pos = part.end_byte
             pieces.append(raw[pos - base :])
@@ -906,16 +992,17 @@ class _Walker:
             return
         # The text bash parses inside backticks has the same divergences as the whole
         # (`\\ ` becomes `\ `, a word of its own; found by the differential test).
-        dropped = _dropped_escapes(root, data) or _false_comment(root, data)
+        dropped = _divergence(root, data, source)
         if dropped is not None:
             if self.error is None:
                 self.error = "inside backticks: " + dropped
             return
-        outer, self.data = self.data, data
+        outer, outer_text = self.data, self.text
+        self.data, self.text = data, source if len(data) == len(source) else None
         try:
             self.walk(root, depth + 1, False)
         finally:
-            self.data = outer
+            self.data, self.text = outer, outer_text
 
     def _arithmetic_names(self, node: Node) -> None:
         """Record the variables an arithmetic context reads (not inside substitutions),
@@ -924,7 +1011,7 @@ class _Walker:
         stack = [node]
         while stack:
             current = stack.pop()
-            kind = current.type
+            kind = _kind(current)
             if kind in ("variable_name", "special_variable_name"):
                 self.arithmetic.append(_text(current))
             elif kind == "word" and _VARIABLE.match(_text(current)):
@@ -948,32 +1035,32 @@ class _Walker:
         stack = [node]
         while stack:
             current = stack.pop()
-            if current.type == "unary_expression":
+            if _kind(current) == "unary_expression":
                 operator = current.child_by_field_name("operator")
                 if operator is not None and _text(operator) in ("-v", "-R"):
                     self._arithmetic_names(current)
                     continue
-            if current.type == "binary_expression":
+            if _kind(current) == "binary_expression":
                 operator = current.child_by_field_name("operator")
                 if operator is not None and _text(operator) in _ARITHMETIC_TESTS:
                     self._arithmetic_names(current)
                     continue
-            if current.type not in ("command_substitution", "process_substitution"):
+            if _kind(current) not in ("command_substitution", "process_substitution"):
                 stack.extend(current.named_children)
 
     def _expansion(self, node: Node) -> None:
         """``${NAME=value}`` and ``${NAME:=value}`` assign NAME; the offset and length of
         ``${s:o:l}`` are arithmetic."""
-        kinds = [c.type for c in node.children]
+        kinds = [_kind(c) for c in node.children]
         if len(kinds) > 2 and kinds[1] == "!":
             # `${!x}` dereferences the name held in x: a name like a[$(cmd)] runs cmd.
             name_node = node.children[2]
-            if name_node.type == "variable_name":
+            if _kind(name_node) == "variable_name":
                 self.arithmetic.append(_text(name_node))
         if any(a == "@" and b == "P" for a, b in zip(kinds, kinds[1:], strict=False)):
             # `${x@P}` expands x as a prompt string, running the $(...) in its value.
             self.evaluated.append(_text(node))
-        names = [c for c in node.named_children if c.type == "variable_name"]
+        names = [c for c in node.named_children if _kind(c) == "variable_name"]
         if ":" in kinds:
             substring = _SUBSTRING.match(_text(node))
             if substring is not None:
@@ -983,44 +1070,44 @@ class _Walker:
                 self.arithmetic.append(_text(extra))
         name: str | None = None
         for child in node.children:
-            if child.type == "variable_name" and name is None:
+            if _kind(child) == "variable_name" and name is None:
                 name = _text(child)
-            elif child.type in ("=", ":=") and name is not None:
-                self.assignments.append(Assignment(name, None, _text(node)))
+            elif _kind(child) in ("=", ":=") and name is not None:
+                self.assignments.append(_new_assignment(name, None, _text(node), "statement"))
                 return
 
     def _declaration(self, node: Node, depth: int) -> None:
         children = node.children
         keyword = children[0] if children else node
-        name = Word(_text(keyword), _text(keyword), False, False, False)
+        name = _new_word(_text(keyword), _text(keyword), False, False, False, None, None)
         args: list[Word] = []
-        declares = node.type == "declaration_command"
+        declares = _kind(node) == "declaration_command"
         exports = _text(keyword) == "export" or any(
-            c.type == "word" and _text(c).startswith("-") and "x" in _text(c) for c in children
+            _kind(c) == "word" and _text(c).startswith("-") and "x" in _text(c) for c in children
         )
         kind = "export" if exports else "declare"
         for child in children[1:]:
             if not child.is_named:
                 continue
-            if child.type == "variable_name" and declares:
+            if _kind(child) == "variable_name" and declares:
                 # `export LD_PRELOAD` exports a value set elsewhere (e.g. `${X:=...}`).
-                self.assignments.append(Assignment(_text(child), None, _text(node), kind))
-            if child.type == "variable_assignment":
+                self.assignments.append(_new_assignment(_text(child), None, _text(node), kind))
+            if _kind(child) == "variable_assignment":
                 assignment = self._make_assignment(child, kind)
                 self.assignments.append(assignment)
                 if assignment.value is not None and assignment.value.value is not None:
                     text = assignment.value.value
                     if "$(" in text or "`" in text:
                         self.evaluated.append(text)
-            if child.type == "variable_assignment":
+            if _kind(child) == "variable_assignment":
                 args.append(_assign_word(child))
-            elif child.type == "variable_name":
+            elif _kind(child) == "variable_name":
                 text = _text(child)  # `unset f`, `export X`: a name, not an expansion
-                args.append(Word(text, text, False, False, False))
+                args.append(_new_word(text, text, False, False, False, None, None))
             else:
                 args.append(_word(child))
         fn = self.fn_stack[-1] if self.fn_stack else None
-        self.commands.append(RawCommand(name, tuple(args), (), (), fn))
+        self.commands.append(_new_command(name, tuple(args), (), (), fn))
         self._scan(node, depth + 1)
 
     def _assignment(self, node: Node, depth: int, in_eval: bool) -> None:
@@ -1036,7 +1123,7 @@ class _Walker:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
         name = _text(name_node) if name_node is not None else ""
-        if name_node is not None and name_node.type == "subscript":
+        if name_node is not None and _kind(name_node) == "subscript":
             base = name_node.child_by_field_name("name")
             name = _text(base) if base is not None else name
         if not _VARIABLE.match(name) and self.error is None:
@@ -1044,18 +1131,18 @@ class _Walker:
             # (`ls &--o=v` runs `--o=v`; found by the differential test).
             self.error = f"{_text(node)[:40]!r} is not an assignment to bash (not a name)"
         value = _word(value_node) if value_node is not None else None
-        return Assignment(name, value, _text(node), kind)
+        return _new_assignment(name, value, _text(node), kind)
 
     def _make_redirects(self, node: Node) -> list[Redirect]:
-        kind = node.type
+        kind = _kind(node)
         if kind == "heredoc_redirect":
             for child in node.children:
-                if child.is_named and child.type not in _HEREDOC_PARTS and self.error is None:
+                if child.is_named and _kind(child) not in _HEREDOC_PARTS and self.error is None:
                     self.error = (
                         f"words after a here-document operator: {_text(child)[:40]!r} "
                         "(bash passes them to the command; the parser cannot place them)"
                     )
-                if child.type == "heredoc_start" and self.error is None:
+                if _kind(child) == "heredoc_start" and self.error is None:
                     if any(c in _DELIMITER_BAD for c in _text(child)):
                         self.error = f"unusual here-document delimiter {_text(child)[:40]!r}"
                     row = child.start_point[0]
@@ -1065,30 +1152,30 @@ class _Walker:
                         # grammar mixes them up (`cat <<A || cat <<'B'`).
                         self.error = "several here-documents start on one line"
             raw = node.text or b""
-            if b"\\\n" in raw and self.error is None:
+            if raw.find(b"\\\n") >= 0 and self.error is None:
                 # bash joins backslash-newline in an unquoted here-doc body, so `E\<nl>OF`
                 # ends it early and the lines after run as commands; tree-sitter keeps them
                 # in the body. Refused rather than guessed.
                 self.error = "a backslash-newline inside a here-document"
-            return [Redirect("<<", None, None)]
+            return [_new_redirect("<<", None, None)]
         if kind == "herestring_redirect":
-            return [Redirect("<<<", None, None)]
+            return [_new_redirect("<<<", None, None)]
         op = ""
         fd: str | None = None
         target: Word | None = None
         for child in node.children:
-            ctype = child.type
+            ctype = _kind(child)
             if ctype == "file_descriptor":
                 fd = _text(child)
             elif not child.is_named:
                 op = op or ctype
             elif target is None:
                 target = _word(child)
-        return [Redirect(op, fd, target)]
+        return [_new_redirect(op, fd, target)]
 
     def _redirect(self, node: Node, depth: int) -> None:
         self.redirects.extend(self._make_redirects(node))
-        if node.type == "heredoc_redirect":
+        if _kind(node) == "heredoc_redirect":
             self._heredoc_body(node, depth + 1)
         self._scan(node, depth + 1)
 
@@ -1109,38 +1196,50 @@ def _split_word(node: Node, data: bytes) -> Node | None:
     Two nodes with nothing but backslash-newlines between them are one word to bash:
     tree-sitter splits `[ab]\\#`, `a\\<newline>b` and `>f\\<newline>x` in two (found by the
     differential test), so `git -\\<newline>c x` would hide the -c. ``data`` is the whole
-    source (byte offsets index it)."""
+    source (byte offsets index it). (_Walker._command makes the same pass over a command's
+    children while it reads them.)"""
     end = -1
     for child in node.children:
         if not child.is_named:
             continue
-        ctype = child.type
-        if ctype == "comment":
-            continue
-        if ctype == "heredoc_redirect":
-            end = -1  # its body and delimiter are lines of their own
+        kind = _kind(child)
+        if kind == "comment":
             continue
         start = child.start_byte
-        # _joined and the word case of _blank_inside, inline: this runs for every command,
-        # and almost every gap is one blank and almost no word holds one.
-        if end >= 0 and (
-            start == end or (start > end and data[end] == 0x5C and _joined(data, end, child))
-        ):
-            return child
-        child_end = child.end_byte
-        if ctype == "word":
-            raw = data[start:child_end]
-            if (b" " in raw or b"\t" in raw) and _unescaped_blank(raw):
-                return child
-        elif ctype == "concatenation":
-            if _blank_inside(child, data):
-                return child
-        elif ctype in _WORD_REDIRECTS:
-            inner = _split_word(child, data)
-            if inner is not None:
-                return inner
-        end = child_end
+        stop = child.end_byte
+        text = data[start:stop].decode("utf-8", "surrogateescape") if kind == "word" else ""
+        end, found = _split_step(child, kind, start, stop, text, end, data)
+        if found is not None:
+            return found
     return None
+
+
+def _split_step(
+    child: Node, kind: str, start: int, stop: int, text: str, end: int, data: bytes
+) -> tuple[int, Node | None]:
+    """One named child (not a comment) of :func:`_split_word`: ``kind`` its kind, ``start``
+    and ``stop`` its byte offsets, ``text`` its source when it is a word, ``end`` where the
+    word before it ended (-1: none). Gives where the next child's word must not start (-1:
+    anywhere) and the node bash splits or joins differently, or None."""
+    if kind == "heredoc_redirect":
+        return -1, None  # its body and delimiter are lines of their own
+    # _joined and the word case of _blank_inside, inline: this runs for every command,
+    # and almost every gap is one blank and almost no word holds one.
+    if end >= 0 and (
+        start == end or (start > end and data[end] == 0x5C and _joined(data, end, start))
+    ):
+        return end, child
+    if kind == "word":
+        if (" " in text or "\t" in text) and _unescaped_blank(data[start:stop]):
+            return end, child
+    elif kind == "concatenation":
+        if _blank_inside(child, data):
+            return end, child
+    elif kind in _WORD_REDIRECTS:
+        inner = _split_word(child, data)
+        if inner is not None:
+            return end, inner
+    return stop, None
 
 
 _WORD_REDIRECTS = frozenset({"file_redirect", "herestring_redirect"})
@@ -1150,13 +1249,13 @@ def _blank_inside(node: Node, data: bytes) -> bool:
     """A word node with an unescaped blank in it: bash splits there (tree-sitter reads
     `c1 { {` as one word `{ {`; found by the differential test). ``data`` is the source
     the node's byte offsets index."""
-    kind = node.type
+    kind = _kind(node)
     if kind == "concatenation":
-        return any(_blank_inside(c, data) for c in node.children if c.type == "word")
+        return any(_blank_inside(c, data) for c in node.children if _kind(c) == "word")
     if kind != "word":
         return False
     raw = data[node.start_byte : node.end_byte]
-    if b" " not in raw and b"\t" not in raw:
+    if raw.find(b" ") < 0 and raw.find(b"\t") < 0:
         return False
     return _unescaped_blank(raw)
 
@@ -1174,10 +1273,10 @@ def _unescaped_blank(raw: bytes) -> bool:
     return False
 
 
-def _joined(data: bytes, end: int, child: Node) -> bool:
-    """Whether only backslash-newlines (or nothing) separate ``child`` from the word that
-    ends at byte ``end`` of the source ``data``: bash joins them into one word."""
-    start = child.start_byte
+def _joined(data: bytes, end: int, start: int) -> bool:
+    """Whether only backslash-newlines (or nothing) separate the node that starts at byte
+    ``start`` from the word that ends at byte ``end`` of the source ``data``: bash joins
+    them into one word."""
     if start == end:
         return True
     gap = data[end:start]
@@ -1193,15 +1292,15 @@ def arg_nodes(command: Node) -> list[Node]:
     return [
         c
         for c in command.children
-        if c.is_named and c.type not in _NOT_WORDS and c.type != "command_name"
+        if c.is_named and _kind(c) not in _NOT_WORDS and _kind(c) != "command_name"
     ]
 
 
 def _redirect_targets(node: Node) -> list[Node]:
     """The destination words tree-sitter put on a file redirection (the target first)."""
-    if node.type != "file_redirect":
+    if _kind(node) != "file_redirect":
         return []
-    return [c for c in node.named_children if c.type not in ("file_descriptor", "comment")]
+    return [c for c in node.named_children if _kind(c) not in ("file_descriptor", "comment")]
 
 
 def _words_after_redirect(node: Node) -> list[Node]:
@@ -1245,7 +1344,7 @@ def _assign_word(node: Node) -> Word:
     value_node = node.child_by_field_name("value")
     if value_node is None:
         text = _text(node)
-        return Word(text, text, False, False, False)
+        return _new_word(text, text, False, False, False, None, None)
     value = _word(value_node)
     text = _text(node)
     prefix = text[: len(text) - len(_text(value_node))]
@@ -1265,8 +1364,8 @@ def _first_error(node: Node) -> str:
         current = stack.pop()
         if current.is_missing:
             row, col = current.start_point
-            return f"missing {current.type!r} at line {row + 1}, column {col + 1}"
-        if current.type == "ERROR":
+            return f"missing {_kind(current)!r} at line {row + 1}, column {col + 1}"
+        if _kind(current) == "ERROR":
             row, col = current.start_point
             snippet = _text(current)[:40]
             return f"syntax error at line {row + 1}, column {col + 1} near {snippet!r}"
@@ -1388,6 +1487,9 @@ def _refused_characters(source: str) -> ParsedScript | None:
 
 _ESCAPED_BLANK = re.compile(rb"\\[ \t]")
 
+# (Substring tests on bytes use find(), not `in`: CPython's bytes `in` first tries its
+# operand as an integer, and formats a TypeError it then discards.)
+
 # Nodes inside which an escaped blank is text bash and the grammar agree on.
 _TEXT_NODES = frozenset(
     {
@@ -1406,15 +1508,24 @@ _TEXT_NODES = frozenset(
 )
 
 
+def _divergence(root: Node, data: bytes, source: str) -> str | None:
+    """Where bash and the grammar read the backslashes of ``source`` differently (the tree
+    ``root`` of its UTF-8 ``data``), or None. Both checks look at backslashes only: text
+    without one (most commands) is settled by one test of the str."""
+    if "\\" not in source:
+        return None
+    return _dropped_escapes(root, data) or _false_comment(root, data)
+
+
 def _dropped_escapes(root: Node, data: bytes) -> str | None:
     """tree-sitter-bash reads a backslash before a space or TAB at the start of a word as a
     blank and drops it (an extra); to bash `\\ ` is a word of its own (found by the
     differential test): `c1 \\  x` is `c1 ' ' x` to bash, `c1 x` to the grammar."""
-    if b"\\ " not in data and b"\\\t" not in data:
+    if data.find(b"\\ ") < 0 and data.find(b"\\\t") < 0:
         return None
     for match in _ESCAPED_BLANK.finditer(data):
         node = root.descendant_for_byte_range(match.start(), match.start() + 1)
-        if node is not None and node.type not in _TEXT_NODES:
+        if node is not None and _kind(node) not in _TEXT_NODES:
             return f"an escaped blank the parser did not read as a word (byte {match.start()})"
     return None
 
@@ -1423,13 +1534,11 @@ def _false_comment(root: Node, data: bytes) -> str | None:
     """bash joins backslash-newline before it reads words, so in `a\\<newline>#$(cmd)` the
     `#` is inside the word `a#...` and cmd runs; tree-sitter reads a comment there (found
     by the differential test). Such a comment is refused."""
-    if b"\\\n#" not in data:
-        return None
     start = data.find(b"\\\n#")
     while start >= 0:
         hash_at = start + 2
         node = root.descendant_for_byte_range(hash_at, hash_at + 1)
-        if node is not None and node.type == "comment" and node.start_byte == hash_at:
+        if node is not None and _kind(node) == "comment" and node.start_byte == hash_at:
             j = hash_at
             while data[j - 2 : j] == b"\\\n":
                 j -= 2
@@ -1445,26 +1554,32 @@ def _parse_tree(source: str) -> ParsedScript:
     root = tree.root_node
     if root.has_error:
         return ParsedScript((), (), (), (), (), (), _first_error(root))
-    for child in root.named_children:
-        if child.type != "comment":
+    # (children, not named_children: the walk reads the same list again, which the node
+    # keeps; named_children builds a new one per call.)
+    for child in root.children:
+        if child.is_named and _kind(child) != "comment":
             break
     else:  # nothing but comments (a loop, not all(): this runs for every command)
         return ParsedScript((), (), (), (), (), (), None, True)
-    dropped = _dropped_escapes(root, data) or _false_comment(root, data)
+    dropped = _divergence(root, data, source)
     if dropped is not None:
         return ParsedScript((), (), (), (), (), (), dropped)
-    walker = _Walker(data)
+    walker = _Walker(data, source if len(data) == len(source) else None)
     walker.walk(root, 0, False)
     if walker.error is not None:
         return ParsedScript((), (), (), (), (), (), walker.error)
-    return ParsedScript(
-        tuple(walker.commands),
-        tuple(walker.redirects),
-        tuple(walker.assignments),
-        tuple(walker.functions),
-        tuple(walker.recursive),
-        tuple(walker.evaluated),
-        walker.error,
-        False,
-        tuple(dict.fromkeys(walker.arithmetic)),
+    arithmetic = walker.arithmetic
+    return _TUPLE_NEW(
+        ParsedScript,
+        (
+            tuple(walker.commands),
+            tuple(walker.redirects),
+            tuple(walker.assignments),
+            tuple(walker.functions),
+            tuple(walker.recursive),
+            tuple(walker.evaluated),
+            None,
+            False,
+            tuple(dict.fromkeys(arithmetic)) if arithmetic else (),
+        ),
     )
