@@ -5,8 +5,11 @@ the child in a thread, never on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 from stockade.executor.app import build_core, executor_servicer
 from stockade.executor.bash import BashAnalyzer
@@ -92,3 +95,30 @@ def test_a_symlink_planted_between_two_analyses_is_seen(tmp_path: Path) -> None:
         (ws / "plain.txt").unlink()
         (ws / "plain.txt").symlink_to(outside / "notes.txt")
         assert analyzer.analyze("cat plain.txt", sandbox=sandbox).verdict != "allow"
+
+
+def test_home_is_read_from_the_environment_at_every_analysis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analyzer reads $HOME from os.environ's own store (cheaper than os.environ.get):
+    it must follow every change made through os.environ, as os.environ.get would."""
+    from stockade.executor.bash.analyzer import _home_variable
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sandbox = PathSandbox([Root(str(ws), True)], str(ws))
+    analyzer = BashAnalyzer(isolated=False, parse_cache=0)
+    monkeypatch.setenv("HOME", str(ws))
+    assert _home_variable() == str(ws)
+    inside = analyzer.analyze("cat ~/notes.txt", sandbox=sandbox)
+    assert inside.verdict == "allow"
+    assert inside.paths_read == (str(ws / "notes.txt"),)
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    assert _home_variable() == os.environ.get("HOME") == str(tmp_path / "elsewhere")
+    outside = analyzer.analyze("cat ~/notes.txt", sandbox=sandbox)
+    assert outside.paths_read == (str(tmp_path / "elsewhere" / "notes.txt"),)
+    assert outside.verdict != "allow"
+    os.environb[b"HOME"] = b"/tmp/caf\xe9"  # not UTF-8: decoded as os.environ decodes it
+    assert _home_variable() == os.environ.get("HOME") == "/tmp/caf\udce9"
+    monkeypatch.delenv("HOME")
+    assert _home_variable() is None

@@ -88,3 +88,39 @@ def test_network_use_is_mentioned_when_the_reason_does_not(sandbox: PathSandbox)
         ["cargo build"], True,
     )  # fmt: skip
     assert sentence == "Runs `cargo build`: builds the project and uses the network."
+
+
+def test_finding_and_analysis_keep_the_dataclass_behaviour(sandbox: PathSandbox) -> None:
+    """Finding and BashAnalysis have hand-written __init__s (init=False): still frozen
+    dataclasses, built positionally or by keyword, compared, hashed and converted as
+    before."""
+    import dataclasses
+
+    finding = Finding("ask", "deletes files", "high", True, "rm x")
+    assert finding == Finding(
+        verdict="ask", reason="deletes files", risk="high", immune=True, command="rm x"
+    )
+    assert hash(finding) == hash(Finding("ask", "deletes files", "high", True, "rm x"))
+    assert finding != Finding("ask", "deletes files", "high", False, "rm x")
+    assert dataclasses.asdict(finding) == {
+        "verdict": "ask",
+        "reason": "deletes files",
+        "risk": "high",
+        "immune": True,
+        "command": "rm x",
+    }
+    assert repr(finding).startswith("Finding(verdict='ask', reason='deletes files'")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.reason = "x"  # type: ignore[misc]
+    result = analyze("rm -rf build", sandbox=sandbox)
+    again = analyze("rm -rf build", sandbox=sandbox)
+    assert result == again and hash(result) == hash(again)
+    fields = dataclasses.asdict(result)
+    assert list(fields) == [f.name for f in dataclasses.fields(result)]
+    assert fields["verdict"] == result.verdict and fields["reasons"] == result.reasons
+    assert (
+        type(result)(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
+        == result
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.verdict = "allow"  # type: ignore[misc]

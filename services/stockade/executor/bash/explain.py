@@ -21,7 +21,9 @@ _ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
 _MAX_SHOWN = 60
 
 
-@dataclass(frozen=True, slots=True)
+# init=False and our own __init__: see BashAnalysis in analyzer.py (the generated one stays
+# interpreted Python even when compiled; a finding is built per reason of every ASK).
+@dataclass(frozen=True, slots=True, init=False)
 class Finding:
     """One reason the command is not simply allowed."""
 
@@ -35,6 +37,20 @@ class Finding:
     """An ASK that allow rules and bypass mode must not settle."""
     command: str
     """The (shortened) simple command it concerns; "" for the whole line."""
+
+    def __init__(
+        self,
+        verdict: Literal["ask", "deny"],
+        reason: str,
+        risk: Risk,
+        immune: bool,
+        command: str,
+    ) -> None:
+        object.__setattr__(self, "verdict", verdict)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "risk", risk)
+        object.__setattr__(self, "immune", immune)
+        object.__setattr__(self, "command", command)
 
     def labelled(self) -> str:
         """The reason prefixed with its command, for the reasons list."""

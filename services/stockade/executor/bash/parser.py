@@ -1403,6 +1403,10 @@ _CONTROL_NAMES = {
 def control_character(source: str) -> str | None:
     """Why ``source`` is refused for a control character bash and the parser read
     differently (EXE-8a), or None."""
+    if source.isprintable():
+        # Every C0 control character and DEL is unprintable (category Cc): a one-line
+        # command is settled without the regex (TAB and newline need it).
+        return None
     bad = _CONTROL_CHARS.search(source)
     if bad is None:
         return None
