@@ -75,10 +75,11 @@ def build(
     root: Path = SERVICES,
     build_dir: Path = BUILD,
     mypy_args: tuple[str, ...] = (),
+    debug_level: str = "1",
 ) -> None:
     """Compile the list under ``root``; the manifest is written last, from the sources
     compiled. ``mypy_args`` go to mypy before the modules (``--into`` passes the target
-    interpreter and a cache directory)."""
+    interpreter and a cache directory); ``debug_level`` is mypyc's -g level."""
     from mypyc.build import mypycify
     from setuptools import setup
 
@@ -99,6 +100,7 @@ def build(
             multi_file=True,
             target_dir=str(build_dir / "c"),
             group_name=GROUP,
+            debug_level=debug_level,
         ),
         script_args=[
             "--quiet",
@@ -177,9 +179,6 @@ def build_into(python: str) -> Path:
     """Compile the stockade installed for ``python`` (see the module docstring)."""
     root = site_packages(python)
     native = _native(root)
-    # No debug information in the image's modules (the C compiler's last -g wins): the
-    # same optimised code, without the megabytes of DWARF nobody reads in production.
-    os.environ["CFLAGS"] = f"{os.environ.get('CFLAGS', '')} -g0".strip()
     with tempfile.TemporaryDirectory(prefix="stockade-native-") as scratch:
         build_dir = Path(scratch)
         build(
@@ -189,6 +188,9 @@ def build_into(python: str) -> Path:
             # mypy resolves the dependencies (tree-sitter, ...) and stockade itself in the
             # target environment; its cache stays out of site-packages.
             ("--python-executable", python, "--cache-dir", str(build_dir / "mypy-cache")),
+            # -g0: the same optimised code, without the megabytes of DWARF nobody reads in
+            # production (mypyc's own -g1 comes after CFLAGS, so it is set here).
+            debug_level="0",
         )
     record(native, root)
     return root

@@ -191,6 +191,9 @@ def test_the_builders_step_leaves_the_installed_analysis_compiled(install: Insta
     for other in package[1:]:
         assert not [p for p in Path(other).rglob("*") if p.suffix in (".py", ".so")], other
     assert report["manifest"] == str(install.site / "stockade/executor/native-manifest.json")
+    # Built without debug information (-g0): no DWARF section in the shared library.
+    [shared] = install.site.glob("stockade_native__mypyc*.so")
+    assert b".debug_info" not in shared.read_bytes()
     # No build leftovers beside the installed packages (C sources, objects, mypy's cache).
     assert not list(install.site.glob("**/.mypy_cache")) and not (install.site / "build").exists()
     assert not (install.venv / "bin" / "pip").exists()  # the step's `pip uninstall pip`
