@@ -473,20 +473,23 @@ class PathSandbox:
         self.cwd: str = os.path.realpath(os.path.abspath(cwd))
         # `~/x` entries name the executor's home directory (HOME): kept only when a root
         # can reach them (an agent started in ~), like the credential globs below.
+        # The home as spelled and as resolved: roots are canonical, so a home reached
+        # through a symlink (/home -> /data/home) must be matched by its real path too.
         home = _home()
+        homes = tuple(dict.fromkeys((home, os.path.realpath(home))))
         self.protected_write_globs: tuple[str, ...] = tuple(
-            g
-            for g in (
-                home.rstrip("/") + g[1:] if g.startswith("~/") else g for g in protected_write_globs
+            dict.fromkeys(
+                g
+                for glob in protected_write_globs
+                for g in (
+                    [h.rstrip("/") + glob[1:] for h in homes] if glob.startswith("~/") else [glob]
+                )
+                if not g.startswith("/") or self._reachable(g)
             )
-            if not g.startswith("/") or self._reachable(g)
         )
         self.denied_read_globs: tuple[str, ...] = tuple(denied_read_globs)
         # Only those a root can reach are kept: the rest are outside every root, refused
         # anyway (and the common case, a workspace beside ~/.ssh, then pays nothing).
-        # The home as spelled and as resolved: roots are canonical, so a home reached
-        # through a symlink (/home -> /data/home) must be matched by its real path too.
-        homes = dict.fromkeys((home, os.path.realpath(home)))
         self.credential_globs: tuple[str, ...] = tuple(
             dict.fromkeys(g for h in homes for g in credential_read_globs(h) if self._reachable(g))
         )

@@ -331,3 +331,24 @@ async def test_a_home_reached_through_a_symlink_is_masked_by_its_real_path(
         "cat .ssh/id_rsa .netrc; echo done", cwd=str(home), policy=policy, timeout_s=60
     )
     assert outcome.stdout == "done\n", outcome.stderr
+
+
+async def test_home_protected_paths_hold_for_a_home_reached_through_a_symlink(
+    launcher: Launcher, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/` entries of the protected list (`~/.local/bin/**`: a command there shadows the
+    person's `git`) are expanded with the home as resolved too."""
+    link = home.parent / "home-link"
+    link.symlink_to(home)
+    monkeypatch.setenv("HOME", str(link))
+    sandbox = PathSandbox([Root(str(home), True)], str(home))
+    assert not sandbox.check(str(home / ".local" / "bin" / "git"), write=True).allowed
+    policy = confinement_policy(sandbox, network_enabled=False, masked_globs=(), rlimits=Rlimits())
+    outcome = await launcher.run(
+        "mkdir -p .local/bin && printf '#!/bin/sh\\n' > .local/bin/git && echo done",
+        cwd=str(home),
+        policy=policy,
+        timeout_s=60,
+    )
+    assert "done" in outcome.stdout, outcome.stderr
+    assert not (home / ".local" / "bin" / "git").exists(), outcome.stderr
