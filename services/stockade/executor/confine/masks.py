@@ -338,6 +338,13 @@ SENSITIVE_SYSTEM_FILES: tuple[str, ...] = (
     "/etc/sudoers.d",
     "/etc/security/opasswd",
     "/etc/ssl/private",
+    # Cluster and TLS keys (a node's admin kubeconfig, k3s, RHEL's and certbot's keys).
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/pki",
+    "/etc/rancher/k3s/k3s.yaml",
+    "/etc/pki/tls/private",
+    "/etc/letsencrypt/live",
+    "/etc/letsencrypt/archive",
 )
 
 
