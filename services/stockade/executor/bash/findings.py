@@ -73,6 +73,9 @@ class Judge(Protocol):
     """Everything reported so far."""
     shell: ShellState
     """What the script does to the shell's own state."""
+    repository_tops: dict[str, str]
+    """The git repository top found for each working directory, by this analysis only
+    (judges/git.py: the file system may change before the next one)."""
 
     def deny(self, reason: str) -> None:
         """Refuse the command line."""

@@ -42,7 +42,7 @@ from stockade.executor.bash.patterns import (
     compile_globs,
     credential_patterns,
 )
-from stockade.executor.paths import PathSandbox
+from stockade.executor.paths import PathDecision, PathSandbox
 
 __all__ = ["SimpleCommand", "WalkContext", "Walker"]
 
@@ -82,6 +82,7 @@ _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
 _MAX_VARIANTS = 16
 _NO_WILDCARD = frozenset("*?[")
+_WILDCARD = re.compile(r"[*?\[]")
 # Reserved words that end or continue a compound command: never a simple command's name
 # to bash when unquoted in command position (`{`, `if`, `while` … start compound
 # commands the grammar parses as such; these it reads as names only when it misparses).
@@ -107,6 +108,27 @@ def _may_match(written: str, pattern: str, directory: str) -> bool:
     return False
 
 
+def _glob_matches(pattern: str, limit: int) -> list[str]:
+    """The first ``limit`` paths ``glob.iglob(pattern)`` yields, in its order.
+
+    The common shape (``src/*.py``: wildcards in the last component only) is listed here
+    as glob lists it: one directory read, hidden names only for a hidden pattern, names
+    kept by fnmatch; any other shape goes to glob itself."""
+    directory, name = os.path.split(pattern)
+    if not directory or not globmod.has_magic(name) or globmod.has_magic(directory):
+        return list(itertools.islice(globmod.iglob(pattern), limit))
+    names: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                names.append(entry.name)
+    except OSError:
+        pass  # as glob: what was read before the error counts, nothing when none was
+    if name[0] != ".":
+        names = [n for n in names if n[0] != "."]
+    return [os.path.join(directory, n) for n in fnmatch.filter(names, name)[:limit]]
+
+
 @dataclass(frozen=True)
 class SimpleCommand:
     """One simple command after normalisation (DEC-1, DEC-2)."""
@@ -126,6 +148,18 @@ def _under_any(path: str, prefixes: Sequence[str]) -> bool:
     return any(not p or path == p or path.startswith(p + "/") for p in prefixes)
 
 
+def _union_of_fnmatch(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    """One regex that matches what ``fnmatch.fnmatchcase`` of any of ``patterns`` matches
+    (each alternative is fnmatch's own translation, anchored at both ends); None when the
+    translations cannot be joined (the caller then compares pattern by pattern)."""
+    if not patterns:
+        return None
+    try:
+        return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    except re.error:  # pragma: no cover - fnmatch's translations carry no group names
+        return None
+
+
 class WalkContext:
     """What every walk with the same home directory and denied reads shares (compiled
     once by the analyzer, not per command line)."""
@@ -135,6 +169,8 @@ class WalkContext:
         "credential_re",
         "denied_re",
         "denied_read_globs",
+        "glob_flats",
+        "glob_flats_re",
         "history",
         "home",
         "index_verdicts",
@@ -146,6 +182,12 @@ class WalkContext:
         self.credential_globs = tuple(credential_patterns(home))
         self.credential_re = compile_globs(self.credential_globs)
         self.denied_re = compile_globs(self.denied_read_globs) if self.denied_read_globs else None
+        # Walker.glob_credentials compares a glob with each of these, both ways; the
+        # patterns as one regex tell in one call that no pattern matches the glob's text.
+        self.glob_flats = tuple(
+            (p, p.replace("**", "*")) for p in (*self.credential_globs, *self.denied_read_globs)
+        )
+        self.glob_flats_re = _union_of_fnmatch([flat for _, flat in self.glob_flats])
         # git index file identity (path, inode, size, mtime) -> it tracks a denied path.
         self.index_verdicts: dict[tuple[str, int, int, int, tuple[str, ...]], bool] = {}
         # What was learned from git objects (immutable): commits, trees holding denied paths.
@@ -180,9 +222,13 @@ class Walker:
         self.too_many_bases = False
         self.bases_version = 0
         """Counts the changes of ``bases``: a path judged before a change is judged again."""
+        self.checked: dict[tuple[str, bool], PathDecision] = {}
+        """The sandbox's decisions by (path, write): this walk only (see :meth:`check`)."""
         self.known_dirs: set[str] = set()
         """Directories found to exist without symlinks by this walk's path checks (see
         PathSandbox.check): one analysis only, a new walk starts empty."""
+        self.repository_tops: dict[str, str] = {}
+        """git repository tops by working directory (judges/git.py): this walk only."""
         self.globs_expanded = 0
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.creates_links = False
@@ -730,7 +776,7 @@ class Walker:
             absolute = self.absolute(expanded, base)
             if not self.credential_check(absolute, write):
                 return None
-            decision = self.sandbox.check(absolute, write=write, known_dirs=self.known_dirs)
+            decision = self.check(absolute, write)
             resolved = decision.resolved or absolute
             if resolved != absolute and not self.credential_check(resolved, write):
                 return None
@@ -758,6 +804,18 @@ class Walker:
                 self.expand_glob(self.absolute(pattern, base), value)
             result = resolved
         return result
+
+    def check(self, absolute: str, write: bool) -> PathDecision:
+        """The sandbox's decision on the absolute path, asked once per analysis: a line
+        names the same path in several places (``mkdir -p d && cp f d/``). Kept for this
+        walk only (a symlink planted before the next analysis must be seen)."""
+        # `d/` and `d` are one path to the sandbox (it normalises both to `d`).
+        key = absolute[:-1] if len(absolute) > 1 and absolute[-1] == "/" else absolute
+        decision = self.checked.get((key, write))
+        if decision is None:
+            decision = self.sandbox.check(absolute, write=write, known_dirs=self.known_dirs)
+            self.checked[(key, write)] = decision
+        return decision
 
     def credential(self, absolute: str) -> bool:
         """Whether ``absolute`` is a credential file (``~/.ssh/id_*``, cloud tokens ...)."""
@@ -833,8 +891,17 @@ class Walker:
     def glob_credentials(self, expanded: str) -> None:
         """A glob that could name a credential file (``~/.ssh/*``, ``/etc/sh*``) is DENY."""
         absolute = self.absolute(expanded)
-        for pattern in (*self.context.credential_globs, *self.denied_read_globs):
-            flat = pattern.replace("**", "*")
+        flats = self.context.glob_flats
+        union = self.context.glob_flats_re
+        if union is not None and union.match(absolute) is None:
+            # No pattern matches the glob's text. The other way round, a pattern's text
+            # can only match the glob when it starts with the glob's literal head (what
+            # precedes its first wildcard: fnmatch matches those characters as they are).
+            wildcard = _WILDCARD.search(absolute)
+            head = absolute if wildcard is None else absolute[: wildcard.start()]
+            if not [flat for _, flat in flats if flat.startswith(head)]:
+                return
+        for pattern, flat in flats:
             if fnmatch.fnmatchcase(absolute, flat) or fnmatch.fnmatchcase(flat, absolute):
                 self.deny(f"the glob {expanded} can match credentials ({pattern})")
                 return
@@ -846,12 +913,12 @@ class Walker:
             if self.globs_expanded == _MAX_GLOBS + 1:
                 self.ask("too many globs to check each of them", immune=True)
             return
-        matches = list(itertools.islice(globmod.iglob(absolute), _MAX_GLOB_MATCHES + 1))
+        matches = _glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
         if len(matches) > _MAX_GLOB_MATCHES:
             self.ask(f"the glob {value} matches too many files to check", immune=True)
             return
         for match in matches:
-            decision = self.sandbox.check(match, known_dirs=self.known_dirs)
+            decision = self.check(match, False)
             if not self.credential_check(decision.resolved or match, False):
                 return
             if not decision.allowed:

@@ -278,8 +278,17 @@ def _patch_targets(j: Judge, rest: list[Word]) -> None:
 
 def repository_top(j: Judge) -> str:
     """The top of the repository the current directory is in (its own dir if none):
-    where a ``REV:path`` starts and where ``.git`` lives."""
+    where a ``REV:path`` starts and where ``.git`` lives. Looked up once per directory
+    and analysis (:attr:`Judge.repository_tops`), never kept longer."""
     here = j.bases[-1]
+    top = j.repository_tops.get(here)
+    if top is None:
+        top = _find_top(here)
+        j.repository_tops[here] = top
+    return top
+
+
+def _find_top(here: str) -> str:
     probe = here
     for _ in range(64):
         if os.path.lexists(os.path.join(probe, ".git")):
@@ -335,7 +344,6 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
     """Object access (``REV:path``, ``:path``, pathspecs of ``show``, ``log -p``,
     ``grep``, ``archive`` ...) is judged against protected reads: the repository keeps
     a copy of every committed file, which the run-time masks cannot hide (DEC-16)."""
-    top = repository_top(j)
     unbounded = False
     pathspecs = False
     for word in rest:
@@ -355,13 +363,13 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
                 attached = value.split("=", 1)[1]
             elif value.startswith("-L") and len(value) > 2:
                 attached = value[2:]
-            if attached and _names_denied(j, sub, value, attached, top):
+            if attached and _names_denied(j, sub, value, attached, repository_top(j)):
                 return
             continue
         if _excludes(value):
             # `':!.env'` / `':(exclude).env'` takes a path away from the pathspecs: not a
             # read of it. (As a revision it names the index entry `!.env` literally.)
-            if _names_denied(j, sub, value, "./" + value[1:], top):
+            if _names_denied(j, sub, value, "./" + value[1:], repository_top(j)):
                 return
             continue
         if sub in _GIT_CONTENT_SUBCOMMANDS and (pathspecs or ":" in value):
@@ -370,9 +378,12 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
             candidates = _git_path_candidates(value)  # none for `.` and `/`
             name = candidates[0] if candidates else ""
             if name and not any(c in name for c in "*?[") and not name.startswith("/"):
-                base = top if ":" in value and not name.startswith("./") else j.bases[-1]
+                if ":" in value and not name.startswith("./"):
+                    base = repository_top(j)
+                else:
+                    base = j.bases[-1]
                 j.reads[os.path.normpath(os.path.join(base, name))] = None
-        if _names_denied(j, sub, value, value, top):
+        if _names_denied(j, sub, value, value, repository_top(j)):
             return
         for name in _git_path_candidates(value):
             if (
@@ -389,7 +400,7 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
         unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
     ):
         unbounded = True
-    if sub == "archive" and not _archive_clear(j, rest, top):
+    if sub == "archive" and not _archive_clear(j, rest, repository_top(j)):
         # The tree named (the whole of it, a subtree `HEAD:sub`, or what lies under its
         # paths in that commit — a path that is a file now may be a directory there) may
         # hold files the policy denies reading.
