@@ -201,6 +201,13 @@ def _is_within(path: str, base: str) -> bool:
     return path == base or path.startswith(base + "/")
 
 
+def _parent(path: str) -> str:
+    """``os.path.dirname`` of a normalised absolute path (no ``//``, no trailing ``/``),
+    without its call layers: this runs for every path checked."""
+    cut = path.rfind("/")
+    return path[:cut] if cut > 0 else "/"
+
+
 def _is_normal(path: str) -> bool:
     """Whether ``os.path.normpath`` returns the absolute ``path`` (free of ``..``) as it is:
     no empty component (``//``, a trailing ``/``) and no ``.`` component."""
@@ -276,17 +283,22 @@ def git_dir_layout(directory: str) -> bool:
     for one only with a HEAD (``is_git_directory``), and with objects/, refs/ or a
     ``commondir`` beside it. HEAD is looked up first: one lstat for almost every
     directory (this runs for each ancestor of every write)."""
-    try:
-        os.lstat(os.path.join(directory, "HEAD"))
-    except OSError:
+    # os.path.join's result, without its call layers (this runs per ancestor).
+    prefix = directory + "/" if directory and not directory.endswith("/") else directory
+    if not _lexists(prefix + "HEAD"):
         return False
-    for name in ("objects", "refs", "commondir"):
-        try:
-            os.lstat(os.path.join(directory, name))
-        except OSError:
-            continue
-        return True
-    return False
+    return (
+        _lexists(prefix + "objects") or _lexists(prefix + "refs") or _lexists(prefix + "commondir")
+    )
+
+
+def _lexists(path: str) -> bool:
+    """Whether ``path`` exists, a final symlink not followed: ``os.path.lexists`` (an lstat
+    that succeeds) without building a stat result or raising an error for the common
+    answer, no. faccessat2(F_OK, AT_SYMLINK_NOFOLLOW | AT_EACCESS) makes the same lookup
+    with the same (effective) ids; only a security module denying getattr could tell them
+    apart, and then it answers yes, the refusing side for the callers."""
+    return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
 
 
 def _glob_ancestors(globs: Sequence[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
@@ -833,7 +845,7 @@ class PathSandbox:
         the walk would after that parent; the directories found here are added to it.
         """
         if openat2_available():
-            parent = os.path.dirname(absolute)
+            parent = _parent(absolute)
             if known_dirs is not None and parent in known_dirs and parent != absolute:
                 try:
                     st = os.lstat(absolute)
@@ -855,7 +867,7 @@ class PathSandbox:
             for _ in range(_FAST_MISSING_LEVELS):
                 if error != errno.ENOENT:
                     break
-                parent = os.path.dirname(probe)
+                parent = _parent(probe)
                 if parent == probe:
                     break
                 error = symlink_free_errno(parent)
@@ -946,7 +958,7 @@ class PathSandbox:
                 )
             if here == root.path:
                 break
-            here = os.path.dirname(here)
+            here = _parent(here)
         name = os.path.basename(resolved)
         if name in _GIT_LAYOUT_ENTRIES:
             parent = os.path.dirname(resolved)

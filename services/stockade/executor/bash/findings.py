@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,6 +142,21 @@ def short(text: str, limit: int = 60) -> str:
 def word_text(word: Word) -> str:
     """The word's value when static, its source text otherwise."""
     return word.value if word.value is not None else word.text
+
+
+def normal_path(path: str) -> str:
+    """``os.path.normpath(path)``; an absolute path that is already normal (no empty,
+    ``.`` or ``..`` component, most paths) is returned as it is, without normpath's call
+    layers (this runs for several words of every command)."""
+    if path == "/" or (
+        path.startswith("/")
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/", "/.", "/.."))
+    ):
+        return path
+    return os.path.normpath(path)
 
 
 def expanded(words: Sequence[Word]) -> list[Word]:

@@ -6,8 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from stockade.contract.shell import canonical_option as canonical
-from stockade.contract.shell import split_option
+from stockade.contract.shell import canonical_option, split_option
 from stockade.executor.bash.parser import Word
 
 __all__ = [
@@ -21,6 +20,31 @@ __all__ = [
     "split_option",
     "until",
 ]
+
+
+# canonical's answers by (option, the known sets): a long option that no set holds is
+# looked up as a prefix of each of their options (git's `--oneline` against its list),
+# once, not for every command that passes it. Bounded; the answer depends on nothing else.
+_CANONICAL: dict[tuple[str, tuple[frozenset[str], ...]], str] = {}
+_CANONICAL_ENTRIES = 4096
+_CANONICAL_LONGEST = 64  # longer options (no real one is) are not kept
+
+
+def canonical(option: str, known: Sequence[frozenset[str]]) -> str:
+    """:func:`stockade.contract.shell.canonical_option`: the known long option that a
+    unique prefix stands for (``--compress-prog`` is ``--compress-program``)."""
+    if not option.startswith("--") or len(option) < 3:
+        return option
+    if len(option) > _CANONICAL_LONGEST:
+        return canonical_option(option, known)
+    key = (option, tuple(known))
+    answer = _CANONICAL.get(key)
+    if answer is None:
+        answer = canonical_option(option, known)
+        if len(_CANONICAL) >= _CANONICAL_ENTRIES:
+            _CANONICAL.clear()
+        _CANONICAL[key] = answer
+    return answer
 
 
 def literal(value: str) -> Word:

@@ -27,6 +27,7 @@ from stockade.executor.bash.findings import (
     ShellState,
     expanded,
     matches_basename,
+    normal_path,
     short,
     word_text,
 )
@@ -378,7 +379,7 @@ class Walker:
             value = word.value
             if word.glob and value and not _NO_WILDCARD.isdisjoint(value):
                 pattern = python_glob(self.expand(value), mixed_quoting=word.quoted)
-                self.globs.append((os.path.normpath(self.absolute(pattern, self.bases[-1])), value))
+                self.globs.append((normal_path(self.absolute(pattern, self.bases[-1])), value))
         for variant in self.variants(args):
             self.glob_options(variant)
             self.words(name, by_path, variant, raw, stdin_args=False)
@@ -694,7 +695,7 @@ class Walker:
             # Refused as a read (outside the roots: asked), but bash goes there all the
             # same: what follows is judged from there (`cd /etc && cat shadow` reads
             # /etc/shadow, a credential), not from where the line started.
-            decision = os.path.normpath(self.absolute(self.expand(value), self.bases[-1]))
+            decision = normal_path(self.absolute(self.expand(value), self.bases[-1]))
         if decision is not None:
             if len(self.bases) >= _MAX_BASES:
                 if not self.too_many_bases:
@@ -726,7 +727,12 @@ class Walker:
 
     def absolute(self, value: str, base: str | None = None) -> str:
         """``value`` made absolute against ``base`` (the first working directory)."""
-        return value if value.startswith("/") else os.path.join(base or self.bases[0], value)
+        if value.startswith("/"):
+            return value
+        # os.path.join's result (base is never empty), without its call layers: this runs
+        # for every path of every command.
+        base = base or self.bases[0]
+        return base + value if base.endswith("/") else base + "/" + value
 
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
         """Judge one path operand; the canonical path when it is allowed, else None."""

@@ -9,7 +9,7 @@ import os
 import re
 
 from stockade.executor.bash import lists
-from stockade.executor.bash.findings import Judge, short, word_text
+from stockade.executor.bash.findings import Judge, normal_path, short, word_text
 from stockade.executor.bash.options import (
     canonical,
     literal,
@@ -382,7 +382,7 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
                     base = repository_top(j)
                 else:
                     base = j.bases[-1]
-                j.reads[os.path.normpath(os.path.join(base, name))] = None
+                j.reads[normal_path(os.path.join(base, name))] = None
         if _names_denied(j, sub, value, value, repository_top(j)):
             return
         for name in _git_path_candidates(value):
@@ -454,8 +454,8 @@ def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
     policy denies reading or a credential file."""
     for name in _git_path_candidates(value):
         for absolute in (
-            os.path.normpath(j.absolute(name)),
-            os.path.normpath(os.path.join(top, name)),
+            normal_path(j.absolute(name)),
+            normal_path(j.absolute(name, top)),
         ):
             # Folded too, as the path sandbox matches (`HEAD:.ENV` is the committed `.ENV`
             # that `cat .ENV` may not read either).

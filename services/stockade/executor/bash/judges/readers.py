@@ -111,17 +111,10 @@ def _options(
 ) -> tuple[list[Word], bool]:
     """Walk options (judging their values); return the operands and whether a pattern
     option (``grep -e``) was given."""
-    takes_value = spec.takes_value
-    known = (
-        spec.names_options,
-        spec.deny_options,
-        spec.write_options,
-        spec.ask_options,
-        spec.read_options,
-        spec.pattern_options,
-        spec.value_options,
-        spec.optional_options,
-    )
+    tables = _TABLES.get(name)
+    if tables is None or tables[0] is not spec:
+        tables = _tables(spec)
+    _, takes_value, known = tables
     operands, found = split_arguments(args, takes_value, known, spec.optional_options)
     pattern_given = False
     for arg in found:
@@ -234,6 +227,29 @@ def _dynamic_pattern(j: Judge, name: str, word: Word, args: list[Word]) -> None:
             "high",
             immune=True,
         )
+
+
+def _tables(
+    spec: lists.SafeSpec,
+) -> tuple[lists.SafeSpec, frozenset[str], tuple[frozenset[str], ...]]:
+    """The spec, the options that take a value and its option sets by severity (for
+    abbreviations), as :func:`_options` reads them."""
+    known = (
+        spec.names_options,
+        spec.deny_options,
+        spec.write_options,
+        spec.ask_options,
+        spec.read_options,
+        spec.pattern_options,
+        spec.value_options,
+        spec.optional_options,
+    )
+    return spec, spec.takes_value, known
+
+
+# Made once per command of the list, not per command line: compiled (mypyc), the spec's
+# cached_property takes_value is made again on every access.
+_TABLES = {name: _tables(spec) for name, spec in lists.SAFE_COMMANDS.items()}
 
 
 def cd(j: Judge, args: list[Word]) -> None:
