@@ -44,6 +44,7 @@ __all__ = [
     "fold_for_match",
     "git_dir_layout",
     "is_protected_write",
+    "lexists",
     "match_relative_glob",
     "matches_path_glob",
     "openat2_available",
@@ -184,6 +185,18 @@ class PathDecision:
     write: bool = False
     """Whether this answers a write (else a read)."""
 
+    # Written out (dataclass keeps an __init__ the class defines): compiled with mypyc, the
+    # generated one is an interpreted function (about 15x slower), and one is made for
+    # every path a command names.
+    def __init__(
+        self, allowed: bool, resolved: str, reason: str, root: Root | None, write: bool = False
+    ) -> None:
+        object.__setattr__(self, "allowed", allowed)
+        object.__setattr__(self, "resolved", resolved)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "write", write)
+
 
 class _Refusal(Exception):
     """Internal: resolution stopped with a reason (and the path reached so far)."""
@@ -285,20 +298,21 @@ def git_dir_layout(directory: str) -> bool:
     directory (this runs for each ancestor of every write)."""
     # os.path.join's result, without its call layers (this runs per ancestor).
     prefix = directory + "/" if directory and not directory.endswith("/") else directory
-    if not _lexists(prefix + "HEAD"):
+    if not lexists(prefix + "HEAD"):
         return False
-    return (
-        _lexists(prefix + "objects") or _lexists(prefix + "refs") or _lexists(prefix + "commondir")
-    )
+    return lexists(prefix + "objects") or lexists(prefix + "refs") or lexists(prefix + "commondir")
 
 
-def _lexists(path: str) -> bool:
+def lexists(path: str) -> bool:
     """Whether ``path`` exists, a final symlink not followed: ``os.path.lexists`` (an lstat
     that succeeds) without building a stat result or raising an error for the common
     answer, no. faccessat2(F_OK, AT_SYMLINK_NOFOLLOW | AT_EACCESS) makes the same lookup
     with the same (effective) ids; only a security module denying getattr could tell them
-    apart, and then it answers yes, the refusing side for the callers."""
-    return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
+    apart (it then answers yes: the entry is there, whatever its attributes)."""
+    try:
+        return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
+    except ValueError:  # an embedded NUL: no such file, as os.path.lexists answers
+        return False
 
 
 def _glob_ancestors(globs: Sequence[str]) -> dict[str, tuple[tuple[str, ...], ...]]:

@@ -24,7 +24,7 @@ from stockade.executor.bash.findings import normal_path
 from stockade.executor.bash.options import canonical
 from stockade.executor.bash.parser import parse
 from stockade.executor.bash.walker import WalkContext, Walker, _glob_matches
-from stockade.executor.paths import PathDecision, PathSandbox, Root, _lexists, _parent
+from stockade.executor.paths import PathDecision, PathSandbox, Root, _parent, lexists
 
 
 @pytest.fixture
@@ -153,11 +153,11 @@ def test_parent_is_dirname_for_normal_absolute_paths(parts: list[str]) -> None:
 def test_lexists_is_os_path_lexists(tree: Path) -> None:
     for name in ("a.py", "notes", "suba", "dangling", "loop", "dirlink", "missing"):
         path = str(tree / name)
-        assert _lexists(path) == os.path.lexists(path), name
+        assert lexists(path) == os.path.lexists(path), name
         # Below a file (ENOTDIR), below a dangling link, a loop and a missing folder.
         below = path + "/HEAD"
-        assert _lexists(below) == os.path.lexists(below), below
-    assert _lexists(str(tree / "suba" / "d.py")) is True
+        assert lexists(below) == os.path.lexists(below), below
+    assert lexists(str(tree / "suba" / "d.py")) is True
 
 
 _KNOWN = (
@@ -227,3 +227,8 @@ def test_a_path_named_twice_in_one_line_is_judged_once_and_both_times(tmp_path: 
     assert calls.count(str(ws / ".git")) + calls.count(str(ws / ".git") + "/") == 1, calls
     assert any("mkdir" in r and ".git" in r for r in result.reasons), result.reasons
     assert any("cp" in r and ".git/" in r for r in result.reasons), result.reasons
+
+
+def test_lexists_answers_no_for_a_nul_as_lexists_does(tree: Path) -> None:
+    path = str(tree / "a.py") + "\0x"
+    assert lexists(path) is os.path.lexists(path) is False

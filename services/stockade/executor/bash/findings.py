@@ -17,7 +17,6 @@ import functools
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from stockade.executor.bash.explain import Finding
@@ -29,24 +28,26 @@ __all__ = ["Finding", "Judge", "Risk", "ShellState", "expanded", "short", "word_
 Risk = Literal["low", "medium", "high"]
 
 
-@dataclass
 class ShellState:
     """What the script does to the shell itself, gathered while walking: the variables
     judge (judges/variables.py) reads and extends it."""
 
-    parsed: ParsedScript
-    """The whole script (assignments, arithmetic names, functions)."""
-    export_all: bool = False
-    """``set -a`` / ``set -o allexport`` seen: every later assignment is exported."""
-    judged_names: set[tuple[str, str | None, bool]] = field(default_factory=set)
-    """Assignments already judged (``export X=1`` is seen as an argument and as an
-    assignment)."""
-    integer_names: set[str] = field(default_factory=set)
-    """Variables bash evaluates as arithmetic (``declare -i``, ``let``)."""
-    runtime_values: list[str] = field(default_factory=list)
-    """Variables given a value only known at run time (``read x``, ``wait -p x``)."""
-    static_values: dict[str, list[str] | None] | None = None
-    """Every value each variable is given in the script (computed on first use)."""
+    # A plain class, not a dataclass: compiled with mypyc, a dataclass's generated
+    # __init__ is an interpreted function, and one is made for every analysis.
+    def __init__(self, parsed: ParsedScript) -> None:
+        self.parsed = parsed
+        """The whole script (assignments, arithmetic names, functions)."""
+        self.export_all = False
+        """``set -a`` / ``set -o allexport`` seen: every later assignment is exported."""
+        self.judged_names: set[tuple[str, str | None, bool]] = set()
+        """Assignments already judged (``export X=1`` is seen as an argument and as an
+        assignment)."""
+        self.integer_names: set[str] = set()
+        """Variables bash evaluates as arithmetic (``declare -i``, ``let``)."""
+        self.runtime_values: list[str] = []
+        """Variables given a value only known at run time (``read x``, ``wait -p x``)."""
+        self.static_values: dict[str, list[str] | None] | None = None
+        """Every value each variable is given in the script (computed on first use)."""
 
 
 class Judge(Protocol):

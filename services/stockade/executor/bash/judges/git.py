@@ -15,7 +15,7 @@ from stockade.executor.bash.options import (
     literal,
 )
 from stockade.executor.bash.parser import Word
-from stockade.executor.paths import GIT_LAYOUT_MARKERS, fold_for_match
+from stockade.executor.paths import GIT_LAYOUT_MARKERS, fold_for_match, lexists
 
 
 def judge(j: Judge, args: list[Word]) -> None:
@@ -291,7 +291,8 @@ def repository_top(j: Judge) -> str:
 def _find_top(here: str) -> str:
     probe = here
     for _ in range(64):
-        if os.path.lexists(os.path.join(probe, ".git")):
+        # os.path.join(probe, ".git"), without its call layers.
+        if lexists(probe + ".git" if probe.endswith("/") else probe + "/.git"):
             return probe
         parent = os.path.dirname(probe)
         if parent == probe:
