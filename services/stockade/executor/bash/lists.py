@@ -1259,6 +1259,8 @@ DANGEROUS_ENV_VARS = frozenset(
         "COMPOSER_HOME",
         "DOTNET_STARTUP_HOOKS",
         "CORECLR_PROFILER_PATH",
+        # cp/mv/ln/install -b name their backups TARGET+SUFFIX: `.bash` + `rc`.
+        "SIMPLE_BACKUP_SUFFIX",
     }
 )
 """Variables whose value makes an ordinary command run other code: setting them is DENY

@@ -12,6 +12,7 @@ from stockade.executor.bash.judges import (
     archives,
 )
 from stockade.executor.bash.options import (
+    OptionArg,
     canonical,
     literal,
     split_arguments,
@@ -82,7 +83,47 @@ def judge(j: Judge, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
         j.path(word, write=False)
     for word in targets:
         j.path(word, write=True, what=f"{name} {spec.what.split()[0]}")
+    if name in _BACKUP_WRITERS:
+        _backups(j, name, found, targets, reads or operands)
     j.effect(f"{name} {spec.what}", spec.risk)
+
+
+_BACKUP_WRITERS = frozenset({"cp", "mv", "ln", "install"})
+
+
+def _backups(
+    j: Judge, name: str, found: list[OptionArg], targets: list[Word], sources: list[Word]
+) -> None:
+    """``cp -b -S rc x .bash`` renames an existing ``.bash`` to ``.bashrc``: a backup is a
+    write of TARGET+SUFFIX (``-S`` alone turns backups on), judged like the target (EXE-8e).
+    In a target directory the backup is DIR/SOURCE+SUFFIX."""
+    backup = False
+    suffix: Word | None = literal("~")
+    for arg in found:
+        for option, operand, _ in arg.options:
+            if option in ("-b", "--backup"):
+                backup = True
+            elif option in ("-S", "--suffix"):
+                backup = True
+                suffix = operand
+    if not backup:
+        return
+    if suffix is None or suffix.value is None:
+        j.effect(f"{name} makes backups with a suffix only known at run time", "high", immune=True)
+        return
+    for target in targets:
+        value = target.value
+        if value is None:
+            continue
+        candidates = [value.rstrip("/") + suffix.value]
+        if value.endswith("/") or os.path.isdir(j.absolute(j.expand(value))):
+            candidates += [
+                os.path.join(value, os.path.basename(s.value.rstrip("/"))) + suffix.value
+                for s in sources
+                if s.value is not None and s is not target
+            ]
+        for candidate in candidates:
+            j.path(literal(candidate), write=True, what=f"{name} backs up to")
 
 
 def _rm_guard(j: Judge, targets: list[Word], flags: set[str]) -> None:
