@@ -52,6 +52,10 @@ _RUNS = [
     "n=PATH; (( $n = 1 )); ls",
     "(( BASH_CMDS[ls]=5 )); ls",
     "let 'BASH_CMDS[ls]=5'; ls",
+    # bash removes double quotes inside arithmetic: the name is PATH again.
+    '(( "PATH"=1 )); ls',
+    'a=(1); : ${a[PA""TH=1]}; ls',
+    '[[ PA""TH=1 -eq 1 ]]; ls',
 ]
 
 # More spellings of the class, judged only.

@@ -531,24 +531,58 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Assignments inside arithmetic text (`((PATH=1))`, `${a[PATH++]}`, `[[ HOME=1 -eq 1 ]]`):
 # bash sets the variable to a number, so `((PATH=1)); ls` runs ./1/ls. The operators:
 # = and op= (not == <= >= !=), ++ and -- before or after the name.
-_ASSIGN_OP = r"\s*(?:\[[^\]]*\])?\s*(?:(?:<<|>>|[-+*/%&^|])?=(?!=)|\+\+|--)"
-_ARITH_ASSIGNED = re.compile(
-    r"(?<![\w$])([A-Za-z_]\w*)" + _ASSIGN_OP + r"|(?:\+\+|--)\s*([A-Za-z_]\w*)"
-)
-# The same with an expansion as the target (`(( $n = 1 ))`, `((${n}++))`): the name
-# assigned is only known at run time.
-_ARITH_INDIRECT = re.compile(r"\$\{?(?:\w+|[@*#?$!-])\}?" + _ASSIGN_OP + r"|(?:\+\+|--)\s*\$")
+_ARITH_OP = re.compile(r"(?<![<>!=])(?:<<=|>>=|[-+*/%&^|]?=)(?!=)|\+\+|--")
+_ARITH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Characters of a name, or of an expansion that builds one (`P${x}ATH`, `$n`).
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_${}@#!?*`")
 # `${s:OFFSET:LENGTH}`: both are arithmetic (`${s:PATH=1}` assigns PATH).
 _SUBSTRING = re.compile(r"\$\{[!#]?(?:\w+|[@*#?$!-])(?:\[[^\]]*\])?:(?![-=?+])(.*)\}\Z", re.S)
 
 
+def _operand_name(text: str, at: int, step: int) -> tuple[str, bool]:
+    """The name-like token next to ``text[at]`` (to the left for step -1, skipping a
+    subscript; to the right for +1) and whether an expansion builds it."""
+    n = len(text)
+    i = at
+    while 0 <= i < n and text[i] in " \t\n":
+        i += step
+    if step < 0 and 0 <= i < n and text[i] == "]":
+        while i >= 0 and text[i] != "[":
+            i -= 1
+        i -= 1
+        while i >= 0 and text[i] in " \t\n":
+            i -= 1
+    chars: list[str] = []
+    while 0 <= i < n and text[i] in _NAME_CHARS:
+        chars.append(text[i])
+        i += step
+    token = "".join(reversed(chars) if step < 0 else chars)
+    built = any(c in token for c in "$`}") or (
+        step < 0 and bool(token) and 0 <= i < n and text[i] in ")`"
+    )
+    return token, built
+
+
 def arithmetic_assignments(text: str) -> tuple[list[str], bool]:
     """The variables an arithmetic ``text`` assigns, and whether it assigns one whose
-    name comes from an expansion (only known at run time)."""
+    name comes from an expansion (only known at run time). Double quotes are removed
+    first, as bash does (`(( "PA""TH"=1 ))` assigns PATH)."""
     if "=" not in text and "++" not in text and "--" not in text:
         return [], False
-    names = [a or b for a, b in _ARITH_ASSIGNED.findall(text)]
-    return names, _ARITH_INDIRECT.search(text) is not None
+    text = text.replace('"', "")
+    names: list[str] = []
+    indirect = False
+    for match in _ARITH_OP.finditer(text):
+        sides = [(match.start() - 1, -1)]
+        if match.group() in ("++", "--"):
+            sides.append((match.end(), 1))
+        for at, step in sides:
+            token, built = _operand_name(text, at, step)
+            if built:
+                indirect = True
+            elif _ARITH_NAME.match(token):
+                names.append(token)
+    return names, indirect
 
 
 _DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
