@@ -41,6 +41,7 @@ def _judge(command: str, root: Path) -> tuple[str, bool]:
         "cp -bSrc y .bash",
         "mv -b -S rc y .bash",
         "install -b -S rc y .bash",
+        "install --suffix rc y .bash",
         "ln -f -b -S rc y .bash",
         "mkdir -p s && cp y s/.bash && cp -b -S rc -t . s/.bash",
         "SIMPLE_BACKUP_SUFFIX=rc cp -b y .bash",

@@ -956,7 +956,7 @@ WRITE_COMMANDS: dict[str, WriteSpec] = {
     ),
     "install": WriteSpec(
         "last",
-        _f("-m", "--mode", "-o", "--owner", "-g", "--group", "-S"),
+        _f("-m", "--mode", "-o", "--owner", "-g", "--group", "-S", "--suffix"),
         _f("-t", "--target-directory"),
         what="copies files",
     ),
