@@ -35,7 +35,7 @@ venv: $(STAMP) ## Create .venv from the lock files and install stockade (editabl
 # suite refuses to start on extension modules older than their source.
 # `make native-clean` returns to plain Python. The list is NATIVE_MODULES in native.py.
 NATIVE_STAMP := build/native/.built
-NATIVE_SOURCES := services/stockade/executor/native.py $(addprefix services/,$(shell sed -n 's/^ *"\(stockade\/[a-z_/]*\.py\)",$$/\1/p' services/stockade/executor/native.py))
+NATIVE_SOURCES := services/stockade/executor/native.py $(wildcard services/stockade/executor/*.c) $(addprefix services/,$(shell sed -n 's/^ *"\(stockade\/[a-z_/]*\.py\)",$$/\1/p' services/stockade/executor/native.py))
 $(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES) scripts/build_native.py
 	@echo "==> make: compiling the bash analysis with mypyc (a minute or two; make native-clean undoes it)"
 	$(BIN)/python scripts/build_native.py

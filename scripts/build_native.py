@@ -59,7 +59,7 @@ def _native(root: Path = SERVICES) -> ModuleType:
 def clean(native: ModuleType, root: Path = SERVICES) -> int:
     """Remove every extension module of the list, the shared library and the manifest."""
     removed = 0
-    for relative in native.NATIVE_MODULES:
+    for relative in (*native.NATIVE_MODULES, *native.C_SOURCES):
         for path in native._extensions(relative, root):
             path.unlink()
             removed += 1
@@ -81,10 +81,19 @@ def build(
     compiled. ``mypy_args`` go to mypy before the modules (``--into`` passes the target
     interpreter and a cache directory); ``debug_level`` is mypyc's -g level."""
     from mypyc.build import mypycify
-    from setuptools import setup
+    from setuptools import Extension, setup
 
     clean(native, root)  # a failed build leaves plain Python, never a stale mix
-    digests = {relative: native.source_digest(relative, root) for relative in native.NATIVE_MODULES}
+    sources = (*native.NATIVE_MODULES, *native.C_SOURCES)
+    digests = {relative: native.source_digest(relative, root) for relative in sources}
+    c_modules = [
+        Extension(
+            relative[: -len(".c")].replace("/", "."),
+            [relative],
+            extra_compile_args=["-O2", f"-g{debug_level}"],
+        )
+        for relative in native.C_SOURCES
+    ]
     os.chdir(root)  # build_ext --inplace writes each module beside its source from here
     setup(
         name=GROUP,
@@ -101,7 +110,8 @@ def build(
             target_dir=str(build_dir / "c"),
             group_name=GROUP,
             debug_level=debug_level,
-        ),
+        )
+        + c_modules,
         script_args=[
             "--quiet",
             "build_ext",
@@ -114,18 +124,16 @@ def build(
             str(build_dir / "lib"),
         ],
     )
-    if {
-        relative: native.source_digest(relative, root) for relative in native.NATIVE_MODULES
-    } != digests:
+    if {relative: native.source_digest(relative, root) for relative in sources} != digests:
         clean(native, root)
         raise SystemExit("a source changed during the build: run `make native` again")
     native.MANIFEST.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
     missing = [
         relative for relative in native.NATIVE_MODULES if relative not in native.compiled(root)
-    ]
+    ] + [relative for relative in native.C_SOURCES if not native._extensions(relative, root)]
     if missing:
         clean(native, root)
-        raise SystemExit(f"mypyc built no extension module for: {', '.join(missing)}")
+        raise SystemExit(f"the build made no extension module for: {', '.join(missing)}")
 
 
 def site_packages(python: str) -> Path:
@@ -148,7 +156,9 @@ def built_files(native: ModuleType, root: Path) -> list[Path]:
     """What a build adds under ``root``: the extension modules, the shared library and
     the manifest."""
     files = [
-        path for relative in native.NATIVE_MODULES for path in native._extensions(relative, root)
+        path
+        for relative in (*native.NATIVE_MODULES, *native.C_SOURCES)
+        for path in native._extensions(relative, root)
     ]
     return [*files, *sorted(root.glob(f"{GROUP}__mypyc*.so")), native.MANIFEST]
 

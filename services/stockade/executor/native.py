@@ -15,7 +15,7 @@ import importlib.machinery
 import json
 from pathlib import Path
 
-__all__ = ["MANIFEST", "NATIVE_MODULES", "compiled", "source_digest", "stale"]
+__all__ = ["C_SOURCES", "MANIFEST", "NATIVE_MODULES", "compiled", "source_digest", "stale"]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding stockade/
 
@@ -46,6 +46,10 @@ NATIVE_MODULES: tuple[str, ...] = (
     "stockade/executor/bash/judges/writes.py",
 )
 
+# Hand-written C extension modules built beside them (the same folder layout): a system
+# call that ctypes makes slowly (executor/openat2.py keeps the ctypes version as fallback).
+C_SOURCES: tuple[str, ...] = ("stockade/executor/_openat2.c",)
+
 MANIFEST = _PACKAGE_ROOT / "stockade" / "executor" / "native-manifest.json"
 
 
@@ -56,7 +60,7 @@ def source_digest(relative: str, root: Path = _PACKAGE_ROOT) -> str:
 
 def _extensions(relative: str, root: Path) -> list[Path]:
     source = root / relative
-    stem = source.name[: -len(".py")]
+    stem = source.stem
     return [
         source.with_name(stem + suffix)
         for suffix in importlib.machinery.EXTENSION_SUFFIXES
@@ -72,7 +76,7 @@ def compiled(root: Path = _PACKAGE_ROOT) -> list[str]:
 def stale(root: Path = _PACKAGE_ROOT) -> list[str]:
     """Modules whose extension module was not built from their current source (or whose
     build recorded no digest): importing them would run other code than the source says."""
-    present = compiled(root)
+    present = compiled(root) + [relative for relative in C_SOURCES if _extensions(relative, root)]
     if not present:
         return []
     manifest = root / MANIFEST.relative_to(_PACKAGE_ROOT)

@@ -1,0 +1,50 @@
+/* openat2(2) for the path sandbox's symlink-free check (SPEC EXE-4, PERF-4a).
+ *
+ * The same system call as executor/openat2.py makes through ctypes, without ctypes' call
+ * layers (about 1 µs of the 2.3 µs a check costs). Built by `make native`; without it the
+ * ctypes version runs (tests compare the two).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* symlink_free_errno(path: str) -> int: 0 when the absolute path exists with no symlink in
+ * any component (openat2 with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS from AT_FDCWD,
+ * O_PATH), otherwise the errno of the call. */
+static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) {
+    PyObject *encoded = NULL;
+    if (!PyUnicode_FSConverter(arg, &encoded)) {
+        return NULL; /* TypeError, or ValueError for an embedded NUL, as os.fsencode */
+    }
+    struct open_how how = {0};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    fd = syscall(SYS_openat2, AT_FDCWD, PyBytes_AS_STRING(encoded), &how, sizeof(how));
+    if (fd < 0) {
+        error = errno ? errno : -1;
+    } else {
+        close((int)fd);
+    }
+    Py_END_ALLOW_THREADS
+    Py_DECREF(encoded);
+    return PyLong_FromLong(error);
+}
+
+static PyMethodDef methods[] = {
+    {"symlink_free_errno", symlink_free_errno, METH_O,
+     "0 when the absolute path exists with no symlink in any component, else the errno."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_openat2", "openat2(2) for the path sandbox.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__openat2(void) { return PyModule_Create(&module); }

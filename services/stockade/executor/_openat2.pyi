@@ -1,0 +1,4 @@
+"""Type stub of the C module _openat2.c (built by `make native`)."""
+
+def symlink_free_errno(path: str, /) -> int:
+    """0 when the absolute path exists with no symlink in any component, else the errno."""
