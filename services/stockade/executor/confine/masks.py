@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from stockade.executor.confine import kernel
@@ -139,19 +139,11 @@ def find_credentials(
     return list(dict.fromkeys(files)), list(dict.fromkeys(dirs)), rest
 
 
-def other_names(
-    roots: Iterable[str], linked: dict[tuple[int, int], str], *, limit: int = MAX_ENTRIES
-) -> list[str]:
-    """Every regular file in ``roots`` whose identity (st_dev, st_ino) is in ``linked``
-    under another path than the one given there: the hard links of those files. The walk
-    compares the inode number from the directory listing (no stat per entry) and confirms
-    a hit with lstat. Raises OSError past ``limit`` entries (fail closed)."""
-    if not linked:
-        return []
-    inos = {ino for _, ino in linked}
-    hits: list[str] = []
+def _regular_files(tops: Iterable[str], limit: int, what: str) -> Iterator[os.DirEntry[str]]:
+    """The regular files below ``tops`` (symlinks not followed, each directory listed
+    once). Raises OSError past ``limit`` entries listed (fail closed), naming ``what``."""
     seen = 0
-    pending = sorted({os.path.realpath(r) for r in roots})
+    pending = list(tops)
     visited: set[str] = set()
     while pending:
         top = pending.pop()
@@ -165,46 +157,46 @@ def other_names(
             continue
         seen += len(entries)
         if seen > limit:
-            raise OSError(0, f"more than {limit} entries under the roots to scan for hard links")
+            raise OSError(0, f"more than {limit} entries {what}")
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
-                elif entry.inode() in inos and entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    original = linked.get((st.st_dev, st.st_ino))
-                    if original is not None and original != entry.path:
-                        hits.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry
             except OSError:
                 continue
+
+
+def other_names(
+    roots: Iterable[str], linked: dict[tuple[int, int], str], *, limit: int = MAX_ENTRIES
+) -> list[str]:
+    """Every regular file in ``roots`` whose identity (st_dev, st_ino) is in ``linked``
+    under another path than the one given there: the hard links of those files. The walk
+    compares the inode number from the directory listing (no stat per entry) and confirms
+    a hit with lstat. Raises OSError past ``limit`` entries (fail closed)."""
+    if not linked:
+        return []
+    inos = {ino for _, ino in linked}
+    hits: list[str] = []
+    tops = sorted({os.path.realpath(r) for r in roots})
+    for entry in _regular_files(tops, limit, "under the roots to scan for hard links"):
+        if entry.inode() not in inos:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        original = linked.get((st.st_dev, st.st_ino))
+        if original is not None and original != entry.path:
+            hits.append(entry.path)
     return hits
 
 
 def files_under(directory: str, *, limit: int = MAX_ENTRIES) -> list[str]:
     """Every regular file below ``directory`` (symlinks not followed). Raises OSError
     past ``limit`` entries."""
-    found: list[str] = []
-    seen = 0
-    pending = [directory]
-    while pending:
-        top = pending.pop()
-        try:
-            with os.scandir(top) as scan:
-                entries = list(scan)
-        except OSError:
-            continue
-        seen += len(entries)
-        if seen > limit:
-            raise OSError(0, f"more than {limit} entries in {directory} to scan")
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    found.append(entry.path)
-            except OSError:
-                continue
-    return found
+    return [entry.path for entry in _regular_files([directory], limit, f"in {directory} to scan")]
 
 
 def linked_names(

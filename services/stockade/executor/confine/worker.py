@@ -338,45 +338,28 @@ def _clean_up(layers: list[Layer], guard: Guard, note_fd: int) -> list[Layer]:
         problem = "; could NOT remove: " + ", ".join(removed.failed[:5])
         git_note += problem
         protected_note += problem
-        if note_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.write(
-                    note_fd,
-                    (
-                        "stockade: WARNING: could not remove protected paths this command "
-                        "created: " + ", ".join(removed.failed[:20]) + "\n"
-                    ).encode(),
-                )
     if note_fd >= 0:
-        with contextlib.suppress(OSError):
-            if removed.git:
-                os.write(
-                    note_fd,
-                    (
-                        "stockade: removed git repository data this command created (git "
-                        "directories are protected; a person's git would read their config "
-                        "and hooks): " + ", ".join(removed.git[:20]) + "\n"
-                    ).encode(),
-                )
-            if removed.protected:
-                os.write(
-                    note_fd,
-                    (
-                        "stockade: removed protected files this command created (they make "
-                        "other programs run code: shell rc files, .envrc, editor tasks, "
-                        ".npmrc ...): " + ", ".join(removed.protected[:20]) + "\n"
-                    ).encode(),
-                )
-            if removed.quarantined:
-                os.write(
-                    note_fd,
-                    (
-                        "stockade: set aside protected files this command changed (renamed so "
-                        "that nothing runs them; their owner can check them): "
-                        + ", ".join(removed.quarantined[:20])
-                        + "\n"
-                    ).encode(),
-                )
+        for note, paths in (
+            ("WARNING: could not remove protected paths this command created", removed.failed),
+            (
+                "removed git repository data this command created (git directories are "
+                "protected; a person's git would read their config and hooks)",
+                removed.git,
+            ),
+            (
+                "removed protected files this command created (they make other programs "
+                "run code: shell rc files, .envrc, editor tasks, .npmrc ...)",
+                removed.protected,
+            ),
+            (
+                "set aside protected files this command changed (renamed so that nothing "
+                "runs them; their owner can check them)",
+                removed.quarantined,
+            ),
+        ):
+            if paths:
+                with contextlib.suppress(OSError):
+                    os.write(note_fd, f"stockade: {note}: {', '.join(paths[:20])}\n".encode())
         os.close(note_fd)
     notes = {GIT_NEUTRALISED: git_note if guard.snapshot.git else "", MOUNT_MASK: protected_note}
     return [Layer(x.name, x.active, x.detail + notes.get(x.name, "")) for x in layers]
