@@ -59,31 +59,72 @@ class WrapperSpec:
     """The wrapped command receives its arguments unchanged (``time``, ``nice``, ``timeout``):
     an ALLOW rule may look through it (DEC-1 rev 2). Never ``xargs`` or ``find -exec``, which
     add arguments the rule did not name."""
+    flag_options: frozenset[str] = frozenset()
+    """Options that take no separate word: flags, and options whose value can only be
+    attached (``xargs -i``, ``env --block-signal[=SIG]``). An option in none of the sets
+    is unknown (:meth:`knows`): it may take the next word, and then the wrong word would
+    be judged as the program run (``env -a NAME CMD``: coreutils 9.5 added ``-a``). The
+    analysis asks then (bypass-immune) and the rules' ALLOW form does not look through."""
+    numeric_options: bool = False
+    """``-NUM`` is an option with no separate value (``nice -5 CMD``)."""
+
+    def knows(self, option: str) -> bool:
+        """Whether ``option`` (a short option letter ``-x`` or a whole long option, after
+        prefix resolution) is in one of this wrapper's option sets."""
+        return (
+            option in self.flag_options
+            or option in self.value_options
+            or option in self.chdir_options
+            or option in self.read_options
+            or option in self.deny_options
+            or option in self.no_command_options
+            or option in ("--help", "--version")
+            or (self.numeric_options and option[1:].isdigit())
+        )
 
 
 WRAPPERS: dict[str, WrapperSpec] = {
-    # env [-i] [-u NAME] [-C DIR] [NAME=VALUE]... CMD; -S splits a string into a command.
+    # Option sets checked against the programs' --help here (coreutils 9.1, util-linux 2.38,
+    # findutils 4.9, GNU time 1.9) and test_bash_option_tables.py; options of newer
+    # versions are listed too (env -a/--argv0, coreutils 9.5).
+    # env [-i] [-u NAME] [-C DIR] [-a ARG0] [NAME=VALUE]... CMD; -S splits a string into a
+    # command.
     "env": WrapperSpec(
-        value_options=_f("-u", "--unset", "-C", "--chdir"),
+        value_options=_f("-u", "--unset", "-C", "--chdir", "-a", "--argv0"),
         assignments=True,
         deny_options=_f("-S", "--split-string"),
         chdir_options=_f("-C", "--chdir"),
+        flag_options=_f(
+            "-i", "--ignore-environment", "-0", "--null", "-v", "--debug",
+            "--block-signal", "--default-signal", "--ignore-signal", "--list-signal-handling",
+        ),  # fmt: skip
     ),
     # command [-p] CMD runs CMD bypassing functions; -v/-V only describe it.
-    "command": WrapperSpec(no_command_options=_f("-v", "-V"), transparent=True),
-    "builtin": WrapperSpec(transparent=True),  # runs a shell builtin by name
+    "command": WrapperSpec(
+        no_command_options=_f("-v", "-V"), flag_options=_f("-p"), transparent=True
+    ),
+    "builtin": WrapperSpec(transparent=True),  # runs a shell builtin by name; no options
     # exec [-cl] [-a NAME] CMD replaces the shell with CMD.
-    "exec": WrapperSpec(value_options=_f("-a"), transparent=True),
-    "nice": WrapperSpec(value_options=_f("-n", "--adjustment"), transparent=True),  # lower priority
+    "exec": WrapperSpec(value_options=_f("-a"), flag_options=_f("-c", "-l"), transparent=True),
+    # nice [-n N | -N] CMD: lower priority.
+    "nice": WrapperSpec(
+        value_options=_f("-n", "--adjustment"), numeric_options=True, transparent=True
+    ),
     "nohup": WrapperSpec(transparent=True),  # ignore hangups
     "time": WrapperSpec(
         value_options=_f("-f", "--format", "-o", "--output"),
         write_options=_f("-o", "--output"),
+        flag_options=_f(
+            "-a", "--append", "-p", "--portability", "-q", "--quiet", "-v", "--verbose"
+        ),
         transparent=True,
     ),  # measure
     # timeout [-s SIG] [-k DUR] DURATION CMD: limits how long CMD runs.
     "timeout": WrapperSpec(
-        value_options=_f("-s", "--signal", "-k", "--kill-after"), positionals=1, transparent=True
+        value_options=_f("-s", "--signal", "-k", "--kill-after"),
+        positionals=1,
+        flag_options=_f("--preserve-status", "--foreground", "-v", "--verbose"),
+        transparent=True,
     ),
     # stdbuf -oL CMD: changes CMD's buffering.
     "stdbuf": WrapperSpec(
@@ -111,66 +152,131 @@ WRAPPERS: dict[str, WrapperSpec] = {
         read_options=_f("-a", "--arg-file"),
         stdin_args=True,
         env_options=_f("--process-slot-var"),
+        flag_options=_f(
+            "-0", "--null", "-i", "--replace", "-e", "--eof", "-l", "--max-lines",
+            "-o", "--open-tty", "-p", "--interactive", "-r", "--no-run-if-empty",
+            "-t", "--verbose", "-x", "--exit", "--show-limits",
+        ),  # fmt: skip
     ),
     # ionice -c3 CMD: I/O priority; -p PID only changes another process.
     "ionice": WrapperSpec(
         value_options=_f("-c", "-n", "--class", "--classdata"),
         no_command_options=_f("-p", "--pid", "-P", "--pgid", "-u", "--uid"),
+        flag_options=_f("-t", "--ignore"),
     ),
-    "setsid": WrapperSpec(),  # new session
-    # chrt PRIO CMD: scheduling policy.
-    "chrt": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
+    # setsid [-cfw] CMD: new session.
+    "setsid": WrapperSpec(flag_options=_f("-c", "--ctty", "-f", "--fork", "-w", "--wait")),
+    # chrt [policy] PRIO CMD: scheduling policy; -T/-P/-D take nanoseconds.
+    "chrt": WrapperSpec(
+        positionals=1,
+        value_options=_f(
+            "-T", "--sched-runtime", "-P", "--sched-period", "-D", "--sched-deadline"
+        ),
+        no_command_options=_f("-p", "--pid", "-m", "--max"),
+        flag_options=_f(
+            "-b", "--batch", "-d", "--deadline", "-f", "--fifo", "-i", "--idle",
+            "-o", "--other", "-r", "--rr", "-R", "--reset-on-fork", "-a", "--all-tasks",
+            "-v", "--verbose",
+        ),  # fmt: skip
+    ),
     # taskset MASK CMD: CPU affinity.
-    "taskset": WrapperSpec(positionals=1, no_command_options=_f("-p", "--pid")),
-    # nocache CMD: drops page cache use.
-    "nocache": WrapperSpec(transparent=True),
-    # unbuffer CMD (expect): runs CMD on a pty.
-    "unbuffer": WrapperSpec(),
+    "taskset": WrapperSpec(
+        positionals=1,
+        no_command_options=_f("-p", "--pid"),
+        flag_options=_f("-a", "--all-tasks", "-c", "--cpu-list"),
+    ),
+    # nocache [-n N] CMD: drops page cache use.
+    "nocache": WrapperSpec(value_options=_f("-n"), transparent=True),
+    # unbuffer [-p] CMD (expect): runs CMD on a pty.
+    "unbuffer": WrapperSpec(flag_options=_f("-p")),
     "coproc": WrapperSpec(),  # runs CMD as a coprocess
     # flock FILE CMD: runs CMD holding a lock.
     "flock": WrapperSpec(
-        value_options=_f("-w", "--timeout", "-E", "--conflict-exit-code"),
+        value_options=_f("-w", "--timeout", "--wait", "-E", "--conflict-exit-code"),
         positionals=1,
         write_positionals=1,  # the lock file is created if missing
         # -c runs a string through sh.
         deny_options=_f("-c", "--command"),
+        flag_options=_f(
+            "-s", "--shared", "-x", "-e", "--exclusive", "-u", "--unlock", "-n", "--nb",
+            "--nonblock", "-o", "--close", "-F", "--no-fork", "--verbose",
+        ),  # fmt: skip
     ),
-    # prlimit --nofile=N CMD: resource limits; --pid changes another process.
-    "prlimit": WrapperSpec(no_command_options=_f("-p", "--pid")),
+    # prlimit --nofile=N CMD: resource limits (a limit's value only attached); --pid changes
+    # another process; -o takes the output columns.
+    "prlimit": WrapperSpec(
+        value_options=_f("-o", "--output"),
+        no_command_options=_f("-p", "--pid"),
+        flag_options=_f(
+            "--noheadings", "--raw", "--verbose",
+            "-c", "--core", "-d", "--data", "-e", "--nice", "-f", "--fsize",
+            "-i", "--sigpending", "-l", "--memlock", "-m", "--rss", "-n", "--nofile",
+            "-q", "--msgqueue", "-r", "--rtprio", "-s", "--stack", "-t", "--cpu",
+            "-u", "--nproc", "-v", "--as", "-x", "--locks", "-y", "--rttime",
+        ),  # fmt: skip
+    ),
     "busybox": WrapperSpec(),  # `busybox rm x` runs the rm applet
     "toybox": WrapperSpec(),  # same, toybox applets
     # catchsegv CMD: prints a backtrace on a crash.
     "catchsegv": WrapperSpec(),
-    # valgrind CMD: runs CMD under a checker.
     # rlwrap CMD: line editing around CMD.
-    # -l logs the session and -H keeps the history in a file; -f reads completions.
+    # -l logs the session and -H keeps the history in a file; -f reads completions; -z
+    # runs a filter program.
     "rlwrap": WrapperSpec(
-        value_options=_f("-f", "-H", "-l", "-s", "-S", "-z"), write_options=_f("-l", "-H")
+        value_options=_f("-f", "-H", "-l", "-s", "-S", "-z"),
+        write_options=_f("-l", "-H"),
+        read_options=_f("-f"),
+        deny_options=_f("-z", "--filter"),
     ),
     # fakeroot CMD: pretends to be root (LD_PRELOAD), CMD still runs as us.
     # -s saves the fake ownership database to a file (-i loads one).
     # fakeroot -l/--lib LIB preloads a library and --faked BIN runs a program as its daemon
     # (`fakeroot --faked ./x true` runs ./x: found by the option-table test).
     "fakeroot": WrapperSpec(
-        value_options=_f("-l", "--lib", "--faked", "-s", "-i"),
-        deny_options=_f("-l", "--lib", "--faked"),
+        value_options=_f("-l", "--lib", "--faked", "-f", "-s", "-i", "-b", "--fd-base"),
+        deny_options=_f("-l", "--lib", "--faked", "-f"),
         read_options=_f("-i"),
         write_options=_f("-s"),
+        flag_options=_f("-u", "--unknown-is-real"),
     ),
-    # faketime TIME CMD: fakes the clock.
-    "faketime": WrapperSpec(positionals=1),
+    # faketime TIME CMD: fakes the clock; --date-prog runs a program.
+    "faketime": WrapperSpec(
+        positionals=1,
+        flag_options=_f("-m", "-f", "--exclude-monotonic", "--disable-shm"),
+        deny_options=_f("--date-prog"),
+        no_command_options=_f("-p"),
+    ),
     # chronic CMD (moreutils): hides CMD's output unless it fails.
-    "chronic": WrapperSpec(transparent=True),
-    # dbus-run-session CMD / xvfb-run CMD: run CMD inside a session or X server.
-    "dbus-run-session": WrapperSpec(),
+    "chronic": WrapperSpec(flag_options=_f("-e", "-v"), transparent=True),
+    # dbus-run-session CMD: runs CMD inside a session bus; --dbus-daemon=BIN runs BIN
+    # (found by this table's audit: `dbus-run-session --dbus-daemon=./x ls` ran ./x).
+    "dbus-run-session": WrapperSpec(
+        value_options=_f("--dbus-daemon", "--config-file"),
+        deny_options=_f("--dbus-daemon"),
+        read_options=_f("--config-file"),
+    ),
+    # xvfb-run CMD: runs CMD inside an X server.
     # -e sends the X server's errors to a file, -f keeps its auth cookie in one.
     "xvfb-run": WrapperSpec(
-        value_options=_f("-n", "-s", "-f", "-e", "-p", "--error-file", "--auth-file"),
+        value_options=_f(
+            "-n", "--server-num", "-s", "--server-args", "-f", "--auth-file",
+            "-e", "--error-file", "-p", "--xauth-protocol", "-w", "--wait",
+        ),  # fmt: skip
         write_options=_f("-f", "-e", "--error-file", "--auth-file"),
+        flag_options=_f("-a", "--auto-servernum", "-d", "--auto-display", "-l", "--listen-tcp"),
     ),
+    # valgrind CMD: runs CMD under a checker. Its options are `--name=value` only; those
+    # not listed here are asked.
     "valgrind": WrapperSpec(
-        value_options=_f("--tool", "--log-file", "--xml-file"),
+        value_options=_f("--tool", "--log-file", "--xml-file", "--suppressions"),
         write_options=_f("--log-file", "--xml-file"),
+        read_options=_f("--suppressions"),
+        flag_options=_f(
+            "-q", "--quiet", "-v", "--verbose", "--leak-check", "--show-leak-kinds",
+            "--track-origins", "--error-exitcode", "--num-callers", "--trace-children",
+            "--track-fds", "--errors-for-leak-kinds", "--show-reachable", "--undef-value-errors",
+            "--xml", "--time-stamp", "--gen-suppressions",
+        ),  # fmt: skip
     ),
 }
 """Commands that run the command in their arguments: the analysis judges that command."""

@@ -128,7 +128,7 @@ def _wrapped(spec: WrapperSpec, words: list[str], deny_form: bool) -> list[str] 
     split into the command (``env -S 'rm -rf x'``, ``su -c 'rm x'``).
     """
     takes_value = spec.value_options | spec.chdir_options | spec.read_options
-    known = (spec.deny_options, spec.no_command_options, takes_value)
+    known = (spec.deny_options, spec.no_command_options, takes_value, spec.flag_options)
     positionals = spec.positionals
     i = 0
     while i < len(words):
@@ -142,7 +142,11 @@ def _wrapped(spec: WrapperSpec, words: list[str], deny_form: bool) -> list[str] 
             i += 1
             continue
         if word.startswith("-") and word != "-":
-            step, command = _wrapper_option(spec, word, words, i, takes_value, known)
+            step, command, unknown = _wrapper_option(spec, word, words, i, takes_value, known)
+            if unknown and not deny_form:
+                # An option the table does not know may take the next word (`env -a NAME
+                # CMD`): the ALLOW form cannot tell which word is the command.
+                return None
             if command is not None:
                 return command if deny_form else None
             if step == 0:  # an option after which the words are not a command
@@ -181,15 +185,16 @@ def _wrapper_option(
                 attached = word[k + 1 :] or None
                 break
     last = options[-1]
+    unknown = not all(spec.knows(o) for o in options)
     if any(o in spec.no_command_options for o in options):
-        return 0, None
+        return 0, None, unknown
     if last in spec.deny_options:
         value = attached if attached is not None else (words[i + 1] if i + 1 < len(words) else "")
         rest = words[i + (1 if attached is not None else 2) :]
-        return 0, _split_words(_unquote(value)) + rest
+        return 0, _split_words(_unquote(value)) + rest, unknown
     if last in takes_value and attached is None:
-        return 2, None
-    return 1, None
+        return 2, None, unknown
+    return 1, None, unknown
 
 
 def _split_words(text: str) -> list[str]:

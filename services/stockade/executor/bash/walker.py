@@ -576,17 +576,35 @@ class Walker:
                 continue
             if value.startswith("-") and value != "-":
                 option, attached = split_option(value, takes_value)
-                if not value.startswith("--") and attached is None:
+                unknown: str | None = None
+                if spec.numeric_options and value[1:].isdigit():
+                    pass  # `nice -5 CMD`
+                elif not value.startswith("--") and attached is None:
                     # A bundle of short flags (`time -ao FILE`): the first letter that
                     # takes a value takes the rest of the bundle, or the next word.
                     for at in range(1, len(value)):
-                        if "-" + value[at] in takes_value | spec.deny_options:
-                            option = "-" + value[at]
+                        letter = "-" + value[at]
+                        if letter in takes_value or letter in spec.deny_options:
+                            option = letter
                             attached = value[at + 1 :] or None
                             break
+                        if unknown is None and not spec.knows(letter):
+                            unknown = letter
                 option = canonical(
-                    option, (spec.deny_options, spec.no_command_options, takes_value)
+                    option,
+                    (spec.deny_options, spec.no_command_options, takes_value, spec.flag_options),
                 )
+                if unknown is None and not spec.knows(option):
+                    unknown = option
+                if unknown is not None:
+                    # It may take the next word as its value (`env -a NAME CMD`, newer
+                    # coreutils): then the word judged as the program is not the one run.
+                    self.ask(
+                        f"{name} {unknown} is an option the checker does not know: the "
+                        "command it runs cannot be told for sure",
+                        "high",
+                        immune=True,
+                    )
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs a string as a command")
                     return None
