@@ -170,10 +170,11 @@ def _wrapper_option(
     i: int,
     takes_value: frozenset[str],
     known: tuple[frozenset[str], ...],
-) -> tuple[int, list[str] | None]:
+) -> tuple[int, list[str] | None, bool]:
     """Read the option ``word`` at ``words[i]``: (words it takes, the command it runs as a
-    string or None). A step of 0 means an option after which no command follows. Short
-    options may be bundled (``-Eu root``): the first that takes a value ends the bundle."""
+    string or None, whether the table does not know one of its options). A step of 0 means
+    an option after which no command follows. Short options may be bundled (``-Eu root``):
+    the first that takes a value ends the bundle."""
     if word.startswith("--"):
         option, attached = split_option(word, takes_value | spec.deny_options)
         options = [canonical_option(option, known)]
