@@ -65,6 +65,8 @@ def judge(j: Judge, args: list[Word]) -> None:
         # `git credential fill` (and the credential-* helpers) print stored secrets.
         j.deny(f"git {sub} reads or stores credentials")
         return
+    if sub == "bisect" and _bisect_runs(j, rest):
+        return
     for k, value in enumerate(values):
         if value is None:
             # `git show "$x"` may be `HEAD:.env`: which object it names is unknown.
@@ -72,6 +74,14 @@ def judge(j: Judge, args: list[Word]) -> None:
             continue
         option = canonical(value.split("=", 1)[0], (_GIT_LONG,))
         short = option if option.startswith("--") else option[:2]
+        if (
+            sub in _BUNDLED
+            and len(value) > 2
+            and value[0] == "-"
+            and value[1] != "-"
+            and _bundle(j, sub, values, k)
+        ):
+            return
         if option in _GIT_DENY_ANYWHERE:
             j.deny(lists.GIT_DENY_OPTIONS[option])
             return
@@ -181,6 +191,62 @@ def judge(j: Judge, args: list[Word]) -> None:
         f"git {sub!r} is not a known subcommand (it may be an alias or a git-{sub} program)",
         immune=bool(j.denied_read_globs),
     )
+
+
+# Short options that run a command (or set configuration), and the short options that
+# take a value, per subcommand: git's parse-options bundles short flags and lets the last
+# one take the rest of the word as its value, so `git grep -nOcmd` is `-n -Ocmd` (runs
+# cmd as a pager) and `git clone -qc core.sshCommand=cmd` is `-q -c …`.
+_BUNDLED: dict[str, tuple[str, str]] = {
+    "grep": ("O", "efABCmO"),
+    "rebase": ("x", "sXxCS"),
+    "difftool": ("x", "txUSGO"),
+    "clone": ("uc", "obucj"),
+    "submodule": ("c", "bc"),
+}
+
+
+def _bundle(j: Judge, sub: str, values: list[str | None], k: int) -> bool:
+    """Judge the short options bundled in ``values[k]`` (``-nO…``); True when denied."""
+    value = values[k] or ""
+    runners, takers = _BUNDLED[sub]
+    for n in range(1, len(value)):
+        letter = value[n]
+        if letter in runners:
+            if n == 1:
+                return False  # `-Ocmd`, `-cname=value`: the unbundled form, judged below
+            if letter == "c":
+                attached = value[n + 1 :]
+                if not attached:
+                    attached = (values[k + 1] or "") if k + 1 < len(values) else ""
+                _setting(j, attached.split("=", 1)[0], f"git {sub} -c")
+                return False
+            j.deny(f"git {sub} -{letter} (bundled in {short(value, 20)}) runs a command")
+            return True
+        if letter in takers:
+            return False
+    return False
+
+
+def _bisect_runs(j: Judge, rest: list[Word]) -> bool:
+    """``git bisect view|visualize ARGS``: with a first argument that is not an option,
+    git runs ``git ARGS`` (``git bisect view difftool -x CMD`` runs CMD) or, for ``tig``
+    and a name starting with ``git``, that program. The nested command is judged as
+    such. True when judged here."""
+    words = [w for w in rest if w.value != "--"]
+    if len(words) < 2 or words[0].value not in ("view", "visualize"):
+        return False
+    name = words[1].value
+    if name is None:
+        j.ask("git bisect view runs a command only known at run time", immune=True)
+        return True
+    if name.startswith("-"):
+        return False  # options of `git log`
+    if name == "tig" or name.startswith("git"):
+        j.effect(f"git bisect {words[0].value} {short(name, 30)} runs that program")
+        return True
+    judge(j, words[1:])
+    return True
 
 
 def _option_target(
@@ -398,7 +464,7 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
         return
     operands = [w.value for w in rest if w.value is not None and not w.value.startswith("-")]
     if sub == "cat-file" and (
-        unbounded or any(":" not in v and _HEX_OBJECT.match(v) for v in operands)
+        unbounded or any(":" not in v and _HEX_LEAD.match(v) for v in operands)
     ):
         unbounded = True
     if sub == "archive" and not _archive_clear(j, rest, repository_top(j)):
@@ -601,9 +667,17 @@ _PATCH_OPTIONS = frozenset(
         "-W",
         "--function-context",
         "--textconv",
+        # Merge diffs: `--diff-merges=on` prints patches of merges without `-p` (git
+        # 2.39), `-m` does in later gits, `--remerge-diff` prints a patch form.
+        "-m",
+        "--remerge-diff",
+        # Prints every added line with a whitespace error, in its commit (`-R` turns
+        # the old side into the added one): content, not a summary.
+        "--check",
     }
 )
 _PATCH_PREFIXES = (
+    "--diff-merges",
     "-U",
     "--unified",
     "--word-diff",
@@ -632,7 +706,6 @@ _SUMMARY_OPTIONS = frozenset(
         "--compact-summary",
         "--quiet",
         "--exit-code",
-        "--check",
     }
 )
 
@@ -695,9 +768,11 @@ def _prints_contents(j: Judge, sub: str, rest: list[Word]) -> bool:
         # `REV:path` operands name their files (judged one by one in _objects); anything
         # else (a commit, a tag, HEAD when none is given) shows a patch or an object.
         revisions = _before_dashes(rest, sub)
-        unnamed = [v for v in revisions if ":" not in v]
-        if any(_HEX_OBJECT.match(v) for v in unnamed):
-            return True  # maybe a blob: printed whatever the options
+        # As git splits them: `:/init` and `HEAD^{/[:]*}` are commits (a patch), not
+        # `REV:path` objects.
+        unnamed = [v for v in revisions if split_revision(v) is None]
+        if any(_HEX_LEAD.match(v) for v in unnamed):
+            return True  # maybe a blob (`abcd1234^{}` too): printed whatever the options
         if revisions and not unnamed:
             return False  # only `REV:path` objects
         return patch or not summary
@@ -1015,17 +1090,49 @@ _GIT_CONTENT_SUBCOMMANDS = frozenset(
 )
 
 
-_HEX_OBJECT = re.compile(r"[0-9a-fA-F]{4,64}\Z")
+# An object id, alone or with a suffix that keeps naming that object (`abcd1234^{}`,
+# `abcd1234^{blob}`, `abcd1234@{0}`): a blob git prints whatever the options.
+_HEX_LEAD = re.compile(r"[0-9a-fA-F]{4,64}(?:[\^~@{]|\Z)")
 
 
 _GIT_STAGE = re.compile(r"[0-3]:")
 
 
+def split_revision(value: str) -> tuple[str, str] | None:
+    """git's own reading of an object name (object-name.c), as ``(rev, path)``: ``:path``
+    and ``:N:path`` name the index's copy; ``:/regex`` a commit by its message (no path);
+    otherwise ``REV:path`` splits at the first colon *outside braces*, so
+    ``HEAD^{/a:b}:.env`` and ``HEAD@{12:00}:.env`` read ``.env``, and ``HEAD^{/[:]*}``
+    (a commit found by a regex holding a colon) names no path at all. None: no path."""
+    if value.startswith(":"):
+        if len(value) > 2 and value[1] == "/":
+            return None
+        if len(value) >= 3 and value[2] == ":" and value[1] in "0123":
+            return "", value[3:]
+        return "", value[1:]
+    if ":" not in value:
+        return None
+    depth = 0
+    for k, c in enumerate(value):
+        if c == "{":
+            depth += 1
+        elif depth and c == "}":
+            depth -= 1
+        elif not depth and c == ":":
+            return value[:k], value[k + 1 :]
+    return None
+
+
 def _git_path_candidates(value: str) -> list[str]:
-    """The paths a git argument may name: the word itself (a pathspec), the part after
-    the first ``:`` of ``REV:path`` / ``:N:path``, without pathspec magic (``:(top)``,
-    ``:!``, ``:/``)."""
+    """The paths a git argument may name: the word itself (a pathspec), the path git
+    itself splits off a ``REV:path`` (:func:`split_revision`), the part after the first
+    ``:`` of ``REV:path`` / ``:N:path``, without pathspec magic (``:(top)``, ``:!``,
+    ``:/``)."""
     names: list[str] = []
+    if ":" in value and not value.startswith(":"):
+        split = split_revision(value)
+        if split is not None and split[1]:
+            names.append(split[1])
     if ":" in value:
         rev, _, path = value.partition(":")
         if rev.startswith("(") or not rev:
