@@ -80,9 +80,7 @@ def test_object_names_print_the_secret_in_real_git(repo: Path) -> None:
         ("git cat-file blob BLOB^{blob}", "ask"),
     ],
 )
-def test_object_names_are_judged_as_git_reads_them(
-    repo: Path, command: str, expected: str
-) -> None:
+def test_object_names_are_judged_as_git_reads_them(repo: Path, command: str, expected: str) -> None:
     command = command.replace("BLOB", _blob(repo))
     assert _verdict(repo, command) == expected, command
 
