@@ -354,6 +354,12 @@ class _WordBuilder:
             self.quoted = True
         elif kind in ("string", "translated_string"):
             self.quoted = True
+            if kind == "string" and _translated(node):
+                # `$"..."`: bash looks the string up in the message catalog TEXTDOMAIN and
+                # TEXTDOMAINDIR name (a planted .mo file): its value is only known at run
+                # time, whatever it holds.
+                self.dynamic(source=_text(node))
+                return
             for child in node.children:
                 ctype = _kind(child)
                 if ctype == "string_content":
@@ -381,7 +387,9 @@ class _WordBuilder:
         elif kind in ("simple_expansion", "expansion"):
             self.dynamic(home=_is_home(node), source=_text(node))
         elif kind == "$" and not node.is_named:
-            self.literal("$")
+            following = node.next_sibling
+            if following is None or _kind(following) != "string":
+                self.literal("$")  # `$"..."` drops it (the string is translated)
         else:
             # Command/process substitution, arithmetic expansion, arrays, anything else:
             # the value is only known when the command runs.
@@ -449,6 +457,26 @@ def _bare_atoms(source: str, out: list[Atom]) -> None:
         else:
             out.append(("c", ch, ch in _GLOB_CHARS))
         i += 1
+
+
+def _translated(string: Node) -> bool:
+    """Whether the ``string`` node is the ``"..."`` of a ``$"..."`` (locale translation):
+    tree-sitter leaves the ``$`` as an unnamed sibling just before it, or before the
+    concatenation the string starts."""
+    anchor = string
+    before = string.prev_sibling
+    if before is None:
+        parent = string.parent
+        if parent is None or _kind(parent) != "concatenation":
+            return False
+        anchor = parent
+        before = parent.prev_sibling
+    return (
+        before is not None
+        and not before.is_named
+        and _kind(before) == "$"
+        and before.end_byte == anchor.start_byte
+    )
 
 
 def _is_home(node: Node) -> bool:
