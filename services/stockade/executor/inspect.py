@@ -133,11 +133,12 @@ def _inspect_read(
     if tool == "read_file":
         raw = _path_arg(args, "file_path", required=True)
         assert raw is not None
-        what = "Reads {}"
+        what = ("Reads ", "")
     elif tool == "grep_files":
         raw = _path_arg(args, "path", required=False) or sandbox.cwd
         pattern = args.get("pattern", "")
-        what = f"Searches {{}} for the pattern {pattern!r}"
+        # The model's pattern is text, never a format string (`x{2}` is a regex).
+        what = ("Searches ", f" for the pattern {pattern!r}")
     else:  # glob_files: the pattern's literal folder is the path that is checked (EXE-5)
         pattern = _path_arg(args, "pattern", required=True)
         assert pattern is not None
@@ -151,7 +152,7 @@ def _inspect_read(
             raw = f"{base_arg}/{literal}" if base_arg else literal
         else:
             raw = base_arg or sandbox.cwd
-        what = f"Lists files matching {pattern!r} under {{}}"
+        what = (f"Lists files matching {pattern!r} under ", "")
     decision = sandbox.check(raw)
     if not decision.allowed:
         return _refused(tool, decision.reason, decision.resolved)
@@ -166,7 +167,7 @@ def _inspect_read(
         inside_working_dir=sandbox.inside_cwd(decision.resolved),
         read_only=True,
         risk="low",
-        explanation=what.format(decision.resolved) + ".",
+        explanation=f"{what[0]}{decision.resolved}{what[1]}.",
         paths=(decision.resolved,),
     )
 

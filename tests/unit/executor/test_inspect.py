@@ -141,3 +141,22 @@ def test_inspect_touches_nothing(sb: PathSandbox) -> None:
     inspect_call("file_write", {"file_path": "new/dir/f.txt", "content": "x"}, sandbox=sb)
     inspect_call("run_bash", {"command": "touch z && mkdir q"}, sandbox=sb)
     assert sorted(p for p in Path(sb.cwd).rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("grep_files", {"pattern": r"x{2}", "path": "src"}),
+        ("grep_files", {"pattern": "{0.__class__.__mro__}"}),
+        ("glob_files", {"pattern": "src/{a,b}.py"}),
+        ("glob_files", {"pattern": "{}{0}*.py"}),
+    ],
+)
+def test_patterns_with_braces_are_text_not_format_strings(
+    sb: PathSandbox, tool: str, args: dict[str, object]
+) -> None:
+    # A regex quantifier or a brace glob in the model's pattern crashed Inspect (it was
+    # used as a format string: `x{2}` raised, `{0.__class__}` printed an object).
+    ins = inspect_call(tool, args, sandbox=sb)
+    assert ins.verdict == "allow"
+    assert repr(args["pattern"]) in ins.explanation and "<class" not in ins.explanation
