@@ -9,12 +9,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* symlink_free_errno(path: str) -> int: 0 when the absolute path exists with no symlink in
  * any component (openat2 with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS from AT_FDCWD,
- * O_PATH), otherwise the errno of the call. */
+ * O_PATH), otherwise the errno of the call; EMLINK when it exists with no symlink but is a
+ * regular file with more than one link (another name may be a denied file's: the caller
+ * looks at it; one fstat of the descriptor already open). */
 static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) {
     PyObject *encoded = NULL;
     if (!PyUnicode_FSConverter(arg, &encoded)) {
@@ -30,6 +33,10 @@ static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) {
     if (fd < 0) {
         error = errno ? errno : -1;
     } else {
+        struct stat st;
+        if (fstat((int)fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1) {
+            error = EMLINK;
+        }
         close((int)fd);
     }
     Py_END_ALLOW_THREADS

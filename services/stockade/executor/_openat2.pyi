@@ -1,4 +1,5 @@
 """Type stub of the C module _openat2.c (built by `make native`)."""
 
 def symlink_free_errno(path: str, /) -> int:
-    """0 when the absolute path exists with no symlink in any component, else the errno."""
+    """0 when the absolute path exists with no symlink in any component, else the errno
+    (EMLINK: it exists with no symlink, a regular file with more than one link)."""

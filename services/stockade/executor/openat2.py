@@ -7,7 +7,9 @@ mypyc (``make native``): ctypes structures are Python classes mypyc does not com
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import stat
 import sys
 from collections.abc import Callable
 
@@ -91,14 +93,19 @@ _FS_ERRORS = sys.getfilesystemencodeerrors()
 def ctypes_symlink_free_errno(path: str) -> int:
     """0 when the absolute ``path`` exists with no symlink in any component (then it is
     its own canonical form); otherwise the errno of the check (ELOOP at a symlink, ENOENT
-    when missing, EACCES, ENOTDIR …): the caller then settles it another way.
+    when missing, EACCES, ENOTDIR …): the caller then settles it another way. EMLINK: it
+    exists with no symlink, but is a regular file with more than one link (another of its
+    names may be a file the sandbox refuses to read).
     """
     name = path.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its call layers
     fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, name, _NO_SYMLINKS_REF, _HOW_SIZE)
     if fd < 0:
         return ctypes.get_errno() or -1
-    os.close(fd)
-    return 0
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return errno.EMLINK if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 else 0
 
 
 # `make native` also builds _openat2.c: the same call without ctypes' layers (about 1 µs

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import glob as globmod
 import os
 import stat
 import threading
@@ -403,19 +404,28 @@ class _FoldedGlobs:
         return None
 
 
+_MAX_OUTSIDE_DENIED = 20_000
+"""Denied files outside the roots looked at for their links, at most (then fail closed)."""
+
+
 class _LinkedSecrets:
     """Identities (st_dev, st_ino) of the files the sandbox refuses to read that have
     more than one link: another name of such a file (a hard link made before, under a
     name no glob matches) is refused too. Found on demand, only when a file with more than
-    one link is opened for reading, by the run-time mask walk over the roots (bounded:
-    past it every such open is refused, fail closed), and kept ``ttl_s`` seconds (files
-    denied since are seen after that). Shared by a sandbox and its ``with_cwd`` copies."""
+    one link is read, by the run-time mask walk over the roots and by expanding the
+    absolute denied and credential globs outside them (``/etc/shadow``, ``~/.ssh/**``: a
+    link inside a root reads such a file past Landlock, which judges paths). Bounded: past
+    it every such read is refused, fail closed. Kept ``ttl_s`` seconds (files denied since
+    are seen after that). Shared by a sandbox and its ``with_cwd`` copies."""
 
-    def __init__(self, roots: tuple[str, ...], globs: tuple[str, ...]) -> None:
+    def __init__(
+        self, roots: tuple[str, ...], globs: tuple[str, ...], outside: tuple[str, ...] = ()
+    ) -> None:
         self.ttl_s = 2.0
         """How long a lookup is kept."""
         self._roots = roots
         self._globs = globs
+        self._outside = outside
         self._lock = threading.Lock()
         self._when = -1.0
         self._found: dict[tuple[int, int], str] = {}
@@ -424,7 +434,7 @@ class _LinkedSecrets:
     def holder(self, identity: tuple[int, int], path: str) -> str | None:
         """Why reading ``path`` (a file of that identity with several links) is refused,
         or None."""
-        if not self._globs:
+        if not self._globs and not self._outside:
             return None
         with self._lock:
             now = time.monotonic()
@@ -454,8 +464,25 @@ class _LinkedSecrets:
                     continue
                 if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                     self._found[(st.st_dev, st.st_ino)] = f
+            self._outside_files()
         except OSError as exc:
             self._problem = f"the denied files could not all be found ({exc.strerror or exc})"
+
+    def _outside_files(self) -> None:
+        """The denied files outside the roots with several links: the absolute globs
+        expanded (dot files too), at most ``_MAX_OUTSIDE_DENIED`` names."""
+        seen = 0
+        for pattern in self._outside:
+            for f in globmod.iglob(pattern, recursive=True, include_hidden=True):
+                seen += 1
+                if seen > _MAX_OUTSIDE_DENIED:
+                    raise OSError(0, f"more than {_MAX_OUTSIDE_DENIED} denied files outside")
+                try:
+                    st = os.lstat(f)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    self._found.setdefault((st.st_dev, st.st_ino), f)
 
 
 def protected_matcher(globs: tuple[str, ...]) -> Callable[[str], str | None]:
@@ -531,7 +558,22 @@ class PathSandbox:
         self._glob_ancestors: dict[str, tuple[tuple[str, ...], ...]] = _glob_ancestors(
             self.protected_write_globs
         )
-        self._linked = _LinkedSecrets(tuple(r.path for r in self.roots), read_globs)
+        # Outside the roots, the absolute ones (the executor's credentials, `/etc/shadow`,
+        # a policy's `/srv/keys/**`): a hard link inside a root reads them too.
+        outside = tuple(
+            dict.fromkeys(
+                g
+                for g in (
+                    *(g for h in homes for g in credential_read_globs(h)),
+                    *self.denied_read_globs,
+                )
+                if g.startswith("/") and not g.startswith(("/proc/", "/sys/", "/dev/"))
+            )
+        )
+        self.outside_denied_globs: tuple[str, ...] = outside
+        """Absolute globs of files reading is denied outside the roots: a hard link inside
+        a root to one of them is refused (and masked at run time)."""
+        self._linked = _LinkedSecrets(tuple(r.path for r in self.roots), read_globs, outside)
         self.protects_git: bool = git_protected(self.protected_write_globs)
         """Whether git directories by layout (bare repositories) are protected too."""
 
@@ -629,7 +671,7 @@ class PathSandbox:
         """
         try:
             lexical = self._lexical(path)
-            resolved, existing = self._resolve_existing(lexical, known_dirs)
+            resolved, existing, several = self._resolve_existing(lexical, known_dirs)
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
         root = self.root_for(resolved)
@@ -641,6 +683,13 @@ class PathSandbox:
                 return PathDecision(
                     False, resolved, f"reading {resolved} is denied by policy ({glob!r})", root
                 )
+            if several:
+                # A regular file with more than one link: another of its names may be a
+                # file reading is denied (a hard link made before, under an ordinary
+                # name), as read_file's open finds; the bash analysis asks here.
+                why = self._linked_holder(resolved)
+                if why is not None:
+                    return PathDecision(False, resolved, why, root)
         if write:
             if not root.writable:
                 return PathDecision(False, resolved, f"{root.path} is read-only", root)
@@ -833,14 +882,25 @@ class PathSandbox:
         """EXE-3: the canonical form of ``absolute`` (see :meth:`_resolve_existing`)."""
         return self._resolve_existing(absolute)[0]
 
+    def _linked_holder(self, resolved: str) -> str | None:
+        """Why reading the file ``resolved`` (several links) is refused, or None."""
+        try:
+            st = os.lstat(resolved)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            return None
+        return self._linked.holder((st.st_dev, st.st_ino), resolved)
+
     def _resolve_existing(
         self, absolute: str, known_dirs: set[str] | None = None
-    ) -> tuple[str, str]:
+    ) -> tuple[str, str, bool]:
         """EXE-3: canonicalise, following symlinks one hop at a time.
 
         Returns the canonical path (for a path that does not exist yet: the canonical
-        deepest existing ancestor plus the remaining components) and that deepest existing
-        ancestor (the path itself when it exists). Raises _Refusal for loops, routes
+        deepest existing ancestor plus the remaining components), that deepest existing
+        ancestor (the path itself when it exists), and whether the path is a regular file
+        with more than one link (the symlink-free check's fstat says so). Raises _Refusal for loops, routes
         through magic links, unreadable directories, and symlinks that lead out of the
         roots after the walk had entered one (a chain out and back in is refused too: the
         outside hop can be changed by whoever controls it).
@@ -864,19 +924,20 @@ class PathSandbox:
                 try:
                     st = os.lstat(absolute)
                 except FileNotFoundError:
-                    return absolute, parent
+                    return absolute, parent, False
                 except OSError:
                     pass  # the checks below, then the walk, say what it is
                 else:
                     if not stat.S_ISLNK(st.st_mode):
                         if stat.S_ISDIR(st.st_mode):
                             known_dirs.add(absolute)
-                        return absolute, absolute
+                        several = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+                        return absolute, absolute, several
             error = symlink_free_errno(absolute)
-            if not error:
+            if not error or error == errno.EMLINK:
                 if known_dirs is not None and parent != absolute:
                     known_dirs.add(parent)  # the parent of an existing path: a directory
-                return absolute, absolute
+                return absolute, absolute, error == errno.EMLINK
             probe = absolute
             for _ in range(_FAST_MISSING_LEVELS):
                 if error != errno.ENOENT:
@@ -889,12 +950,13 @@ class PathSandbox:
                     if known_dirs is not None:
                         # ENOENT below it (not ENOTDIR): a directory.
                         known_dirs.add(parent)
-                    return absolute, parent
+                    return absolute, parent, False
                 probe = parent
         stack = list(reversed(absolute.split("/")))
         current = "/"
         hops = 0
         exists = True
+        several = False  # the last component met is a regular file with several links
         entered = False  # the walk reached a point inside a root
         escaped = ""  # a symlink target that left the roots after entering one
         while stack:
@@ -924,6 +986,7 @@ class PathSandbox:
                 raise _Refusal(f"cannot resolve {candidate}: {exc.strerror}") from exc
             if not stat.S_ISLNK(st.st_mode):
                 current = candidate
+                several = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
                 if self.root_for(current) is not None:
                     entered = True
                 elif entered and not self._is_ancestor_of_root(current):
@@ -947,7 +1010,7 @@ class PathSandbox:
             raise _Refusal(f"a symlink chain leaves the allowed roots (through {escaped})", current)
         # The walk claims no missing levels: after a missing component, a symlink's `..`
         # can bring it back to directories that exist (`missing/../x`).
-        return current, current
+        return current, current, several and exists
 
     @staticmethod
     def _git_layout(resolved: str, root: Root, existing: str | None = None) -> str | None:

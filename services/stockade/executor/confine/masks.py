@@ -13,6 +13,7 @@ matches at any depth.
 
 from __future__ import annotations
 
+import glob as globmod
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,6 +25,7 @@ from stockade.executor.globs import GlobSet, compile_globs
 # Stop walking pathological trees rather than stall every command: past this many
 # entries the command is refused (fail closed) instead of run with files unmasked.
 MAX_ENTRIES = 200_000
+MAX_OUTSIDE = 20_000
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,26 @@ def files_under(directory: str, *, limit: int = MAX_ENTRIES) -> list[str]:
     """Every regular file below ``directory`` (symlinks not followed). Raises OSError
     past ``limit`` entries."""
     return [entry.path for entry in _regular_files([directory], limit, f"in {directory} to scan")]
+
+
+def outside_files(globs: Sequence[str], *, limit: int = MAX_OUTSIDE) -> list[str]:
+    """The files the absolute ``globs`` name (dot files too; symlinks not followed at the
+    end) that have more than one link: a hard link inside a root reads them past Landlock.
+    Raises OSError past ``limit`` names (fail closed)."""
+    found: list[str] = []
+    seen = 0
+    for pattern in globs:
+        for path in globmod.iglob(pattern, recursive=True, include_hidden=True):
+            seen += 1
+            if seen > limit:
+                raise OSError(0, f"more than {limit} denied files outside the roots to scan")
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                found.append(path)
+    return found
 
 
 def linked_names(

@@ -105,6 +105,11 @@ class ConfinementPolicy:
     """The credential files of the bash analysis's list (``~/.ssh/**``, ``~/.aws/**`` …,
     ``~`` the executor's home) that a root can reach (``PathSandbox.credential_globs``):
     masked like ``masked_globs`` when the home directory lies inside a root."""
+    linked_outside: tuple[str, ...] = ()
+    """Absolute globs of files denied for reading outside the roots (the credential list
+    with the executor's home, ``/etc/shadow``, a policy's ``/srv/keys/**``): Landlock
+    keeps them unreadable by path, but a hard link inside a root reads the same file, so
+    every such other name in the roots is masked."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the launcher protocol)."""
@@ -123,6 +128,7 @@ class ConfinementPolicy:
             protect_git=bool(data.get("protect_git", False)),
             masked_dirs=tuple(data.get("masked_dirs", ())),
             masked_credentials=tuple(data.get("masked_credentials", ())),
+            linked_outside=tuple(data.get("linked_outside", ())),
         )
 
 

@@ -480,7 +480,10 @@ def _confine(
         dirs = list(dict.fromkeys((*dirs, *cred_dirs)))
         # A mask covers a path, not an inode: other names (hard links made before) of a
         # masked file, or of a file in a masked directory, are masked too.
-        links = masks.linked_names(roots, files, dirs)
+        # So are the names in the roots of denied files outside them (`ln ~/.ssh/id_rsa
+        # notes.txt` made before: Landlock judges the path, the link reads the file).
+        outside = masks.outside_files(policy.linked_outside) if policy.linked_outside else []
+        links = masks.linked_names(roots, [*files, *outside], dirs)
         count = masks.apply_masks([*files, *links], dirs, plan.empty_file)
         # Landlock grants are a union: a read-only root inside a writable one would be
         # writable. A read-only bind mount keeps it read-only.

@@ -49,6 +49,7 @@ def confinement_policy(
         protect_git=sandbox.protects_git,
         masked_dirs=masked_dirs,
         masked_credentials=sandbox.credential_globs,
+        linked_outside=sandbox.outside_denied_globs,
     )
 
 
