@@ -900,10 +900,10 @@ class PathSandbox:
         Returns the canonical path (for a path that does not exist yet: the canonical
         deepest existing ancestor plus the remaining components), that deepest existing
         ancestor (the path itself when it exists), and whether the path is a regular file
-        with more than one link (the symlink-free check's fstat says so). Raises _Refusal for loops, routes
-        through magic links, unreadable directories, and symlinks that lead out of the
-        roots after the walk had entered one (a chain out and back in is refused too: the
-        outside hop can be changed by whoever controls it).
+        with more than one link (the symlink-free check's fstat says so). Raises _Refusal
+        for loops, routes through magic links, unreadable directories, and symlinks that
+        lead out of the roots after the walk had entered one (a chain out and back in is
+        refused too: the outside hop can be changed by whoever controls it).
 
         Most paths have no symlink at all: one openat2 that refuses every symlink settles
         that (the path, already normalised, is then canonical: what the walk below would
