@@ -53,9 +53,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, PathSandbox]:
     return ws, keys / "signing.key", sandbox
 
 
-def test_a_link_to_a_denied_file_outside_the_roots_is_refused(
-    tmp_path: Path, home: Path
-) -> None:
+def test_a_link_to_a_denied_file_outside_the_roots_is_refused(tmp_path: Path, home: Path) -> None:
     ws, secret, sandbox = _setup(tmp_path)
     os.link(secret, ws / "notes.txt")
     os.link(home / ".ssh" / "id_ed25519", ws / "key.txt")
