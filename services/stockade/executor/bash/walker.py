@@ -241,6 +241,8 @@ class Walker:
         self.globs_expanded = 0
         self.judged_paths: dict[tuple[str, str | None, bool, int], str | None] = {}
         self.creates_links = False
+        self.env_cleared = False
+        """The command being judged runs with the environment cleared (``env -i``)."""
         self.globs: list[tuple[str, str]] = []
         """Every unquoted glob of the line: (absolute pattern, as written)."""
         self.current = ""
@@ -503,6 +505,15 @@ class Walker:
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
     ) -> None:
         """Judge ``name args``: look through wrappers, then dispatch on the command."""
+        cleared = self.env_cleared
+        try:
+            self._words(name, by_path, args, raw, stdin_args=stdin_args)
+        finally:
+            self.env_cleared = cleared  # `env -i` reaches the command it wraps only
+
+    def _words(
+        self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
+    ) -> None:
         if name == "jobs" and not by_path:
             inner = _jobs_command(args)
             if inner:
@@ -566,6 +577,7 @@ class Walker:
                 break
             if name == "env" and value == "-":
                 i += 1  # `env -` is `env -i` (an empty environment), not a command
+                self.env_cleared = True
                 continue
             if spec.assignments and "=" in value and not value.startswith("-"):
                 # env takes any word with `=` as an assignment, valid shell name or not
@@ -608,6 +620,11 @@ class Walker:
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs a string as a command")
                     return None
+                if name == "env" and (
+                    option == "--ignore-environment"
+                    or (not value.startswith("--") and "i" in value[1 : value.find(option[1]) + 1])
+                ):
+                    self.env_cleared = True
                 if option in spec.no_command_options:
                     return [], False
                 operand: Word | None = None
@@ -633,6 +650,11 @@ class Walker:
                 if operand is not None and option in spec.write_options:
                     self.path(operand, write=True, what=f"{name} {option} writes")
                     self.effect(f"{name} {option} writes a file", "low")
+                if name == "env" and option in ("-u", "--unset") and operand is not None:
+                    if operand.value is None:
+                        self.ask("env -u removes a variable named only at run time", immune=True)
+                    elif not variables.unset_variable(self, operand.value):
+                        return None
                 if operand is not None and option in spec.env_options:
                     if operand.value is None:
                         self.deny(f"{name} {option} sets a variable named only at run time")
@@ -678,6 +700,14 @@ class Walker:
             self.scan_credentials(args)
             self.effect(f"runs the program {name!r} from a path, which can do anything")
         elif name == "git":
+            if self.env_cleared:
+                # Without the executor's GIT_CONFIG_* overrides, the repository's
+                # configuration runs programs (core.fsmonitor on `git status` ...).
+                self.ask(
+                    "git runs with the environment cleared (env -i): without the executor's "
+                    "neutralisation, the repository's configuration may run programs",
+                    "high",
+                )
             git.judge(self, args)
         elif name in lists.INTERPRETERS:
             interpreters.interpreter(self, name, args, raw)

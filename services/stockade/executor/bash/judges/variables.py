@@ -46,6 +46,8 @@ def builtin(j: Judge, name: str, args: list[Word]) -> bool:
     ):
         j.deny(f"{name} -n makes a name reference (an indirect assignment)")
         return False
+    if name == "unset" and not _unset(j, values):
+        return False
     targets: list[str | None] = []
     if name == "printf":
         for k, value in enumerate(values[:-1]):
@@ -332,6 +334,42 @@ def assignment(j: Judge, name: str, value: str | None = None, *, exported: bool 
         "COLUMNS, NO_COLOR ...) may be set without asking",
         "medium",
     )
+
+
+def _unset(j: Judge, values: list[str | None]) -> bool:
+    """``unset NAME…`` (``-v`` variables, ``-f`` functions, ``-n`` the reference itself);
+    False after a DENY."""
+    functions = False
+    for value in values:
+        if value is None or value == "--":
+            continue
+        if value.startswith("-") and len(value) > 1:
+            functions = "f" in value and "v" not in value
+            continue
+        if not functions and not unset_variable(j, value.split("[", 1)[0]):
+            return False
+    return True
+
+
+def unset_variable(j: Judge, name: str) -> bool:
+    """Removing a variable (``unset``, ``env -u``) is judged like setting it where that
+    matters: ``unset PATH; ls`` runs ./ls (bash then looks in the current directory), and
+    the executor's ``GIT_CONFIG_*`` / ``HOME`` settings are what keep git's configuration
+    to the repository's own (EXE-9). False after a DENY."""
+    if name not in _EXECUTOR_ENV:
+        return True  # nothing the executor relies on: removing it enables nothing
+    verdict = lists.env_verdict(name, "")
+    if verdict == "deny":
+        why = (
+            "without it bash runs commands from the current directory"
+            if name == "PATH"
+            else "it is part of the executor's neutralisation of git"
+        )
+        j.deny(f"unsets {name}, which the executor sets for every command ({why})")
+        return False
+    if verdict == "ask":
+        j.ask(f"unsets {name}, which the executor sets for every command", "medium")
+    return True
 
 
 def file_variables(j: Judge) -> None:
