@@ -13,6 +13,7 @@ from stockade.contract.shell import PRIVILEGE_WRAPPERS, WRAPPERS
 from stockade.decision.engine import DecisionRequest, Facts, decide
 from stockade.decision.policy import PolicyDoc, compile_policy
 from stockade.decision.rules import Effect, Rule, Source, normalize_command, rule_path
+from stockade.decision.rules.content import call_content
 
 D, A, L = Effect.DENY, Effect.ASK, Effect.ALLOW
 CWD = "/w"
@@ -247,3 +248,47 @@ def test_every_table_wrapper_is_looked_through_by_deny() -> None:
         assert normalize_command(command) == "rm -rf x", command
         transparent = normalize_command(command, look_through_privilege=False)
         assert (transparent == "rm -rf x") is spec.transparent, command
+
+
+# git's own options before the subcommand, and a command given no arguments (red team,
+# issue 11): `git -C . push origin` and a bare `git push` are pushes a DENY on
+# `git push *` is written to stop (a bypass mode settles the executor's ASK for them).
+GIT_PUSHES = [
+    "git push",
+    "git push origin",
+    "git -C . push origin",
+    "git --git-dir=.git push",
+    "git --git-dir .git --work-tree . push origin main",
+    "git -c user.name=x --no-pager push",
+    "git --no-replace-objects -P push --force",
+    "env git -C . push",
+    "/usr/bin/git --bare push",
+]
+
+
+@pytest.mark.parametrize("command", GIT_PUSHES)
+@pytest.mark.parametrize("effect", [D, A])
+def test_git_global_options_and_bare_commands_are_caught_by_deny_and_ask(
+    command: str, effect: Effect
+) -> None:
+    for facts in (Facts(), Facts(sub_commands=(command,))):
+        verdict = _verdict(
+            [(effect, "run_bash(git push *)")], "run_bash", {"command": command}, facts=facts
+        )
+        assert verdict is effect, command
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git status", "git -C sub log --oneline", "git --no-pager pushd-notes", "git log push"],
+)
+def test_git_look_alikes_are_not_pushes(command: str) -> None:
+    verdict = _verdict([(D, "run_bash(git push *)")], "run_bash", {"command": command})
+    assert verdict is not D, command
+
+
+def test_allow_is_not_widened_by_git_options() -> None:
+    """An ALLOW names what it allows: only the DENY/ASK forms drop git's options."""
+    content = call_content("run_bash", {"command": "git -c a.b=c status"}, cwd=CWD)
+    assert content.allow_sub_commands == ("git -c a.b=c status",)
+    assert "git status" in content.sub_commands

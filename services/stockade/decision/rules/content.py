@@ -11,7 +11,7 @@ from typing import Any
 from stockade.contract.shell import MAX_COMMAND_CHARS
 from stockade.contract.tools import PRIMARY_FIELDS
 from stockade.decision.rules.paths import normalize_path
-from stockade.decision.rules.shellwords import crude_split, normalize_both
+from stockade.decision.rules.shellwords import crude_split, normalize_both, subcommand_form
 from stockade.errors import InvalidArgument
 
 CONTENT_FIELDS: tuple[str, ...] = ("command", "file_path", "path", "pattern", "url")
@@ -159,6 +159,16 @@ def call_content(
         deny_form, allow_form = normalize_both(raw)
         if deny_form:
             subs.append(deny_form)
+            bare = subcommand_form(deny_form)
+            if bare is not None:
+                subs.append(bare)  # `git -C . push` is also matched as `git push` (DENY/ASK)
+            # `git push` with no arguments pushes too: a DENY/ASK on `git push *` (a prefix
+            # and any arguments, none included) matches it. Short forms only: a rule's
+            # literal prefix is a few words.
+            if deny_form.count(" ") < 3:
+                subs.append(deny_form + " ")
+            if bare is not None and bare.count(" ") < 3:
+                subs.append(bare + " ")
         if allow_form:
             allow_subs.append(allow_form)
     return CallContent(

@@ -198,6 +198,39 @@ def _wrapper_option(
     return 1, None, unknown
 
 
+# git's own options before its subcommand (git.c handle_options): those taking the next
+# word as their value, and the prefixes of those that take it only attached.
+_GIT_GLOBAL_VALUES = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env",
+     "--attr-source"}
+)  # fmt: skip
+
+
+def subcommand_form(deny_form: str) -> str | None:
+    """The DENY/ASK form of a ``git`` command with git's global options dropped (``git -C
+    . push origin``, ``git --git-dir=.git -c a=b --no-pager push`` are ``git push origin``,
+    ``git push``), or None when there are none: a DENY on ``git push *`` must catch the
+    push whatever git is told first, as it catches ``env git push``. Matched beside the
+    form as written, so a rule naming the options still matches."""
+    if not deny_form.startswith("git -"):
+        return None
+    tokens = (
+        _split_words(deny_form) if _QUOTING.search(deny_form) is not None else deny_form.split()
+    )
+    i = 1
+    while i < len(tokens):
+        word = _unquote(tokens[i])
+        if not word.startswith("-") or word == "-":
+            break
+        if word == "--":
+            i += 1
+            break
+        i += 2 if word in _GIT_GLOBAL_VALUES else 1
+    if i == 1:
+        return None
+    return " ".join(["git", *tokens[i:]])
+
+
 def _split_words(text: str) -> list[str]:
     """Split on whitespace outside quotes, keeping each word's quotes (``X='a b'`` is one)."""
     words: list[str] = []
