@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import tree_sitter_bash
@@ -46,10 +47,10 @@ _KINDS: Final[tuple[str, ...]] = tuple(
 )
 _KIND_COUNT: Final = len(_KINDS)
 
-# The result tuples are built with tuple.__new__ in the hot paths: a NamedTuple's own
+# A parse's ParsedScript (a NamedTuple) is built with tuple.__new__: a NamedTuple's own
 # __new__ is a Python function (interpreted even when this module is compiled), several
-# times the cost of the tuple itself. The helpers below take every field, so none is left
-# to a default by mistake.
+# times the cost of the tuple itself. The helpers below (_new_word …) take every field, so
+# none is left to a default by mistake.
 _TUPLE_NEW: Final = tuple.__new__
 
 # Deeper nesting than this is refused rather than walked: it bounds the recursion, and no
@@ -61,10 +62,14 @@ _GLOB_CHARS = frozenset("*?[")
 # Escapes that keep a backslash meaningful inside double quotes (bash manual, QUOTING).
 _DQ_ESCAPABLE = frozenset('$`"\\\n')
 
-# The parse results below are NamedTuples, not frozen dataclasses: they are as immutable (a
-# kept parse is shared by later analyses of the same text, so nothing may change it), and
-# a tuple is built several times faster than a frozen dataclass, which sets each field
-# through object.__setattr__ (a parse builds a Word per word; SPEC §9 PERF-4a).
+# The parse results below are frozen (a kept parse is shared by later analyses of the same
+# text, so nothing may change it). Word, Redirect, Assignment and RawCommand, built for every
+# word and command, are dataclasses with an __init__ of their own that sets each field with
+# object.__setattr__ (what the generated one does): compiled with mypyc they are native
+# classes, built by one allocation and direct stores and read by direct loads, where a
+# NamedTuple is built through tuple.__new__ (an argument tuple, a tuple and a copy of it:
+# about 1,200 instructions a word; SPEC §9 PERF-4a). Equality, hash and repr are the
+# dataclass's own (the isolated child's answer is compared field by field).
 
 _ANSI_SIMPLE = {
     "a": "\a",
@@ -83,7 +88,8 @@ _ANSI_SIMPLE = {
 }
 
 
-class Word(NamedTuple):
+@dataclass(frozen=True, init=False)
+class Word:
     """One shell word as written and, where it is static, as bash will see it."""
 
     text: str
@@ -102,13 +108,32 @@ class Word(NamedTuple):
     """The words bash makes of this one by brace expansion (``{-c,x}`` is ``-c`` and ``x``),
     None when it has none; ``()`` when there would be more than MAX_BRACE_WORDS."""
 
+    def __init__(
+        self,
+        text: str,
+        value: str | None,
+        quoted: bool,
+        expanded: bool,
+        glob: bool,
+        home_path: str | None = None,
+        braces: tuple[Word, ...] | None = None,
+    ) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "quoted", quoted)
+        object.__setattr__(self, "expanded", expanded)
+        object.__setattr__(self, "glob", glob)
+        object.__setattr__(self, "home_path", home_path)
+        object.__setattr__(self, "braces", braces)
+
     @property
     def path_value(self) -> str | None:
         """The value to judge as a path: the static value, or the ``$HOME`` form."""
         return self.value if self.value is not None else self.home_path
 
 
-class Redirect(NamedTuple):
+@dataclass(frozen=True, init=False)
+class Redirect:
     """A redirection: ``>``, ``>>``, ``<``, ``&>``, ``2>&1``, here-doc, here-string."""
 
     op: str
@@ -118,8 +143,14 @@ class Redirect(NamedTuple):
     target: Word | None
     """The destination word; None for here-docs and here-strings."""
 
+    def __init__(self, op: str, fd: str | None, target: Word | None) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "fd", fd)
+        object.__setattr__(self, "target", target)
 
-class Assignment(NamedTuple):
+
+@dataclass(frozen=True, init=False)
+class Assignment:
     """``NAME=value``: a prefix of a command, a statement of its own, or in ``export``."""
 
     name: str
@@ -134,8 +165,15 @@ class Assignment(NamedTuple):
     environment of every later command), ``declare`` (``declare``/``local`` without -x) or
     ``arithmetic`` (``((X=1))``, ``${a[X++]}``: a number only known at run time)."""
 
+    def __init__(self, name: str, value: Word | None, raw: str, kind: str = "statement") -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "raw", raw)
+        object.__setattr__(self, "kind", kind)
 
-class RawCommand(NamedTuple):
+
+@dataclass(frozen=True, init=False)
+class RawCommand:
     """A simple command as parsed: its name word, arguments, own prefix and redirects."""
 
     name: Word
@@ -148,6 +186,20 @@ class RawCommand(NamedTuple):
     """Redirections written on this command (also listed in ``ParsedScript.redirects``)."""
     in_function: str | None
     """The innermost enclosing function's name, if the command sits in a function body."""
+
+    def __init__(
+        self,
+        name: Word,
+        args: tuple[Word, ...],
+        assignments: tuple[Assignment, ...],
+        redirects: tuple[Redirect, ...],
+        in_function: str | None,
+    ) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "args", args)
+        object.__setattr__(self, "assignments", assignments)
+        object.__setattr__(self, "redirects", redirects)
+        object.__setattr__(self, "in_function", in_function)
 
 
 class ParsedScript(NamedTuple):
@@ -185,15 +237,15 @@ def _new_word(
     home_path: str | None,
     braces: tuple[Word, ...] | None,
 ) -> Word:
-    return _TUPLE_NEW(Word, (text, value, quoted, expanded, glob, home_path, braces))
+    return Word(text, value, quoted, expanded, glob, home_path, braces)
 
 
 def _new_redirect(op: str, fd: str | None, target: Word | None) -> Redirect:
-    return _TUPLE_NEW(Redirect, (op, fd, target))
+    return Redirect(op, fd, target)
 
 
 def _new_assignment(name: str, value: Word | None, raw: str, kind: str) -> Assignment:
-    return _TUPLE_NEW(Assignment, (name, value, raw, kind))
+    return Assignment(name, value, raw, kind)
 
 
 def _new_command(
@@ -203,7 +255,7 @@ def _new_command(
     redirects: tuple[Redirect, ...],
     in_function: str | None,
 ) -> RawCommand:
-    return _TUPLE_NEW(RawCommand, (name, args, assignments, redirects, in_function))
+    return RawCommand(name, args, assignments, redirects, in_function)
 
 
 def _kind(node: Node) -> str:
