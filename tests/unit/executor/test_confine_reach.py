@@ -418,3 +418,47 @@ async def test_folders_named_like_git_parts_stay_writable(
     )
     assert outcome.stdout == "ok\n", outcome.stderr
     assert (ws / "data" / "objects" / "m.bin").exists()
+
+
+# A System V shared memory segment of the host, made by a process of the command's own uid
+# (an embedded PostgreSQL's interlock segment, a service's cache): with the host's IPC
+# namespace shared, a command could list, attach, read, write and remove it (uid checks
+# pass; Landlock does not govern System V IPC).
+_SHM_PROBE = (
+    "python3 -c 'import ctypes,sys; l=ctypes.CDLL(None); l.shmat.restype=ctypes.c_void_p; "
+    'i=l.shmget({key}, 0, 0); print("SHMID", i); '
+    "p=l.shmat(i, None, 0) if i >= 0 else None; "
+    'print("READ", ctypes.string_at(p, 12) if p not in (None, 2**64-1) else b"")\''
+)
+
+
+async def test_host_system_v_ipc_is_out_of_reach(launcher: Launcher, tmp_path: Path) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    key = 0x5E0C0000 | (os.getpid() & 0xFFFF)
+    shmid = libc.shmget(key, 4096, 0o1600)  # IPC_CREAT | 0600, owned by our uid
+    assert shmid >= 0, os.strerror(ctypes.get_errno())
+    try:
+        address = libc.shmat(shmid, None, 0)
+        ctypes.memmove(address, b"host-secret!", 12)
+        libc.shmdt(ctypes.c_void_p(address))
+        # The host's own view: the segment is there and holds the bytes.
+        on_host = subprocess.run(
+            ["python3", "-c", _SHM_PROBE.format(key=key)[len("python3 -c '") : -1]],
+            capture_output=True,
+            text=True,
+        )
+        assert "host-secret!" in on_host.stdout, on_host.stderr
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        policy = ConfinementPolicy(readable_roots=(str(ws),), writable_roots=(str(ws),))
+        outcome = await launcher.run(
+            _SHM_PROBE.format(key=key), cwd=str(ws), policy=policy, timeout_s=60
+        )
+        assert "SHMID -1" in outcome.stdout, outcome.stdout + outcome.stderr
+        assert "host-secret!" not in outcome.stdout
+        assert "private IPC namespace" in _layer(outcome, "mount_mask")[1]
+    finally:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID

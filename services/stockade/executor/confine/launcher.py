@@ -191,12 +191,22 @@ class LauncherServer:
                 f"ABI {abi}" if abi > 0 else self._off(LANDLOCK) or "the kernel offers no Landlock",
             )
         )
-        mountns = self._off(MOUNT_MASK) or _try_mount_namespace()
+        mountns, ipcns = (self._off(MOUNT_MASK), False)
+        if mountns is None:
+            mountns, ipcns = _try_mount_namespace()
         layers.append(
             Layer(
                 MOUNT_MASK,
                 mountns is None,
-                "policy-denied paths masked in a private mount namespace"
+                (
+                    "policy-denied paths masked in a private mount namespace"
+                    + (
+                        ", in a private IPC namespace (no System V IPC or POSIX message "
+                        "queues of the host)"
+                        if ipcns
+                        else "; the host's IPC namespace is shared (no CLONE_NEWIPC)"
+                    )
+                )
                 if mountns is None
                 else f"unavailable: {mountns}",
             )
@@ -215,6 +225,7 @@ class LauncherServer:
             cgroup=self.cgroup_root is not None,
             empty_file=empty,
             inactive=tuple((x.name, x.detail) for x in layers if not x.active),
+            ipc_namespace=ipcns,
         )
 
     def _off(self, layer: str) -> str | None:
@@ -526,8 +537,11 @@ def _try_pid_namespace() -> str | None:
     return None if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "not pid 1"
 
 
-def _try_mount_namespace() -> str | None:
-    """None if a forked child can get a private mount namespace, else why not."""
+def _try_mount_namespace() -> tuple[str | None, bool]:
+    """(None if a forked child can get a private mount namespace, else why not; whether
+    it can also get a private IPC namespace: without one a command reaches the System V
+    shared memory, semaphores and message queues of every process of its uid on the host,
+    which neither Landlock nor the masks govern)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -535,7 +549,11 @@ def _try_mount_namespace() -> str | None:
         try:
             kernel.unshare(kernel.CLONE_NEWNS)
             kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE, None)
-            os.write(w, b"ok")
+            try:
+                kernel.unshare(kernel.CLONE_NEWIPC)
+                os.write(w, b"ok+ipc")
+            except OSError:
+                os.write(w, b"ok")
         except OSError as exc:
             os.write(w, f"unshare(CLONE_NEWNS): {exc.strerror}".encode())
         os._exit(0)
@@ -545,7 +563,9 @@ def _try_mount_namespace() -> str | None:
         answer += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    return None if answer == b"ok" else answer.decode(errors="replace") or "probe failed"
+    if answer in (b"ok", b"ok+ipc"):
+        return None, answer == b"ok+ipc"
+    return answer.decode(errors="replace") or "probe failed", False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,8 @@ class Plan:
     """The empty read-only file bind-mounted over masked files."""
     inactive: tuple[tuple[str, str], ...] = ()
     """(layer, why) for every layer the launcher found unavailable or was told not to use."""
+    ipc_namespace: bool = False
+    """Give each worker a private IPC namespace too (with the mount namespace)."""
 
     def why(self, layer: str) -> str:
         """Why ``layer`` is inactive on this host."""
@@ -157,6 +159,13 @@ def prepare(plan: Plan, keep_fds: tuple[int, ...]) -> Prepared:
         except OSError as exc:
             problems.append(f"mount namespace: {exc}")
         else:
+            if plan.ipc_namespace:
+                try:
+                    # The host's System V IPC objects and POSIX message queues of the
+                    # command's uid (Landlock does not govern them) stay out of reach.
+                    kernel.unshare(kernel.CLONE_NEWIPC)
+                except OSError as exc:
+                    problems.append(f"ipc namespace: {exc}")
             try:
                 masks.apply_masks(masks.find_sockets(), (), plan.empty_file)
             except OSError as exc:
@@ -525,6 +534,11 @@ def _confine(
                 f" root(s), {len(protected)} protected path(s) and {len(git_binds)} git"
                 f" director(ies) read-only, {hidden} Stockade socket mask(s), in a private"
                 " mount namespace"
+                + (
+                    " and a private IPC namespace"
+                    if plan.ipc_namespace
+                    else "; the host's IPC namespace is shared"
+                )
                 + ("; protected paths the command creates are removed" if snapshot else ""),
             )
         )
