@@ -29,6 +29,7 @@ than exact.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import stat
@@ -36,7 +37,14 @@ import threading
 import time
 from collections.abc import Iterable
 
-__all__ = ["config_files", "named_for", "named_paths", "parse_config", "repository_of"]
+__all__ = [
+    "config_files",
+    "named_for",
+    "named_paths",
+    "parse_config",
+    "repositories_in",
+    "repository_of",
+]
 
 _MAX_CONFIG_BYTES = 1 << 20  # a config this large is not a person's
 _MAX_INCLUDE_DEPTH = 10  # git's own limit (MAX_INCLUDE_DEPTH)
@@ -278,9 +286,17 @@ def common_dir(git_dir: str) -> str:
     return os.path.realpath(os.path.join(git_dir, pointer)) if pointer else git_dir
 
 
-def config_files(git_dir: str, home: str) -> list[str]:
+def _global_files(home: str) -> list[str]:
+    """A person's global configuration files (git's defaults, for another home than the
+    executor's, whose environment is not known)."""
+    return [os.path.join(home, ".config", "git", "config"), os.path.join(home, ".gitconfig")]
+
+
+def config_files(git_dir: str | None, home: str) -> list[str]:
     """The configuration files git reads for a repository, lowest precedence first (each
-    may be missing): system, global, the common dir's ``config``, ``config.worktree``."""
+    may be missing): system, global, the common dir's ``config``, ``config.worktree``.
+    Without ``git_dir``, the system and global ones only (they apply to every repository
+    of the person)."""
     files: list[str] = []
     if not os.environ.get("GIT_CONFIG_NOSYSTEM"):
         files.append(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
@@ -290,6 +306,8 @@ def config_files(git_dir: str, home: str) -> list[str]:
     else:
         xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
         files += [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+    if git_dir is None:
+        return [f for f in dict.fromkeys(files) if f and f != "/dev/null"]
     common = common_dir(git_dir)
     files.append(os.path.join(common, "config"))
     files.append(os.path.join(git_dir, "config.worktree"))
@@ -458,17 +476,24 @@ class _Reading:
                 yield place
 
 
-_cache: dict[tuple[str, str, str], tuple[Signature, tuple[str, ...]]] = {}
+_cache: dict[tuple[str, str | None, str, tuple[str, ...]], tuple[Signature, tuple[str, ...]]] = {}
 _cache_lock = threading.Lock()
 
 
-def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
+def named_paths(
+    top: str, git_dir: str | None, home: str, other_homes: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """Absolute paths (files or directories, each with everything under it) that the
     configuration of the repository at ``top`` (git directory ``git_dir``) makes code or
     configuration: the hooks directory, included configuration files, and the files its
     commands name. Both each path as named and its canonical form (symlinks followed, as
-    git follows them) are returned. Cached by the stat signatures of every file read."""
-    key = (top, git_dir, home)
+    git follows them) are returned. Cached by the stat signatures of every file read.
+
+    ``git_dir`` None: the system and global configuration alone (``top`` is then "", and
+    what a relative value names, relative to a repository not known, is dropped).
+    ``other_homes``: homes of other people whose git may work in the roots (the owners of
+    the writable roots): their global configuration is read too, ``~`` as their home."""
+    key = (top, git_dir, home, other_homes)
     with _cache_lock:
         cached = _cache.get(key)
     if cached is not None:
@@ -476,13 +501,21 @@ def named_paths(top: str, git_dir: str, home: str) -> tuple[str, ...]:
         if all(_stat_key(entry[0]) == entry for entry in signature):
             return named
     reading = _Reading(top, home)
+    for other in other_homes:
+        reading.home = other
+        for path in _global_files(other):
+            reading.load(path, 0)
+    reading.home = home
     for path in config_files(git_dir, home):
         reading.load(path, 0)
-    reading.installed_hooks(reading.hooks_dir or os.path.join(common_dir(git_dir), "hooks"))
-    for manager_file, command_key in _MANAGER_COMMANDS:
-        reading.manager_commands(os.path.join(top, manager_file), command_key)
+    if git_dir is not None:
+        reading.installed_hooks(reading.hooks_dir or os.path.join(common_dir(git_dir), "hooks"))
+        for manager_file, command_key in _MANAGER_COMMANDS:
+            reading.manager_commands(os.path.join(top, manager_file), command_key)
     out: list[str] = []
     for path in reading.named:
+        if not path.startswith("/"):
+            continue  # relative to a repository not known (global configuration alone)
         out.append(path)
         real = os.path.realpath(path)
         if real != path:
@@ -504,22 +537,108 @@ _PLACES_TTL_S = 1.0
 _places: dict[tuple[tuple[str, ...], str], tuple[float, tuple[str, ...]]] = {}
 
 
-def named_for(places: tuple[str, ...], home: str) -> tuple[str, ...]:
+def named_for(places: tuple[str, ...], home: str, roots: tuple[str, ...] = ()) -> tuple[str, ...]:
     """:func:`named_paths` of every repository git finds from one of ``places`` (each a
-    directory), merged; remembered for a second."""
-    key = (places, home)
+    directory) and of every repository inside ``roots`` (the writable roots: a
+    ``core.hooksPath`` of one may name a directory anywhere in them), merged, with the
+    system and global configuration read even where no repository is found, and the
+    global configuration of the roots' owners (a person's git reads their home's, which
+    need not be the executor's); remembered for a second."""
+    key = (places, home, roots)
     now = time.monotonic()
     hit = _places.get(key)
     if hit is not None and now - hit[0] < _PLACES_TTL_S:
         return hit[1]
-    named: list[str] = []
-    for top, git_dir in dict.fromkeys(
-        repo for repo in (repository_of(p) for p in places) if repo is not None
-    ):
-        named.extend(named_paths(top, git_dir, home))
+    others = _owner_homes(roots, home)
+    named: list[str] = list(named_paths("", None, home, others))
+    found = [repo for repo in (repository_of(p) for p in places) if repo is not None]
+    found += repositories_in(roots)[0]
+    for top, git_dir in dict.fromkeys(found):
+        named.extend(named_paths(top, git_dir, home, others))
     result = tuple(dict.fromkeys(named))
     with _cache_lock:
         if len(_places) >= _CACHE_ENTRIES * 4:
             _places.clear()
         _places[key] = (now, result)
     return result
+
+
+def _owner_homes(roots: tuple[str, ...], home: str) -> tuple[str, ...]:
+    """The home directories of the owners of ``roots`` other than ``home`` (from the
+    password database): the person whose git works there reads their own global
+    configuration."""
+    homes: list[str] = []
+    for root in roots:
+        try:
+            owner = pwd.getpwuid(os.stat(root).st_uid).pw_dir
+        except (OSError, KeyError):
+            continue
+        if owner and owner not in (home, "/") and os.path.isdir(owner):
+            homes.append(owner.rstrip("/"))
+    return tuple(dict.fromkeys(homes))
+
+
+_MAX_WALK_ENTRIES = 200_000  # as the run-time walk of the writable roots (confine/masks.py)
+_LAYOUT_MARKERS = frozenset({"objects", "refs", "commondir"})
+_walks: dict[tuple[str, ...], tuple[float, tuple[tuple[str, str], ...], str]] = {}
+
+
+def repositories_in(roots: tuple[str, ...]) -> tuple[list[tuple[str, str]], str]:
+    """(top, git directory) of every repository inside ``roots``: each ``.git`` directory,
+    file (``gitdir:``) or symlink, and each directory laid out as a bare repository (a
+    ``HEAD`` beside ``objects``, ``refs`` or ``commondir``); git directories are not
+    descended into. Symlinks are not followed. The second item says why the list may be
+    incomplete (more than ``_MAX_WALK_ENTRIES`` entries), "" when it is whole. One walk,
+    remembered for a second like :func:`named_for` (only a person adds repositories: the
+    agent cannot write a git directory or layout)."""
+    if not roots:
+        return [], ""
+    now = time.monotonic()
+    hit = _walks.get(roots)
+    if hit is not None and now - hit[0] < _PLACES_TTL_S:
+        return list(hit[1]), hit[2]
+    repos: list[tuple[str, str]] = []
+    problem = ""
+    seen = 0
+    pending = sorted({os.path.realpath(r) for r in roots})
+    visited: set[str] = set()
+    while pending and not problem:
+        top = pending.pop()
+        if top in visited:
+            continue
+        visited.add(top)
+        try:
+            scan = os.scandir(top)
+        except OSError:
+            continue
+        subdirs: list[str] = []
+        names: set[str] = set()
+        with scan:
+            for entry in scan:
+                seen += 1
+                if seen > _MAX_WALK_ENTRIES:
+                    problem = (
+                        f"more than {_MAX_WALK_ENTRIES} entries in the writable roots: the "
+                        "repositories whose configuration names code cannot all be found"
+                    )
+                    break
+                names.add(entry.name)
+                try:
+                    if entry.name == ".git":
+                        if entry.is_file(follow_symlinks=False):
+                            repos.append((top, _gitdir_of_file(entry.path) or entry.path))
+                        else:
+                            repos.append((top, os.path.realpath(entry.path)))
+                    elif entry.is_dir(follow_symlinks=False):
+                        subdirs.append(entry.path)
+                except OSError:
+                    continue
+        if "HEAD" in names and names & _LAYOUT_MARKERS:
+            repos.append((top, top))  # a bare repository: its config and hooks
+            continue
+        pending.extend(subdirs)
+    result = tuple(dict.fromkeys(repos))
+    if len(_walks) >= _CACHE_ENTRIES:
+        _walks.clear()
+    _walks[roots] = (now, result, problem)
+    return list(result), problem

@@ -574,6 +574,7 @@ class PathSandbox:
         """Absolute globs of files reading is denied outside the roots: a hard link inside
         a root to one of them is refused (and masked at run time)."""
         self._linked = _LinkedSecrets(tuple(r.path for r in self.roots), read_globs, outside)
+        self._writable_paths: tuple[str, ...] = tuple(r.path for r in self.roots if r.writable)
         self.protects_git: bool = git_protected(self.protected_write_globs)
         """Whether git directories by layout (bare repositories) are protected too."""
 
@@ -1064,14 +1065,19 @@ class PathSandbox:
         """What the git configuration of the repositories git finds from ``places`` (and
         from the working directory) makes code or configuration outside the git directory:
         the hooks directory (``core.hooksPath``), included files, programs its commands
-        name (:mod:`stockade.executor.gitconfig`). Absolute paths, each with everything
-        under it."""
-        return gitconfig.named_for((*places, self.cwd), _home())
+        name (:mod:`stockade.executor.gitconfig`), and so does the configuration of every
+        repository in the writable roots (a ``core.hooksPath`` may name a directory
+        anywhere), the system and global one. Absolute paths, each with everything under
+        it."""
+        return gitconfig.named_for((*places, self.cwd), _home(), self._writable_paths)
 
     def _config_named(self, resolved: str, lexical: str, existing: str) -> str | None:
         """Why a write to ``resolved`` would change what a person's git runs (a hook in
         ``core.hooksPath``, an included config file, a program a command names), or None."""
         start = existing if existing != resolved else os.path.dirname(resolved)
+        problem = gitconfig.repositories_in(self._writable_paths)[1]
+        if problem:
+            return f"writes to {resolved} are refused: {problem}"
         names = self.config_named(start)
         if not names:
             return None
