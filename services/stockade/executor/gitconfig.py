@@ -534,7 +534,7 @@ def named_paths(
 # is found (the agent can neither create a `.git` nor write a configuration file), and a
 # person's `git init` or `git config` is seen within this time.
 _PLACES_TTL_S = 1.0
-_places: dict[tuple[tuple[str, ...], str], tuple[float, tuple[str, ...]]] = {}
+_places: dict[tuple[tuple[str, ...], str, tuple[str, ...]], tuple[float, tuple[str, ...]]] = {}
 
 
 def named_for(places: tuple[str, ...], home: str, roots: tuple[str, ...] = ()) -> tuple[str, ...]:
