@@ -39,13 +39,13 @@ Risk = Literal["low", "medium", "high"]
 
 # Distinct (home, denied reads) pairs whose compiled patterns are kept (a policy reload
 # makes a new pair; the old one ages out).
-_MAX_CONTEXTS = 16
+_MAX_CONTEXTS: Final = 16
 # Parses kept by command text: Execute judges again the command Inspect judged a moment
 # before (EXE-12), and agents repeat commands. The parse depends on the text alone; the
 # judgement (paths, globs, git layout on disk) is always made afresh. Bounded by entries
 # and by the length of the commands kept.
-PARSE_CACHE_ENTRIES = 512
-_MAX_CACHED_CHARS = 4096
+PARSE_CACHE_ENTRIES: Final = 512
+_MAX_CACHED_CHARS: Final = 4096
 
 
 def _environ_store() -> dict[bytes, bytes] | None:
@@ -305,10 +305,10 @@ class BashAnalyzer:
         return sandbox
 
 
-_IN_PROCESS_PARSE = threading.Lock()
+_IN_PROCESS_PARSE: Final = threading.Lock()
 """Held while the in-process parser runs (see :meth:`BashAnalyzer._parse_now`)."""
 
-_ONE_SHOT = BashAnalyzer(isolated=False, parse_cache=0)
+_ONE_SHOT: Final = BashAnalyzer(isolated=False, parse_cache=0)
 """The analyzer behind :func:`analyze`: compiled patterns only, never a process."""
 
 
@@ -385,4 +385,4 @@ def _result(walker: Walker) -> BashAnalysis:
     )
 
 
-_RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
+_RISK_ORDER: Final = {"low": 0, "medium": 1, "high": 2}

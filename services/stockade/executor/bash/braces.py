@@ -21,10 +21,11 @@ quote characters the atoms do not keep are refused (TooMany) rather than guessed
 from __future__ import annotations
 
 import re
+from typing import Final
 
 __all__ = ["MAX_BRACE_GROUPS", "MAX_BRACE_WORDS", "Atom", "TooMany", "expand_atoms"]
 
-MAX_BRACE_WORDS = 256
+MAX_BRACE_WORDS: Final = 256
 """More results than this from one word are refused (a bound on the analysis's work)."""
 
 # An atom: ("{",) / (",",) / ("}",) for unquoted syntax characters; ("c", text, glob) for a
@@ -32,14 +33,14 @@ MAX_BRACE_WORDS = 256
 # escaped one; ("d", source) for a dynamic part.
 Atom = tuple[str, ...] | tuple[str, str, bool] | tuple[str, str, bool, bool]
 
-_SEQUENCE = re.compile(r"([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?\Z")
+_SEQUENCE: Final = re.compile(r"([+-]?\d+|[A-Za-z])\.\.([+-]?\d+|[A-Za-z])(?:\.\.([+-]?\d+))?\Z")
 
 
 class TooMany(Exception):
     """The expansion has more than MAX_BRACE_WORDS results."""
 
 
-MAX_BRACE_GROUPS = 64
+MAX_BRACE_GROUPS: Final = 64
 """More unquoted ``{`` than this in one word is refused before expanding: the search for
 each group's end is linear, so thousands of nested braces would cost seconds (and the
 recursion would overflow the stack)."""

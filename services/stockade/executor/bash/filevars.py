@@ -11,10 +11,11 @@ all is the environment allow-list's question; this is the path's.)
 from __future__ import annotations
 
 import re
+from typing import Final
 
 __all__ = ["FILE_VARIABLES", "written_file"]
 
-FILE_VARIABLES = frozenset(
+FILE_VARIABLES: Final = frozenset(
     {
         # git's trace targets: a value that is not 0/1/2/true/false or an fd is a path.
         "GIT_TRACE",
@@ -56,9 +57,9 @@ FILE_VARIABLES = frozenset(
 """Variables whose value is a file (or directory) that programs write."""
 
 # Any other variable with one of these endings names a written file by convention.
-_FILE_SUFFIX = re.compile(r"_(LOG_FILE|LOGFILE|LOG_PATH|HISTFILE|HISTORY_FILE|TRACE_FILE)\Z")
+_FILE_SUFFIX: Final = re.compile(r"_(LOG_FILE|LOGFILE|LOG_PATH|HISTFILE|HISTORY_FILE|TRACE_FILE)\Z")
 # git trace values that do not name a file: off, stderr, a file descriptor.
-_NOT_A_FILE = re.compile(r"(|0|1|2|[0-9]+|true|false|yes|no|on|off)\Z", re.IGNORECASE)
+_NOT_A_FILE: Final = re.compile(r"(|0|1|2|[0-9]+|true|false|yes|no|on|off)\Z", re.IGNORECASE)
 
 
 def written_file(name: str, value: str) -> str | None:

@@ -14,9 +14,11 @@ matches (a superset): the checks that use it then look at more files, never fewe
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = ["python_glob"]
 
-_CLASS_OPENERS = ("[:", "[=", "[.")
+_CLASS_OPENERS: Final = ("[:", "[=", "[.")
 
 
 def _bracket_end(pattern: str, start: int) -> tuple[int, bool] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from stockade.contract.shell import canonical_option, split_option
 from stockade.executor.bash.parser import Word
@@ -25,9 +25,9 @@ __all__ = [
 # canonical's answers by (option, the known sets): a long option that no set holds is
 # looked up as a prefix of each of their options (git's `--oneline` against its list),
 # once, not for every command that passes it. Bounded; the answer depends on nothing else.
-_CANONICAL: dict[tuple[str, tuple[frozenset[str], ...]], str] = {}
-_CANONICAL_ENTRIES = 4096
-_CANONICAL_LONGEST = 64  # longer options (no real one is) are not kept
+_CANONICAL: Final[dict[tuple[str, tuple[frozenset[str], ...]], str]] = {}
+_CANONICAL_ENTRIES: Final = 4096
+_CANONICAL_LONGEST: Final = 64  # longer options (no real one is) are not kept
 
 
 def canonical(option: str, known: Sequence[frozenset[str]]) -> str:
@@ -53,7 +53,7 @@ def literal(value: str) -> Word:
 
 
 # A word that is one double-quoted string: its expansions stay one word.
-_ONE_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"\Z', re.S)
+_ONE_QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*"\Z', re.S)
 
 
 def may_split(word: Word) -> bool:

@@ -35,8 +35,8 @@ __all__ = [
 # One parser for the process: building one costs far more than a parse, and a parse of a
 # typical command is ~10 µs. tree-sitter parsers are not thread-safe; the executor calls
 # analyze() from the event loop thread only.
-_LANGUAGE = Language(tree_sitter_bash.language())
-_PARSER = Parser(_LANGUAGE)
+_LANGUAGE: Final = Language(tree_sitter_bash.language())
+_PARSER: Final = Parser(_LANGUAGE)
 
 # Node kinds by symbol id: ``_KINDS[node.kind_id]`` is ``node.type`` (both are the grammar's
 # name of the node's symbol), read as an int instead of a new str built per call; the names
@@ -55,12 +55,12 @@ _TUPLE_NEW: Final = tuple.__new__
 
 # Deeper nesting than this is refused rather than walked: it bounds the recursion, and no
 # honest command nests 64 levels of substitutions or groups.
-_MAX_DEPTH = 64
+_MAX_DEPTH: Final = 64
 
-_GLOB_CHARS = frozenset("*?[")
+_GLOB_CHARS: Final = frozenset("*?[")
 
 # Escapes that keep a backslash meaningful inside double quotes (bash manual, QUOTING).
-_DQ_ESCAPABLE = frozenset('$`"\\\n')
+_DQ_ESCAPABLE: Final = frozenset('$`"\\\n')
 
 # The parse results below are frozen (a kept parse is shared by later analyses of the same
 # text, so nothing may change it). Word, Redirect, Assignment and RawCommand, built for every
@@ -71,7 +71,7 @@ _DQ_ESCAPABLE = frozenset('$`"\\\n')
 # about 1,200 instructions a word; SPEC §9 PERF-4a). Equality, hash and repr are the
 # dataclass's own (the isolated child's answer is compared field by field).
 
-_ANSI_SIMPLE = {
+_ANSI_SIMPLE: Final = {
     "a": "\a",
     "b": "\b",
     "e": "\x1b",
@@ -349,15 +349,32 @@ def _unescape_double(text: str) -> str:
     return "".join(out)
 
 
-_BARE, _QUOTED, _DYNAMIC = 0, 1, 2
+_BARE: Final = 0
+_QUOTED: Final = 1
+_DYNAMIC: Final = 2
 
 
 class _WordBuilder:
     """Accumulates the parts of one word."""
 
-    __slots__ = ("parts", "static", "quoted", "expanded", "glob", "home_parts", "pieces", "brace")
+    __slots__ = (
+        "parts",
+        "static",
+        "quoted",
+        "expanded",
+        "glob",
+        "home_parts",
+        "pieces",
+        "brace",
+        "data",
+        "source",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, data: bytes, source: str | None) -> None:
+        # The walk's source (see _Walker: node byte offsets index ``data``; ``source`` is
+        # the same text as str when it is ASCII), which each part's text is sliced from.
+        self.data = data
+        self.source = source
         self.parts: list[str] = []
         self.home_parts: list[str] | None = []
         self.static = True
@@ -392,7 +409,7 @@ class _WordBuilder:
     def add(self, node: Node) -> None:
         kind = _kind(node)
         if kind == "word":
-            source = _text(node)
+            source = _slice(node, self.data, self.source)
             value, escaped, glob = _unescape_bare(source)
             self.literal(value)
             self.pieces[-1] = (_BARE, source)
@@ -402,7 +419,7 @@ class _WordBuilder:
             # like a glob, by expanding it.
             self.glob = self.glob or glob or "{" in value
         elif kind == "raw_string":
-            self.literal(_text(node)[1:-1])
+            self.literal(_slice(node, self.data, self.source)[1:-1])
             self.quoted = True
         elif kind in ("string", "translated_string"):
             self.quoted = True
@@ -410,12 +427,12 @@ class _WordBuilder:
                 # `$"..."`: bash looks the string up in the message catalog TEXTDOMAIN and
                 # TEXTDOMAINDIR name (a planted .mo file): its value is only known at run
                 # time, whatever it holds.
-                self.dynamic(source=_text(node))
+                self.dynamic(source=_slice(node, self.data, self.source))
                 return
             for child in node.children:
                 ctype = _kind(child)
                 if ctype == "string_content":
-                    self.literal(_unescape_double(_text(child)))
+                    self.literal(_unescape_double(_slice(child, self.data, self.source)))
                 elif ctype == '"':
                     continue
                 elif ctype == "$" and not child.is_named:
@@ -423,21 +440,27 @@ class _WordBuilder:
                     if kind == "string":
                         self.literal("$")
                 else:
-                    self.dynamic(home=_is_home(child), source=_text(child))
+                    self.dynamic(
+                        home=_is_home(child, self.data, self.source),
+                        source=_slice(child, self.data, self.source),
+                    )
         elif kind == "ansi_c_string":
-            self.literal(_decode_ansi_c(_text(node)[2:-1]))
+            self.literal(_decode_ansi_c(_slice(node, self.data, self.source)[2:-1]))
             self.quoted = True
         elif kind == "number":
-            self.literal(_text(node), _BARE)
+            self.literal(_slice(node, self.data, self.source), _BARE)
         elif kind == "concatenation":
             for child in node.children:
                 self.add(child)
         elif kind == "brace_expression":
-            self.literal(_text(node), _BARE)
+            self.literal(_slice(node, self.data, self.source), _BARE)
             self.glob = True
             self.brace = True
         elif kind in ("simple_expansion", "expansion"):
-            self.dynamic(home=_is_home(node), source=_text(node))
+            self.dynamic(
+                home=_is_home(node, self.data, self.source),
+                source=_slice(node, self.data, self.source),
+            )
         elif kind == "$" and not node.is_named:
             following = node.next_sibling
             if following is None or _kind(following) != "string":
@@ -445,7 +468,7 @@ class _WordBuilder:
         else:
             # Command/process substitution, arithmetic expansion, arrays, anything else:
             # the value is only known when the command runs.
-            self.dynamic(source=_text(node))
+            self.dynamic(source=_slice(node, self.data, self.source))
 
     def build(self, text: str) -> Word:
         value = "".join(self.parts) if self.static else None
@@ -531,17 +554,30 @@ def _translated(string: Node) -> bool:
     )
 
 
-def _is_home(node: Node) -> bool:
+def _is_home(node: Node, data: bytes, source: str | None) -> bool:
     """Whether ``node`` is exactly ``$HOME`` or ``${HOME}``."""
     if _kind(node) not in ("simple_expansion", "expansion"):
         return False
     named = node.named_children
-    return len(named) == 1 and _kind(named[0]) == "variable_name" and _text(named[0]) == "HOME"
+    return (
+        len(named) == 1
+        and _kind(named[0]) == "variable_name"
+        and _slice(named[0], data, source) == "HOME"
+    )
 
 
 def _text(node: Node) -> str:
     raw = node.text
     return raw.decode("utf-8", "surrogateescape") if raw is not None else ""
+
+
+def _slice(node: Node, data: bytes, source: str | None) -> str:
+    """``_text(node)`` for a node of the tree of ``data`` (``source``: the same text as str
+    when it is ASCII, else None): sliced from them, where Node.text copies the bytes of the
+    node through the tree (several times the cost; PERF-4a)."""
+    if source is not None:
+        return source[node.start_byte : node.end_byte]
+    return data[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
 
 
 def _is_plain(text: str) -> bool:
@@ -558,23 +594,23 @@ def _plain_word(text: str) -> Word:
     )
 
 
-_ARITH_VALUE = Word("1", "1", False, False, False)
+_ARITH_VALUE: Final = Word("1", "1", False, False, False)
 """The value an arithmetic assignment is recorded with: some number (never code)."""
 
 
-def _word(node: Node) -> Word:
-    if _kind(node) == "word":
-        text = _text(node)
-        if _is_plain(text):
-            return _plain_word(text)
-    builder = _WordBuilder()
+def _word(node: Node, data: bytes, source: str | None) -> Word:
+    """The Word of ``node``, a node of the tree of ``data`` (``source``: see _slice)."""
+    text = _slice(node, data, source)
+    if _kind(node) == "word" and _is_plain(text):
+        return _plain_word(text)
+    builder = _WordBuilder(data, source)
     builder.add(node)
-    return builder.build(_text(node))
+    return builder.build(text)
 
 
 # Nodes that hold words bash evaluates as arithmetic or test expressions: static strings
 # in them that contain command substitution syntax are code waiting to run.
-_EVAL_CONTEXTS = frozenset(
+_EVAL_CONTEXTS: Final = frozenset(
     {
         "test_command",
         "arithmetic_expansion",
@@ -599,24 +635,28 @@ def _unread_expansion(text: str) -> bool:
     return False
 
 
-_PLAIN_BRACED = re.compile(r"\$\{(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}")
+_PLAIN_BRACED: Final = re.compile(r"\$\{(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}")
 
 
-_REDIRECT_NODES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_REDIRECT_NODES: Final = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
-_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_ARITHMETIC_TESTS: Final = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_VARIABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Assignments inside arithmetic text (`((PATH=1))`, `${a[PATH++]}`, `[[ HOME=1 -eq 1 ]]`):
 # bash sets the variable to a number, so `((PATH=1)); ls` runs ./1/ls. The operators:
 # = and op= (not == <= >= !=), ++ and -- before or after the name.
-_ARITH_OP = re.compile(r"(?<![<>!=])(?:<<=|>>=|[-+*/%&^|]?=)(?!=)|\+\+|--")
-_ARITH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ARITH_OP: Final = re.compile(r"(?<![<>!=])(?:<<=|>>=|[-+*/%&^|]?=)(?!=)|\+\+|--")
+_ARITH_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Characters of a name, or of an expansion that builds one (`P${x}ATH`, `$n`).
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_${}@#!?*`")
+_NAME_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_${}@#!?*`"
+)
 # `${s:OFFSET:LENGTH}`: both are arithmetic (`${s:PATH=1}` assigns PATH).
-_SUBSTRING = re.compile(r"\$\{[!#]?(?:\w+|[@*#?$!-])(?:\[[^\]]*\])?:(?![-=?+])(.*)\}\Z", re.S)
+_SUBSTRING: Final = re.compile(
+    r"\$\{[!#]?(?:\w+|[@*#?$!-])(?:\[[^\]]*\])?:(?![-=?+])(.*)\}\Z", re.S
+)
 
 
 def _operand_name(text: str, at: int, step: int) -> tuple[str, bool]:
@@ -665,19 +705,19 @@ def arithmetic_assignments(text: str) -> tuple[list[str], bool]:
     return names, indirect
 
 
-_DECLARATION_NODES = frozenset({"declaration_command", "unset_command"})
+_DECLARATION_NODES: Final = frozenset({"declaration_command", "unset_command"})
 
 # Leaf nodes whose text tree-sitter-bash leaves unparsed although bash expands it: a
 # backtick substitution inside `${x:-`cmd`}`, an `=~` regex or a here-doc body is seen by
 # bash, not by the grammar. Their text is searched for substitutions (see _leaf_text).
-_TEXT_LEAVES = frozenset({"word", "regex", "string_content", "extglob_pattern"})
+_TEXT_LEAVES: Final = frozenset({"word", "regex", "string_content", "extglob_pattern"})
 
 # Nodes that only hold statements and operators (the script, `a | b`, `a && b`): the walk
 # goes straight to their named children (the checks in _Walker.walk are for other kinds).
-_CONTAINERS = frozenset({"program", "pipeline", "list"})
+_CONTAINERS: Final = frozenset({"program", "pipeline", "list"})
 
 # Statement nodes: wherever one turns up, it is walked as commands.
-_STATEMENTS = frozenset(
+_STATEMENTS: Final = frozenset(
     {
         "command",
         "pipeline",
@@ -700,7 +740,7 @@ _STATEMENTS = frozenset(
 
 # What a here-doc redirect node may hold; anything else (argument words tree-sitter hangs
 # on it: `cat <<EOF /etc/shadow`) is refused rather than dropped.
-_HEREDOC_PARTS = _STATEMENTS | {
+_HEREDOC_PARTS: Final = _STATEMENTS | {
     "heredoc_start",
     "heredoc_body",
     "heredoc_end",
@@ -711,17 +751,17 @@ _HEREDOC_PARTS = _STATEMENTS | {
 }
 
 # Named children of a command that are not its words.
-_NOT_WORDS = frozenset(
+_NOT_WORDS: Final = frozenset(
     {"variable_assignment", "file_redirect", "heredoc_redirect", "herestring_redirect", "comment"}
 )
 
-_DELIMITER_BAD = frozenset(";|&<>()` \t$\n")
+_DELIMITER_BAD: Final = frozenset(";|&<>()` \t$\n")
 
 # Nodes the command walker records itself: only their insides need scanning.
-_RECORDED = _REDIRECT_NODES | {"command_name", "variable_assignment"}
+_RECORDED: Final = _REDIRECT_NODES | {"command_name", "variable_assignment"}
 
 # Nodes that cannot contain a command.
-_LEAVES = frozenset(
+_LEAVES: Final = frozenset(
     {
         "word",
         "raw_string",
@@ -770,6 +810,10 @@ class _Walker:
         self.error: str | None = None
         self.fn_stack: list[str] = []
 
+    def _src(self, node: Node) -> str:
+        """The source text of ``node`` (a node of the tree being walked; see _slice)."""
+        return _slice(node, self.data, self.text)
+
     def walk(self, node: Node, depth: int, in_eval: bool) -> None:
         if depth > _MAX_DEPTH:
             if self.error is None:
@@ -785,7 +829,7 @@ class _Walker:
         if kind in _TEXT_LEAVES:
             self._leaf_text(node, depth)
         if kind == "command_substitution" and node.child_count and _kind(node.children[0]) == "`":
-            quoted_body = _text(node)[1:-1]
+            quoted_body = self._src(node)[1:-1]
             if "\\" in quoted_body:
                 # Inside backticks bash first removes the backslash of \\ \` \$, so
                 # `echo \`id\`` runs id: parse what bash will parse.
@@ -808,9 +852,8 @@ class _Walker:
                 if late:
                     # `c1 && c2 >f a`: tree-sitter hangs the redirection, and the word `a`
                     # after it, on the whole list; to bash `a` is an argument of c2.
-                    self.error = (
-                        f"words after a redirection the parser did not place: {_text(late[0])!r}"
-                    )
+                    placed = self._src(late[0])
+                    self.error = f"words after a redirection the parser did not place: {placed!r}"
                     return
             if body is not None and _kind(body) == "command":
                 # The statement's redirects belong to the command (`python - <<EOF`).
@@ -830,7 +873,7 @@ class _Walker:
             # command name (`c1 & {}` runs a command named `{}`; found by the differential
             # test). An empty group is never an honest command: refused.
             if self.error is None:
-                self.error = f"an empty group {_text(node)!r}: bash runs it as a command name"
+                self.error = f"an empty group {self._src(node)!r}: bash runs it as a command name"
             return
         if kind in _DECLARATION_NODES:
             self._declaration(node, depth)
@@ -851,10 +894,12 @@ class _Walker:
             if variable is not None:
                 # `for PATH in /tmp/evil; do ls; done` assigns PATH; the value is known only
                 # when every word is static (a glob names files: `a[$(cmd)]` is a file name).
-                words = [_word(c) for c in node.children_by_field_name("value")]
+                words = [
+                    _word(c, self.data, self.text) for c in node.children_by_field_name("value")
+                ]
                 static = bool(words) and all(w.value is not None and not w.glob for w in words)
-                name = _text(variable)
-                raw = _text(node)[:40]
+                name = self._src(variable)
+                raw = self._src(node)[:40]
                 if static:
                     # Every value is judged (`for y in 1 'a[$(cmd)]'` feeds arithmetic).
                     self.assignments.extend(
@@ -869,7 +914,7 @@ class _Walker:
         elif kind == "expansion":
             self._expansion(node)
         if kind in ("raw_string", "string", "word") and in_eval:
-            word = _word(node)
+            word = _word(node, self.data, self.text)
             if word.value is not None and ("$(" in word.value or "`" in word.value):
                 self.evaluated.append(word.value)
         if kind == "compound_statement" and node.child_count and _kind(node.children[0]) == "((":
@@ -921,7 +966,9 @@ class _Walker:
                     text = source[start:stop]
                 else:
                     text = data[start:stop].decode("utf-8", "surrogateescape")
-                args.append(_plain_word(text) if _is_plain(text) else _word(child))
+                args.append(
+                    _plain_word(text) if _is_plain(text) else _word(child, self.data, self.text)
+                )
                 if not shallow or "`" in text or "$(" in text:
                     nested.append(child)
                 if split is None:
@@ -946,11 +993,17 @@ class _Walker:
                         text = source[start:stop]
                     else:
                         text = data[start:stop].decode("utf-8", "surrogateescape")
-                    name = _plain_word(text) if _is_plain(text) else _word(word)
+                    name = (
+                        _plain_word(text) if _is_plain(text) else _word(word, self.data, self.text)
+                    )
                     if "`" in text or "$(" in text:
                         nested.append(child)
                     continue
-                name = _word(inner[0]) if inner else _word(child)
+                name = (
+                    _word(inner[0], self.data, self.text)
+                    if inner
+                    else _word(child, self.data, self.text)
+                )
                 nested.append(child)
             elif kind == "variable_assignment":
                 prefix.append(self._make_assignment(child, "prefix"))
@@ -960,7 +1013,7 @@ class _Walker:
                 nested.append(child)
                 late.extend(_words_after_redirect(child))
             else:
-                args.append(_word(child))
+                args.append(_word(child, self.data, self.text))
                 nested.append(child)
         self.assignments.extend(prefix)
         self.redirects.extend(redirects)
@@ -975,12 +1028,17 @@ class _Walker:
                     if split is not None:
                         break
         if split is not None and self.error is None:
-            self.error = f"the parser and bash split words differently near {_text(split)[:40]!r}"
+            self.error = (
+                f"the parser and bash split words differently near {self._src(split)[:40]!r}"
+            )
         if late:
             # `cat >/dev/null /etc/shadow`: tree-sitter hangs the words after a redirection
             # on the redirection; to bash they are the command's arguments (found by the
             # differential test). Put them back, in source order.
-            args = [_word(w) for w in sorted([*arg_nodes(node), *late], key=_start)]
+            args = [
+                _word(w, self.data, self.text)
+                for w in sorted([*arg_nodes(node), *late], key=_start)
+            ]
         if name is not None:
             fn = self.fn_stack[-1] if self.fn_stack else None
             if name.value is not None and name.value in self.fn_stack:
@@ -1033,7 +1091,7 @@ class _Walker:
 
     def _leaf_text(self, node: Node, depth: int) -> None:
         """Parse backtick substitutions the grammar left inside a leaf's text."""
-        text = _text(node)
+        text = self._src(node)
         if "`" in text:
             self._backticks(text, depth)
         elif "$(" in text and _kind(node) != "string_content":
@@ -1043,7 +1101,7 @@ class _Walker:
     def _heredoc_body(self, node: Node, depth: int) -> None:
         """Backticks in an unquoted here-doc body run commands; the grammar skips them."""
         start = next((c for c in node.children if _kind(c) == "heredoc_start"), None)
-        if start is None or any(q in _text(start) for q in "'\"\\"):
+        if start is None or any(q in self._src(start) for q in "'\"\\"):
             return  # a quoted delimiter: the body is literal
         for child in node.children:
             if _kind(child) != "heredoc_body":
@@ -1121,16 +1179,16 @@ class _Walker:
     def _arithmetic_names(self, node: Node) -> None:
         """Record the variables an arithmetic context reads (not inside substitutions),
         and the ones it assigns."""
-        self._arithmetic_assigns(_text(node))
+        self._arithmetic_assigns(self._src(node))
         stack = [node]
         while stack:
             current = stack.pop()
             kind = _kind(current)
             if kind in ("variable_name", "special_variable_name"):
-                self.arithmetic.append(_text(current))
-            elif kind == "word" and _VARIABLE.match(_text(current)):
+                self.arithmetic.append(self._src(current))
+            elif kind == "word" and _VARIABLE.match(self._src(current)):
                 # A bare name in `$(( ))` (`x` in `i<x`) is a word to the grammar.
-                self.arithmetic.append(_text(current))
+                self.arithmetic.append(self._src(current))
             elif kind not in ("command_substitution", "process_substitution"):
                 stack.extend(current.named_children)
 
@@ -1151,12 +1209,12 @@ class _Walker:
             current = stack.pop()
             if _kind(current) == "unary_expression":
                 operator = current.child_by_field_name("operator")
-                if operator is not None and _text(operator) in ("-v", "-R"):
+                if operator is not None and self._src(operator) in ("-v", "-R"):
                     self._arithmetic_names(current)
                     continue
             if _kind(current) == "binary_expression":
                 operator = current.child_by_field_name("operator")
-                if operator is not None and _text(operator) in _ARITHMETIC_TESTS:
+                if operator is not None and self._src(operator) in _ARITHMETIC_TESTS:
                     self._arithmetic_names(current)
                     continue
             if _kind(current) not in ("command_substitution", "process_substitution"):
@@ -1170,34 +1228,35 @@ class _Walker:
             # `${!x}` dereferences the name held in x: a name like a[$(cmd)] runs cmd.
             name_node = node.children[2]
             if _kind(name_node) == "variable_name":
-                self.arithmetic.append(_text(name_node))
+                self.arithmetic.append(self._src(name_node))
         if any(a == "@" and b == "P" for a, b in zip(kinds, kinds[1:], strict=False)):
             # `${x@P}` expands x as a prompt string, running the $(...) in its value.
-            self.evaluated.append(_text(node))
+            self.evaluated.append(self._src(node))
         names = [c for c in node.named_children if _kind(c) == "variable_name"]
         if ":" in kinds:
-            substring = _SUBSTRING.match(_text(node))
+            substring = _SUBSTRING.match(self._src(node))
             if substring is not None:
                 self._arithmetic_assigns(substring.group(1))
         if len(names) > 1 and ":" in kinds:
             for extra in names[1:]:
-                self.arithmetic.append(_text(extra))
+                self.arithmetic.append(self._src(extra))
         name: str | None = None
         for child in node.children:
             if _kind(child) == "variable_name" and name is None:
-                name = _text(child)
+                name = self._src(child)
             elif _kind(child) in ("=", ":=") and name is not None:
-                self.assignments.append(_new_assignment(name, None, _text(node), "statement"))
+                self.assignments.append(_new_assignment(name, None, self._src(node), "statement"))
                 return
 
     def _declaration(self, node: Node, depth: int) -> None:
         children = node.children
         keyword = children[0] if children else node
-        name = _new_word(_text(keyword), _text(keyword), False, False, False, None, None)
+        name = _new_word(self._src(keyword), self._src(keyword), False, False, False, None, None)
         args: list[Word] = []
         declares = _kind(node) == "declaration_command"
-        exports = _text(keyword) == "export" or any(
-            _kind(c) == "word" and _text(c).startswith("-") and "x" in _text(c) for c in children
+        exports = self._src(keyword) == "export" or any(
+            _kind(c) == "word" and self._src(c).startswith("-") and "x" in self._src(c)
+            for c in children
         )
         kind = "export" if exports else "declare"
         for child in children[1:]:
@@ -1205,7 +1264,9 @@ class _Walker:
                 continue
             if _kind(child) == "variable_name" and declares:
                 # `export LD_PRELOAD` exports a value set elsewhere (e.g. `${X:=...}`).
-                self.assignments.append(_new_assignment(_text(child), None, _text(node), kind))
+                self.assignments.append(
+                    _new_assignment(self._src(child), None, self._src(node), kind)
+                )
             if _kind(child) == "variable_assignment":
                 assignment = self._make_assignment(child, kind)
                 self.assignments.append(assignment)
@@ -1214,12 +1275,12 @@ class _Walker:
                     if "$(" in text or "`" in text:
                         self.evaluated.append(text)
             if _kind(child) == "variable_assignment":
-                args.append(_assign_word(child))
+                args.append(_assign_word(child, self.data, self.text))
             elif _kind(child) == "variable_name":
-                text = _text(child)  # `unset f`, `export X`: a name, not an expansion
+                text = self._src(child)  # `unset f`, `export X`: a name, not an expansion
                 args.append(_new_word(text, text, False, False, False, None, None))
             else:
-                args.append(_word(child))
+                args.append(_word(child, self.data, self.text))
         fn = self.fn_stack[-1] if self.fn_stack else None
         self.commands.append(_new_command(name, tuple(args), (), (), fn))
         self._scan(node, depth + 1)
@@ -1236,16 +1297,16 @@ class _Walker:
     def _make_assignment(self, node: Node, kind: str = "statement") -> Assignment:
         name_node = node.child_by_field_name("name")
         value_node = node.child_by_field_name("value")
-        name = _text(name_node) if name_node is not None else ""
+        name = self._src(name_node) if name_node is not None else ""
         if name_node is not None and _kind(name_node) == "subscript":
             base = name_node.child_by_field_name("name")
-            name = _text(base) if base is not None else name
+            name = self._src(base) if base is not None else name
         if not _VARIABLE.match(name) and self.error is None:
             # tree-sitter takes `--o=v` for an assignment; to bash it is a command word
             # (`ls &--o=v` runs `--o=v`; found by the differential test).
-            self.error = f"{_text(node)[:40]!r} is not an assignment to bash (not a name)"
-        value = _word(value_node) if value_node is not None else None
-        return _new_assignment(name, value, _text(node), kind)
+            self.error = f"{self._src(node)[:40]!r} is not an assignment to bash (not a name)"
+        value = _word(value_node, self.data, self.text) if value_node is not None else None
+        return _new_assignment(name, value, self._src(node), kind)
 
     def _make_redirects(self, node: Node) -> list[Redirect]:
         kind = _kind(node)
@@ -1253,12 +1314,12 @@ class _Walker:
             for child in node.children:
                 if child.is_named and _kind(child) not in _HEREDOC_PARTS and self.error is None:
                     self.error = (
-                        f"words after a here-document operator: {_text(child)[:40]!r} "
+                        f"words after a here-document operator: {self._src(child)[:40]!r} "
                         "(bash passes them to the command; the parser cannot place them)"
                     )
                 if _kind(child) == "heredoc_start" and self.error is None:
-                    if any(c in _DELIMITER_BAD for c in _text(child)):
-                        self.error = f"unusual here-document delimiter {_text(child)[:40]!r}"
+                    if any(c in _DELIMITER_BAD for c in self._src(child)):
+                        self.error = f"unusual here-document delimiter {self._src(child)[:40]!r}"
                     row = child.start_point[0]
                     seen = self.heredoc_rows.setdefault(row, child.start_byte)
                     if seen != child.start_byte:
@@ -1280,11 +1341,11 @@ class _Walker:
         for child in node.children:
             ctype = _kind(child)
             if ctype == "file_descriptor":
-                fd = _text(child)
+                fd = self._src(child)
             elif not child.is_named:
                 op = op or ctype
             elif target is None:
-                target = _word(child)
+                target = _word(child, self.data, self.text)
         return [_new_redirect(op, fd, target)]
 
     def _redirect(self, node: Node, depth: int) -> None:
@@ -1295,7 +1356,7 @@ class _Walker:
 
     def _function(self, node: Node, depth: int) -> None:
         name_node = node.child_by_field_name("name")
-        name = _text(name_node) if name_node is not None else ""
+        name = self._src(name_node) if name_node is not None else ""
         self.functions.append(name)
         self.fn_stack.append(name)
         try:
@@ -1356,7 +1417,7 @@ def _split_step(
     return stop, None
 
 
-_WORD_REDIRECTS = frozenset({"file_redirect", "herestring_redirect"})
+_WORD_REDIRECTS: Final = frozenset({"file_redirect", "herestring_redirect"})
 
 
 def _blank_inside(node: Node, data: bytes) -> bool:
@@ -1453,15 +1514,15 @@ def _uncovered(node: Node) -> str | None:
     return None
 
 
-def _assign_word(node: Node) -> Word:
+def _assign_word(node: Node, data: bytes, source: str | None) -> Word:
     """An ``export NAME=value`` argument as one word (its value may be dynamic)."""
     value_node = node.child_by_field_name("value")
     if value_node is None:
-        text = _text(node)
+        text = _slice(node, data, source)
         return _new_word(text, text, False, False, False, None, None)
-    value = _word(value_node)
-    text = _text(node)
-    prefix = text[: len(text) - len(_text(value_node))]
+    value = _word(value_node, data, source)
+    text = _slice(node, data, source)
+    prefix = text[: len(text) - len(_slice(value_node, data, source))]
     return Word(
         text,
         prefix + value.value if value.value is not None else None,
@@ -1492,7 +1553,9 @@ def _first_error(node: Node) -> str:
 # Neither belongs in a shell command (planes 3-16 are unassigned, private-use or invisible
 # tag characters used to smuggle text), so such input is refused before it is parsed.
 # (Built with chr(): a surrogate in a literal cannot be compiled by mypyc, `make native`.)
-_UNPARSEABLE_CHARS = re.compile(f"[{chr(0xD800)}-{chr(0xDFFF)}{chr(0x30000)}-{chr(0x10FFFF)}]")
+_UNPARSEABLE_CHARS: Final = re.compile(
+    f"[{chr(0xD800)}-{chr(0xDFFF)}{chr(0x30000)}-{chr(0x10FFFF)}]"
+)
 
 # Control characters (EXE-8a). bash reads only space, TAB and newline as blanks: CR, FF,
 # VT and every other C0 control character and DEL are ordinary word characters to it
@@ -1503,9 +1566,9 @@ _UNPARSEABLE_CHARS = re.compile(f"[{chr(0xD800)}-{chr(0xDFFF)}{chr(0x30000)}-{ch
 # `printf '\t'` spell them), so all of them but TAB and newline are refused before
 # parsing, whatever the position (in quotes too: one rule, no guessing of contexts).
 # DEL and \x01 are also bash's own internal quoting markers (CTLNUL, CTLESC).
-_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL_CHARS: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
-_CONTROL_NAMES = {
+_CONTROL_NAMES: Final = {
     0: "NUL",
     0x0B: "VT (vertical tab)",
     0x0C: "FF (form feed)",
@@ -1580,7 +1643,7 @@ def parse_here(source: str) -> ParsedScript:
 # Unicode blanks and invisible characters (EXE-8a): bash reads them as word characters,
 # tree-sitter-bash as blanks at the start of a word (`c1 \u2028-x` is one word `\u2028-x` to
 # bash and an option `-x` to the grammar; found by the differential test). Refused.
-_UNICODE_BLANKS = re.compile(
+_UNICODE_BLANKS: Final = re.compile(
     "[\x85\xa0\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064\u3000\ufeff]"
 )
 
@@ -1603,13 +1666,13 @@ def _refused_characters(source: str) -> ParsedScript | None:
     )  # fmt: skip
 
 
-_ESCAPED_BLANK = re.compile(rb"\\[ \t]")
+_ESCAPED_BLANK: Final = re.compile(rb"\\[ \t]")
 
 # (Substring tests on bytes use find(), not `in`: CPython's bytes `in` first tries its
 # operand as an integer, and formats a TypeError it then discards.)
 
 # Nodes inside which an escaped blank is text bash and the grammar agree on.
-_TEXT_NODES = frozenset(
+_TEXT_NODES: Final = frozenset(
     {
         "word",
         "string",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
+from typing import Final
 
 from stockade.executor import globs
 from stockade.executor.bash import lists
@@ -26,12 +27,12 @@ def compile_globs(patterns: tuple[str, ...]) -> GlobSet:
     return globs.compile_globs(patterns)
 
 
-SECRET_BASENAMES = re.compile(
+SECRET_BASENAMES: Final = re.compile(
     "(?:" + "|".join(fnmatch.translate(p) for p in lists.CREDENTIAL_BASENAMES) + ")"
 )
 
 
-MAX_BRACE_ITEMS = 64
+MAX_BRACE_ITEMS: Final = 64
 
 
 def brace_expand(value: str) -> list[str] | None:

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.braces import MAX_BRACE_GROUPS, MAX_BRACE_WORDS
@@ -47,21 +48,38 @@ from stockade.executor.paths import PathDecision, PathSandbox
 
 __all__ = ["SimpleCommand", "WalkContext", "Walker"]
 
+# The tables of lists.py read while judging every command, bound once as Finals: mypyc reads
+# a Final of this module as a C static, where ``lists.NAME`` looks the name up on the module
+# object each time (PERF-4a).
+_CREDENTIAL_BASENAMES: Final = lists.CREDENTIAL_BASENAMES
+_DENY_COMMANDS: Final = lists.DENY_COMMANDS
+_EVAL_COMMANDS: Final = lists.EVAL_COMMANDS
+_INTERPRETERS: Final = lists.INTERPRETERS
+_NETWORK_COMMANDS: Final = lists.NETWORK_COMMANDS
+_PACKAGE_MANAGERS: Final = lists.PACKAGE_MANAGERS
+_SAFE_COMMANDS: Final = lists.SAFE_COMMANDS
+_SAFE_DEVICES: Final = lists.SAFE_DEVICES
+_SHELLS: Final = lists.SHELLS
+_SYSTEM_BIN_DIRS: Final = lists.SYSTEM_BIN_DIRS
+_VARIABLE_BUILTINS: Final = lists.VARIABLE_BUILTINS
+_WRAPPERS: Final = lists.WRAPPERS
+_WRITE_COMMANDS: Final = lists.WRITE_COMMANDS
+
 # A glob inside the roots is expanded to check what it really names (a symlink planted in
 # the workspace); past this many matches the command is asked about instead.
-_MAX_GLOB_MATCHES = 256
+_MAX_GLOB_MATCHES: Final = 256
 # ... and at most this many globs are expanded per command line (bounds the time taken).
-_MAX_GLOBS = 32
+_MAX_GLOBS: Final = 32
 # Working directories a line may change into (`cd`, `pushd`, `git -C` ...) and still have
 # every later relative path judged from each of them. Every path is judged once per
 # directory, so without a bound `cd d; cat f; cd d; cat f; ...` costs the square of the
 # line's length (cubed: each directory is deeper), minutes within MAX_COMMAND_CHARS; past
 # the bound the line is asked about (bypass-immune), never allowed unchecked.
-_MAX_BASES = 8
+_MAX_BASES: Final = 8
 # (glob, written path) pairs compared by created_then_globbed: each glob against each
 # write is the square of the line's length (`touch n1 ... n3000; ls x*1 ... x*3000` took
 # minutes); past the bound the line is asked about, bypass-immune.
-_MAX_GLOB_WRITE_PAIRS = 4096
+_MAX_GLOB_WRITE_PAIRS: Final = 4096
 
 
 def _jobs_command(args: list[Word]) -> list[Word]:
@@ -79,15 +97,17 @@ def _jobs_command(args: list[Word]) -> list[Word]:
     return []
 
 
-_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SIMPLE_REFERENCE = re.compile(r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?')
-_MAX_VARIANTS = 16
-_NO_WILDCARD = frozenset("*?[")
-_WILDCARD = re.compile(r"[*?\[]")
+_VAR_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SIMPLE_REFERENCE: Final = re.compile(
+    r'"?\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})"?'
+)
+_MAX_VARIANTS: Final = 16
+_NO_WILDCARD: Final = frozenset("*?[")
+_WILDCARD: Final = re.compile(r"[*?\[]")
 # Reserved words that end or continue a compound command: never a simple command's name
 # to bash when unquoted in command position (`{`, `if`, `while` … start compound
 # commands the grammar parses as such; these it reads as names only when it misparses).
-_RESERVED_WORDS = frozenset({"}", "do", "done", "then", "fi", "elif", "else", "esac", "in"})
+_RESERVED_WORDS: Final = frozenset({"}", "do", "done", "then", "fi", "elif", "else", "esac", "in"})
 
 
 def _may_match(written: str, pattern: str, directory: str) -> bool:
@@ -493,7 +513,7 @@ class Walker:
         if "/" in value:
             base = value.rstrip("/").rsplit("/", 1)[-1]
             directory = os.path.dirname(value) or "/"
-            return base, os.path.normpath(directory) not in lists.SYSTEM_BIN_DIRS
+            return base, os.path.normpath(directory) not in _SYSTEM_BIN_DIRS
         return value, False
 
     def record(self, name: str, args: Sequence[Word]) -> None:
@@ -524,8 +544,8 @@ class Walker:
                     self.record(word_text(inner[0]), inner[1:])
                     return
                 (name, by_path), args = resolved, inner[1:]
-        while name in lists.WRAPPERS and not by_path:
-            spec = lists.WRAPPERS[name]
+        while name in _WRAPPERS and not by_path:
+            spec = _WRAPPERS[name]
             if spec.assignments:
                 # `env -i GIT_TRACE=/path git status`: the file the variable names (EXE-8e).
                 skip = False
@@ -559,7 +579,7 @@ class Walker:
 
     def unwrap(self, name: str, args: list[Word]) -> tuple[list[Word], bool] | None:
         """The wrapped command's words ([] for the wrapper alone); None after a DENY."""
-        spec = lists.WRAPPERS[name]
+        spec = _WRAPPERS[name]
         if name == "setsid":
             # A new session leaves the call's process group: the executor's group kill on
             # timeout or cancel no longer reaches it.
@@ -677,16 +697,16 @@ class Walker:
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, stdin_args: bool
     ) -> None:
         """Hand ``name args`` to the judge of its program family."""
-        if name in lists.VARIABLE_BUILTINS and not by_path:
+        if name in _VARIABLE_BUILTINS and not by_path:
             if not variables.builtin(self, name, args):
                 return
-        if name in lists.SHELLS:
+        if name in _SHELLS:
             self.deny(f"{name} spawns a shell, whose commands cannot be checked (EXE-6)")
-        elif name in lists.EVAL_COMMANDS:
+        elif name in _EVAL_COMMANDS:
             interpreters.eval_command(self, name, args)
-        elif name in lists.DENY_COMMANDS:
-            self.deny(lists.DENY_COMMANDS[name])
-        elif name in lists.NETWORK_COMMANDS:
+        elif name in _DENY_COMMANDS:
+            self.deny(_DENY_COMMANDS[name])
+        elif name in _NETWORK_COMMANDS:
             self.scan_credentials(args)
             writes.output_options(self, name, args)  # `curl -o ~/.bashrc URL` (EXE-8e)
             if name in ("rsync", "scp", "sftp") and args:
@@ -695,7 +715,7 @@ class Walker:
                 last = operands[-1] if len(operands) >= 2 else None
                 if last is not None and last.value is not None and ":" not in last.value:
                     self.path(last, write=True, what=f"{name} copies to")
-            self.network(f"{name} {lists.NETWORK_COMMANDS[name]}")
+            self.network(f"{name} {_NETWORK_COMMANDS[name]}")
         elif by_path:
             self.scan_credentials(args)
             self.effect(f"runs the program {name!r} from a path, which can do anything")
@@ -709,17 +729,17 @@ class Walker:
                     "high",
                 )
             git.judge(self, args)
-        elif name in lists.INTERPRETERS:
+        elif name in _INTERPRETERS:
             interpreters.interpreter(self, name, args, raw)
         elif name in self.functions:
             pass  # the function's body is judged where it is defined
-        elif name in lists.SAFE_COMMANDS:
-            readers.judge(self, name, lists.SAFE_COMMANDS[name], args, stdin_args)
-        elif name in lists.WRITE_COMMANDS:
+        elif name in _SAFE_COMMANDS:
+            readers.judge(self, name, _SAFE_COMMANDS[name], args, stdin_args)
+        elif name in _WRITE_COMMANDS:
             if stdin_args:
                 self.effect(f"{name} gets its targets from stdin (xargs)", "high", immune=True)
-            writes.judge(self, name, lists.WRITE_COMMANDS[name], args)
-        elif name in lists.PACKAGE_MANAGERS:
+            writes.judge(self, name, _WRITE_COMMANDS[name], args)
+        elif name in _PACKAGE_MANAGERS:
             self.scan_credentials(args)
             writes.output_options(self, name, args)  # `gcc -o /usr/local/bin/x`, `pip -t DIR`
             interpreters.package_manager(self, name, args)
@@ -821,7 +841,7 @@ class Walker:
             else:
                 self.ask(f"reads a path only known at run time ({word.text})", immune=True)
             return None
-        if value in ("-", "") or value in lists.SAFE_DEVICES:
+        if value in ("-", "") or value in _SAFE_DEVICES:
             return None
         if value.startswith(("/dev/tcp/", "/dev/udp/")):
             # bash itself opens a socket for these names: a redirection is a connection.
@@ -855,7 +875,7 @@ class Walker:
                 self.deny(f"reads {value}, which policy denies reading")
                 return None
             if decision.root is not None and not self.sandbox.inside_cwd(resolved):
-                if matches_basename(resolved, lists.CREDENTIAL_BASENAMES):
+                if matches_basename(resolved, _CREDENTIAL_BASENAMES):
                     self.deny(f"touches {value}, a secrets file outside the workspace")
                     return None
             if write:
