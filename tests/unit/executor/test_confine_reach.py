@@ -462,3 +462,55 @@ async def test_host_system_v_ipc_is_out_of_reach(launcher: Launcher, tmp_path: P
         assert "private IPC namespace" in _layer(outcome, "mount_mask")[1]
     finally:
         libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+# A key in the kernel keyring of the command's uid (`@u`: shared by every process of that
+# uid on the host; Kerberos tickets, fscrypt keys, tokens a service parked there). keyctl
+# takes no path: neither Landlock nor the masks govern it.
+_KEY_PROBE = (
+    "python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); "
+    'k=l.syscall(250 if __import__("os").uname().machine == "x86_64" else 219, '
+    '10, -4, b"user", b"{name}", 0); print("KEY", k, ctypes.get_errno()); '
+    "b=ctypes.create_string_buffer(64); "
+    'n=l.syscall(250 if __import__("os").uname().machine == "x86_64" else 219, 11, k, b, 64) '
+    'if k > 0 else -1; print("READ", b.raw[:max(n, 0)])\''
+)
+
+
+async def test_kernel_keyrings_of_the_uid_are_out_of_reach(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    import ctypes
+
+    machine = os.uname().machine
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    name = f"stockade-test-{os.getpid()}"
+    secret = b"keyring-secret!"
+    key = libc.syscall(add_key, b"user", name.encode(), secret, len(secret), -4)  # @u
+    assert key > 0, os.strerror(ctypes.get_errno())
+    try:
+        # The host's own view: any process of this uid finds and reads it.
+        on_host = subprocess.run(
+            ["bash", "-c", _KEY_PROBE.format(name=name)], capture_output=True, text=True
+        )
+        assert "keyring-secret!" in on_host.stdout, on_host.stdout + on_host.stderr
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        policy = ConfinementPolicy(readable_roots=(str(ws),), writable_roots=(str(ws),))
+        outcome = await launcher.run(
+            _KEY_PROBE.format(name=name), cwd=str(ws), policy=policy, timeout_s=60
+        )
+        assert "KEY -1 1" in outcome.stdout, outcome.stdout + outcome.stderr  # EPERM
+        assert "keyring-secret!" not in outcome.stdout
+        assert _layer(outcome, "seccomp")[0]
+        # Ordinary programs still run under the filter.
+        ordinary = await launcher.run(
+            "python3 -c 'print(sum(range(10)))' && git --version && ls /usr",
+            cwd=str(ws),
+            policy=policy,
+            timeout_s=60,
+        )
+        assert ordinary.exit_code == 0 and "45" in ordinary.stdout, ordinary.stderr
+    finally:
+        libc.syscall(keyctl, 9, key, -4)  # KEYCTL_UNLINK from @u

@@ -178,3 +178,81 @@ def has_effective_capability(cap: int) -> bool:
 
 CAP_SYS_ADMIN = 21
 CAP_SETPCAP = 8
+
+
+# --- seccomp: the kernel keyrings ------------------------------------------------------
+#
+# keyctl(2), add_key(2) and request_key(2) reach the keyrings of the command's uid (the
+# user keyring `@u` is shared by every process of that uid on the host: Kerberos tickets,
+# fscrypt/ecryptfs keys, tokens a service parked there); no path is involved, so neither
+# Landlock nor the mount masks govern them. A small classic-BPF seccomp filter refuses
+# them (EPERM) and kills any syscall of a foreign ABI (x32, i386), whose numbers differ.
+
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+_SECCOMP_RET_KILL_PROCESS = 0x80000000
+_SECCOMP_RET_ERRNO = 0x00050000
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_X32_SYSCALL_BIT = 0x40000000
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_JGE_K = 0x35
+_BPF_RET_K = 0x06
+
+# machine -> (AUDIT_ARCH_*, add_key, request_key, keyctl)
+_KEYRING_SYSCALLS: dict[str, tuple[int, int, int, int]] = {
+    "x86_64": (0xC000003E, 248, 249, 250),
+    "aarch64": (0xC00000B7, 217, 218, 219),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def keyring_filter_supported() -> bool:
+    """Whether :func:`deny_keyring_syscalls` knows this machine's syscall numbers."""
+    return os.uname().machine in _KEYRING_SYSCALLS
+
+
+def deny_keyring_syscalls() -> None:
+    """Install the seccomp filter (needs no_new_privs; inherited by every child, for
+    good). Raises ``OSError`` when the machine is unknown or the kernel refuses."""
+    spec = _KEYRING_SYSCALLS.get(os.uname().machine)
+    if spec is None:
+        raise OSError(0, f"no seccomp filter for {os.uname().machine}")
+    arch, add_key, request_key, keyctl = spec
+    program = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ_K, 1, 0, arch),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_KILL_PROCESS),
+        (_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        (_BPF_JGE_K, 0, 1, _X32_SYSCALL_BIT),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_KILL_PROCESS),
+        (_BPF_JEQ_K, 3, 0, add_key),
+        (_BPF_JEQ_K, 2, 0, request_key),
+        (_BPF_JEQ_K, 1, 0, keyctl),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | 1),  # EPERM
+    ]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*f) for f in program))
+    prog = _SockFprog(len(program), filters)
+    _check(
+        _libc.prctl(
+            ctypes.c_int(PR_SET_SECCOMP),
+            ctypes.c_ulong(SECCOMP_MODE_FILTER),
+            ctypes.c_ulong(ctypes.addressof(prog)),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        "prctl(PR_SET_SECCOMP)",
+    )

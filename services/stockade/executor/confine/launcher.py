@@ -44,6 +44,7 @@ from stockade.executor.confine.policy import (
     PIDS_CGROUP,
     PROCESS_GROUP,
     RLIMITS,
+    SECCOMP,
     Layer,
     Rlimits,
 )
@@ -155,6 +156,17 @@ class LauncherServer:
                 self.memory_root = None
             layers.append(Layer(MEMORY_CGROUP, False, f"unavailable: {exc.strerror or exc}"))
         layers.append(Layer(NO_NEW_PRIVS, True, "prctl(PR_SET_NO_NEW_PRIVS)"))
+        seccomp = self._off(SECCOMP) or _try_seccomp()
+        layers.append(
+            Layer(
+                SECCOMP,
+                seccomp is None,
+                "keyctl, add_key, request_key refused (the kernel keyrings of the uid), "
+                "foreign syscall ABIs killed"
+                if seccomp is None
+                else f"unavailable: {seccomp}",
+            )
+        )
         drop_caps = not self._off(CAPABILITIES) and kernel.has_effective_capability(
             kernel.CAP_SETPCAP
         )
@@ -226,6 +238,7 @@ class LauncherServer:
             empty_file=empty,
             inactive=tuple((x.name, x.detail) for x in layers if not x.active),
             ipc_namespace=ipcns,
+            seccomp=seccomp is None,
         )
 
     def _off(self, layer: str) -> str | None:
@@ -537,6 +550,30 @@ def _try_pid_namespace() -> str | None:
     return None if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "not pid 1"
 
 
+def _try_seccomp() -> str | None:
+    """None if a forked child can install the keyring seccomp filter, else why not."""
+    if not kernel.keyring_filter_supported():
+        return f"no filter for {os.uname().machine}"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            kernel.set_no_new_privs()
+            kernel.deny_keyring_syscalls()
+            os.write(w, b"ok")
+        except OSError as exc:
+            os.write(w, f"seccomp: {exc.strerror or exc}".encode())
+        os._exit(0)
+    os.close(w)
+    answer = b""
+    while chunk := os.read(r, 256):
+        answer += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return None if answer == b"ok" else answer.decode(errors="replace") or "probe failed"
+
+
 def _try_mount_namespace() -> tuple[str | None, bool]:
     """(None if a forked child can get a private mount namespace, else why not; whether
     it can also get a private IPC namespace: without one a command reaches the System V
@@ -586,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
             NETNS,
             LANDLOCK,
             MOUNT_MASK,
+            SECCOMP,
         ],
         help="do not use this layer (reported inactive)",
     )

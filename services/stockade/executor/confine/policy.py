@@ -12,6 +12,7 @@ RLIMITS = "rlimits"
 PIDS_CGROUP = "pids_cgroup"
 MEMORY_CGROUP = "memory_cgroup"
 NO_NEW_PRIVS = "no_new_privs"
+SECCOMP = "seccomp"
 CAPABILITIES = "capabilities"
 NETNS = "netns"
 LANDLOCK = "landlock"
@@ -25,6 +26,7 @@ LAYER_NAMES: tuple[str, ...] = (
     PIDS_CGROUP,
     MEMORY_CGROUP,
     NO_NEW_PRIVS,
+    SECCOMP,
     CAPABILITIES,
     NETNS,
     LANDLOCK,

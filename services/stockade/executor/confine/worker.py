@@ -42,6 +42,7 @@ from stockade.executor.confine.policy import (
     PIDS_CGROUP,
     PROCESS_GROUP,
     RLIMITS,
+    SECCOMP,
     ConfinementPolicy,
     Layer,
 )
@@ -97,6 +98,8 @@ class Plan:
     """(layer, why) for every layer the launcher found unavailable or was told not to use."""
     ipc_namespace: bool = False
     """Give each worker a private IPC namespace too (with the mount namespace)."""
+    seccomp: bool = False
+    """Install the keyring seccomp filter before the command (kernel.deny_keyring_syscalls)."""
 
     def why(self, layer: str) -> str:
         """Why ``layer`` is inactive on this host."""
@@ -595,6 +598,12 @@ def _confine(
     # 4. no_new_privs, then Landlock (which requires it without CAP_SYS_ADMIN).
     kernel.set_no_new_privs()
     layers.append(Layer(NO_NEW_PRIVS, True, "exec cannot gain privileges (setuid, file caps)"))
+    if plan.seccomp:
+        # The kernel keyrings of the uid are reached without a path (keyctl): refused.
+        kernel.deny_keyring_syscalls()
+        layers.append(Layer(SECCOMP, True, "keyctl, add_key, request_key refused"))
+    else:
+        layers.append(Layer(SECCOMP, False, plan.why(SECCOMP)))
     ruleset = prepared.rulesets.get(not policy.network_enabled)
     if ruleset is not None:
         everything = landlock.fs_rights(plan.landlock_abi)
