@@ -108,6 +108,13 @@ PIECES = [
     "$i",
     '"$i"',
     "${i}",
+    # `{NAME}` right before a redirection: bash stores the descriptor in NAME, it is no
+    # argument (found by a red-team pass, session 7).
+    "{v}>/dev/null",
+    "{v}<<<w",
+    "{a[1]}>&2",
+    " == ",
+    " =~ ",
 ]
 
 SEPARATORS = [" ; ", "\n", " && ", " || ", " | ", ";", "\n\n", " \\\n; "]
@@ -249,6 +256,7 @@ HANDWRITTEN = [
     "c1 $(c2 in) `c3 bq`",
     "c1 {{a,b},{c,d}}e {z..x} {01..3}",
     "c1 {{a,b} a{b,c",  # an unclosed `{` is literal, the next one may open a list
+    "c1 == x =~ y",  # the grammar took `==`/`=~` for operators and dropped them
 ]
 
 
@@ -273,6 +281,10 @@ def test_handwritten_words_match_bash(script: str, places: tuple[Path, Path, Pat
         "c1 { {",  # one word `{ {` to tree-sitter, two to bash
         "c1 &--o=v",  # an assignment to tree-sitter, a command to bash
         "c2 `c1 \\\\ a`",  # inside backticks `\\ ` is `\ `: a word of its own
+        "c1 {v}>/dev/null",  # no argument to bash: v is set to the new descriptor
+        "c1 a {v}<<<w",
+        "c1 {a[1]}>&2",
+        "c1 =~{v}",  # one word to bash; an operator and a word to the grammar
     ],
 )
 def test_divergences_found_by_the_fuzzer_are_refused(

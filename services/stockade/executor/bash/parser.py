@@ -757,6 +757,13 @@ _NOT_WORDS: Final = frozenset(
 
 _DELIMITER_BAD: Final = frozenset(";|&<>()` \t$\n")
 
+# `{NAME}` (or `{NAME[SUBSCRIPT]}`) written right before a redirection operator: bash
+# opens the file on a new descriptor and assigns its number to NAME (bash's lexer makes
+# it a REDIR_WORD), so `ls {PATH}<f` sets PATH=10 and the next `ls` runs ./10/ls, and a
+# subscript is evaluated as arithmetic (`{a[y]}<f` with y='a[$(cmd)]' runs cmd). The
+# grammar reads the word as an argument. Matched on the source just before the operator.
+_FD_VARIABLE: Final = re.compile(rb"(?:\A|[\s;&|()<>`])\{[A-Za-z_][A-Za-z0-9_]*(?:\[[^\n]*\])?\}\Z")
+
 # Nodes the command walker records itself: only their insides need scanning.
 _RECORDED: Final = _REDIRECT_NODES | {"command_name", "variable_assignment"}
 
@@ -955,6 +962,7 @@ class _Walker:
         # where the last word ended, and the first child bash splits or joins.
         end = -1
         split: Node | None = None
+        operators = False
         for child in node.children:
             kind = _kind(child)
             if kind == "word":
@@ -977,6 +985,17 @@ class _Walker:
             if kind == "comment":
                 continue
             if not child.is_named:
+                if kind == "==" or kind == "=~":
+                    # tree-sitter takes `==` / `=~` after a command name for an operator
+                    # and drops it; bash passes it as an argument (`uniq == F` writes F:
+                    # uniq IN OUT). Kept as the word it is; glued to a neighbour (`=~{v}`
+                    # is one word to bash) the split check below refuses it.
+                    args.append(_plain_word(kind))
+                    operators = True
+                    if split is None:
+                        end, split = _split_step(
+                            child, kind, child.start_byte, child.end_byte, "", end, data
+                        )
                 # tree-sitter splits `$"..."` into `$` and a string; bash drops the `$`.
                 continue
             if split is None:
@@ -1031,6 +1050,8 @@ class _Walker:
             self.error = (
                 f"the parser and bash split words differently near {self._src(split)[:40]!r}"
             )
+        if late and operators and self.error is None:
+            self.error = "an `==` or `=~` word among words after a redirection"
         if late:
             # `cat >/dev/null /etc/shadow`: tree-sitter hangs the words after a redirection
             # on the redirection; to bash they are the command's arguments (found by the
@@ -1310,6 +1331,18 @@ class _Walker:
 
     def _make_redirects(self, node: Node) -> list[Redirect]:
         kind = _kind(node)
+        start = node.start_byte
+        if (
+            start
+            and self.data[start - 1] == 0x7D  # `}` right before the operator
+            and self.error is None
+            and not (node.child_count and _kind(node.children[0]) == "file_descriptor")
+            and _FD_VARIABLE.search(self.data[max(0, start - 256) : start]) is not None
+        ):
+            self.error = (
+                "a {NAME} word right before a redirection: bash assigns the new file "
+                "descriptor's number to NAME (the parser reads it as an argument)"
+            )
         if kind == "heredoc_redirect":
             for child in node.children:
                 if child.is_named and _kind(child) not in _HEREDOC_PARTS and self.error is None:
