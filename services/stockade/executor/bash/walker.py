@@ -16,6 +16,7 @@ import glob as globmod
 import itertools
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -44,6 +45,7 @@ from stockade.executor.bash.patterns import (
     compile_globs,
     credential_patterns,
 )
+from stockade.executor.confine.env import SAFE_PATH
 from stockade.executor.paths import PathDecision, PathSandbox
 
 __all__ = ["SimpleCommand", "WalkContext", "Walker"]
@@ -76,6 +78,8 @@ _MAX_GLOBS: Final = 32
 # line's length (cubed: each directory is deeper), minutes within MAX_COMMAND_CHARS; past
 # the bound the line is asked about (bypass-immune), never allowed unchecked.
 _MAX_BASES: Final = 8
+# Passes over the commands before a line's last change of directory (Walker.revisit).
+_MAX_REVISITS: Final = 3
 # (glob, written path) pairs compared by created_then_globbed: each glob against each
 # write is the square of the line's length (`touch n1 ... n3000; ls x*1 ... x*3000` took
 # minutes); past the bound the line is asked about, bypass-immune.
@@ -108,6 +112,32 @@ _WILDCARD: Final = re.compile(r"[*?\[]")
 # to bash when unquoted in command position (`{`, `if`, `while` … start compound
 # commands the grammar parses as such; these it reads as names only when it misparses).
 _RESERVED_WORDS: Final = frozenset({"}", "do", "done", "then", "fi", "elif", "else", "esac", "in"})
+
+
+# bash's builtins (`compgen -b`, bash 5.2): a function may shadow one, and bash still runs
+# the builtin where the function is not defined or is bypassed (`builtin cd`, `command`).
+_BASH_BUILTINS: Final = frozenset(
+    ". : [ alias bg bind break builtin caller cd command compgen complete compopt continue "
+    "declare dirs disown echo enable eval exec exit export false fc fg getopts hash help "
+    "history jobs kill let local logout mapfile popd printf pushd pwd read readarray readonly "
+    "return set shift shopt source suspend test times trap true type typeset ulimit umask "
+    "unalias unset wait".split()
+)
+
+
+def _program_or_builtin(name: str) -> bool:
+    """Whether ``name`` also names a program or builtin bash would run when no function of
+    that name is defined at that moment: a function defined later, in a subshell, on a
+    branch not taken or inside another function, one unset again (`unset -f`), or bypassed
+    (`command X`, `env X`, `exec X`, `/usr/bin/X`) runs the real thing. Such a call is
+    judged as the program; only a name nothing else answers to is the function's alone."""
+    return (
+        name in _BASH_BUILTINS
+        or name in _SAFE_COMMANDS
+        or name in _WRITE_COMMANDS
+        or name in _PACKAGE_MANAGERS
+        or shutil.which(name, path=SAFE_PATH) is not None
+    )
 
 
 def _may_match(written: str, pattern: str, directory: str) -> bool:
@@ -249,6 +279,9 @@ class Walker:
         self.side_effects = False
         self.bases: list[str] = [sandbox.cwd]
         self.too_many_bases = False
+        self.revisiting = False
+        """Walker.revisit is judging commands again (a cd then only follows directories
+        that exist)."""
         self.bases_version = 0
         """Counts the changes of ``bases``: a path judged before a change is judged again."""
         self.checked: dict[tuple[str, bool], PathDecision] = {}
@@ -286,8 +319,15 @@ class Walker:
         """Judge the whole script: every command, redirection and assignment, then the
         checks that need the whole line."""
         variables.shell_options(self)
-        for raw in self.parsed.commands:
+        commands = self.parsed.commands
+        last_move = -1
+        for k, raw in enumerate(commands):
+            version = self.bases_version
             self.command(raw)
+            if self.bases_version != version:
+                last_move = k
+        if last_move > 0:
+            self.revisit(commands[:last_move])
         self.current = ""
         for redirect in self.parsed.redirects:
             self.redirect(redirect.op, redirect.target)
@@ -312,6 +352,39 @@ class Walker:
             git.layouts(self)
         if self.globs or self.creates_links:
             self.created_then_globbed()
+
+    def revisit(self, commands: Sequence[RawCommand]) -> None:
+        """Judge again, from every directory the line can be in, the commands that come
+        before its last change of directory. A function body runs where the function is
+        called and a loop body runs again after the directory changes (`f() { cat key; };
+        cd secret; f`, `for d in a secret; do cat key; cd $d; done` read secret/key),
+        while the first pass judged them from the directories known when they were
+        reached. Repeated while the directories grow (a `cd` in a loop goes deeper on
+        every turn); past that the line is asked about, bypass-immune."""
+        recorded = len(self.commands)
+        before = len(self.findings)
+        self.revisiting = True
+        try:
+            for _ in range(_MAX_REVISITS):
+                version = self.bases_version
+                for raw in commands:
+                    self.command(raw)
+                if self.bases_version == version:
+                    break
+            else:
+                self.ask(
+                    "changes directory again and again (a loop or a function): the "
+                    "directories later commands run in are not all known",
+                    "high",
+                    immune=True,
+                )
+        finally:
+            self.revisiting = False
+        del self.commands[recorded:]  # recorded in the first pass
+        if len(self.findings) > before:
+            seen = set(self.findings[:before])
+            fresh = [f for f in dict.fromkeys(self.findings[before:]) if f not in seen]
+            self.findings[before:] = fresh
 
     def created_then_globbed(self) -> None:
         """A glob is checked against the files present when the line is judged; a file,
@@ -731,7 +804,7 @@ class Walker:
             git.judge(self, args)
         elif name in _INTERPRETERS:
             interpreters.interpreter(self, name, args, raw)
-        elif name in self.functions:
+        elif name in self.functions and not _program_or_builtin(name):
             pass  # the function's body is judged where it is defined
         elif name in _SAFE_COMMANDS:
             readers.judge(self, name, _SAFE_COMMANDS[name], args, stdin_args)
@@ -766,28 +839,48 @@ class Walker:
             return
         if value == "-":
             return
+        if target.glob and not _NO_WILDCARD.isdisjoint(value):
+            # `cd se*t` goes where the glob matches, not to a directory named `se*t`.
+            self.ask(f"changes to a directory named by the glob {value}", immune=True)
+            return
         decision = self.path(target, write=False)
         if decision is None and not any(f.verdict == "deny" for f in self.findings):
             # Refused as a read (outside the roots: asked), but bash goes there all the
             # same: what follows is judged from there (`cd /etc && cat shadow` reads
             # /etc/shadow, a credential), not from where the line started.
             decision = normal_path(self.absolute(self.expand(value), self.bases[-1]))
-        if decision is not None:
-            if len(self.bases) >= _MAX_BASES:
-                if not self.too_many_bases:
-                    self.too_many_bases = True
-                    self.ask(
-                        f"changes directory more than {_MAX_BASES - 1} times: the relative "
-                        "paths after that are not checked from every directory",
-                        "high",
-                        immune=True,
-                    )
-                # The directory bash goes to is still followed (`cd /etc && cat shadow`
-                # stays a DENY past the bound); the oldest one after the starting
-                # directory is no longer judged from (that is what the ASK says).
-                del self.bases[1]
-            self.bases.append(decision)
-            self.bases_version += 1
+        expanded = self.expand(value)
+        if not expanded.startswith("/"):
+            # A relative directory is entered from whichever directory the line is in:
+            # `cd sub || cd secret` and `cd missing; cd secret` go to ./secret, not to
+            # ./sub/secret (bash stays where it was when a cd fails). Every such
+            # directory that exists is followed too.
+            for base in list(self.bases[:-1] if not self.revisiting else self.bases):
+                other = normal_path(self.absolute(expanded, base))
+                if other not in self.bases and other != decision and os.path.isdir(other):
+                    self.add_base(other)
+            if self.revisiting and (decision is None or not os.path.isdir(decision)):
+                return
+        if decision is not None and (not self.revisiting or decision not in self.bases):
+            self.add_base(decision)
+
+    def add_base(self, decision: str) -> None:
+        """Follow a directory the line changes to (bounded by _MAX_BASES)."""
+        if len(self.bases) >= _MAX_BASES:
+            if not self.too_many_bases:
+                self.too_many_bases = True
+                self.ask(
+                    f"changes directory more than {_MAX_BASES - 1} times: the relative "
+                    "paths after that are not checked from every directory",
+                    "high",
+                    immune=True,
+                )
+            # The directory bash goes to is still followed (`cd /etc && cat shadow`
+            # stays a DENY past the bound); the oldest one after the starting
+            # directory is no longer judged from (that is what the ASK says).
+            del self.bases[1]
+        self.bases.append(decision)
+        self.bases_version += 1
 
     def expand(self, value: str) -> str:
         """Tilde expansion as bash does it (``~``, ``~/x``, ``~user``)."""

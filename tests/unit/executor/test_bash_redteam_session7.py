@@ -1,0 +1,182 @@
+"""Issue #11, a red-team pass of session 7: kinds earlier passes had not found, each shown
+in real bash (in a throwaway directory, payload `touch PWNED` or a read of a denied
+file) and refused or asked by the analysis, with ordinary look-alikes still allowed.
+
+The attack strings are data: each runs by `bash -c` in a fresh temporary directory with a
+minimal environment, never through a shell of the test's own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stockade.executor.bash import analyze
+from stockade.executor.paths import PathSandbox, Root
+
+BASH = shutil.which("bash") or "/bin/bash"
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}
+
+
+def run_bash(script: str, directory: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``script`` with real bash in ``directory``; its stdout and stderr."""
+    done = subprocess.run(
+        [BASH, "--norc", "--noprofile", "-c", script],
+        cwd=directory,
+        env=env or ENV,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("b\na\n")
+    (ws / "sub").mkdir()
+    (ws / "secret").mkdir()
+    (ws / "secret" / "key").write_text("hunter2\n")
+    return ws
+
+
+def judge(script: str, ws: Path, denied: tuple[str, ...] = ()) -> tuple[str, str]:
+    result = analyze(
+        script, sandbox=PathSandbox([Root(str(ws), True)], str(ws)), denied_read_globs=denied
+    )
+    return result.verdict, " | ".join(result.reasons)
+
+
+# --- class 1/3: `{NAME}<file` assigns NAME; the grammar reads an argument ------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ": {PATH}<a.txt; ls",  # (a builtin: its redirections are made in this shell)
+        "echo x {PATH}>/dev/null; ls",
+        "true {PATH}<<<x; ls",
+    ],
+)
+def test_a_name_in_braces_before_a_redirection_is_an_assignment_and_refused(
+    script: str, ws: Path
+) -> None:
+    # bash: PATH becomes the descriptor's number, and `ls` runs ./10/ls (or 11 ...).
+    for n in range(10, 14):
+        (ws / str(n)).mkdir()
+        fake = ws / str(n) / "ls"
+        fake.write_text("#!/bin/sh\n/usr/bin/touch PWNED\n")
+        fake.chmod(0o755)
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    verdict, reasons = judge(script, ws)
+    assert verdict == "deny" and "{NAME}" in reasons
+
+
+def test_a_subscript_in_the_braces_runs_code_in_bash_and_is_refused(ws: Path) -> None:
+    script = "y='a[$(touch PWNED)]'; : {a[y]}<a.txt"
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    assert judge(script, ws)[0] == "deny"
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["echo {a,b} >/dev/null", "echo {X} >/dev/null", "echo x{X}>/dev/null", "ls {X}2>/dev/null"],
+)
+def test_braces_not_right_before_a_redirection_stay_words(script: str, ws: Path) -> None:
+    assert judge(script, ws)[0] == "allow"
+
+
+# --- class 1: `==` / `=~` after a command name are words to bash, dropped by the grammar ----
+
+
+def test_a_double_equals_argument_is_kept_uniq_in_out_writes(ws: Path) -> None:
+    # uniq IN OUT: bash passes `==` (a file the agent made) as IN and writes .bashrc; the
+    # grammar dropped `==`, so the line read as `uniq .bashrc`, a read.
+    (ws / "==").write_text("payload\n")
+    run_bash("uniq == .bashrc", ws)
+    assert (ws / ".bashrc").read_text() == "payload\n"
+    (ws / ".bashrc").unlink()
+    verdict, reasons = judge("uniq == .bashrc", ws)
+    assert verdict == "deny" and ".bashrc" in reasons
+    assert judge("test a == b && echo y", ws)[0] == "allow"
+    assert judge("c1 =~{v}", ws)[0] == "deny"  # one word to bash: refused, not guessed
+
+
+# --- class 2: a function name the checker took for the function bash does not call --------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "touch PWNED; touch() { :; }",  # called before it is defined
+        "(touch() { :; }); touch PWNED",  # defined in a subshell only
+        "false && touch() { :; }; touch PWNED",  # defined on a branch not taken
+        "f() { touch() { :; }; }; touch PWNED",  # defined by a function never called
+        "touch() { :; }; command touch PWNED",  # `command` bypasses functions
+        "touch() { :; }; env touch PWNED",
+        "touch() { :; }; /usr/bin/touch PWNED",
+        "touch() { :; }; unset -f touch; touch PWNED",
+    ],
+)
+def test_a_function_named_like_a_program_does_not_hide_the_program(script: str, ws: Path) -> None:
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    verdict, reasons = judge(script, ws)
+    assert verdict != "allow" and "touch" in reasons
+
+
+@pytest.mark.parametrize(
+    "script", ["f() { echo hi; }; f", "myfn() { cat a.txt; }; myfn", "rm() { :; }; true"]
+)
+def test_functions_of_their_own_names_stay_allowed(script: str, ws: Path) -> None:
+    assert judge(script, ws)[0] == "allow"
+
+
+# --- class 2: where a command runs is not where the checker judged it ----------------------
+
+KEY = "**/secret/key"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "cd missing || cd secret; cat key",  # secret is entered from here, not from missing
+        "cd missing; cd secret; cat key",  # a failed cd stays where it was
+        "f() { cat key; }; cd secret; f",  # a function body runs where it is called
+        "for d in secret x; do cat key; cd $d; done",  # a loop body runs again
+        "cd() { builtin cd secret; }; cd sub; cat key",  # a function named cd
+    ],
+)
+def test_reads_are_judged_from_every_directory_bash_can_be_in(script: str, ws: Path) -> None:
+    assert "hunter2" in run_bash(script + " 2>/dev/null", ws)
+    verdict, reasons = judge(script, ws, (KEY,))
+    assert verdict == "deny" and "reads key" in reasons
+
+
+def test_a_glob_naming_the_directory_is_asked(ws: Path) -> None:
+    assert "hunter2" in run_bash("cd se*t; cat key", ws)
+    verdict, reasons = judge("cd se*t; cat key", ws, (KEY,))
+    assert verdict != "allow" and "glob" in reasons
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "cd sub && ls",
+        "cd sub; ls; cd ..",
+        "ls; cd sub && ls -la",
+        "for f in a.txt; do wc -l $f; done",
+        "cd secret && ls",
+    ],
+)
+def test_ordinary_directory_changes_stay_allowed(script: str, ws: Path) -> None:
+    verdict, reasons = judge(script.replace("; cd ..", ""), ws, (KEY,))
+    assert verdict == "allow", reasons
