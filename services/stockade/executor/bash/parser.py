@@ -1032,7 +1032,26 @@ class _Walker:
                 nested.append(child)
                 late.extend(_words_after_redirect(child))
             else:
-                args.append(_word(child, self.data, self.text))
+                word = _word(child, self.data, self.text)
+                before = child.prev_sibling
+                if (
+                    (kind == "string" or kind == "concatenation")
+                    and before is not None
+                    and not before.is_named
+                    and _kind(before) == "$"
+                    and before.end_byte == child.start_byte
+                ):
+                    # `$"..."` as written (its value is only known at run time)
+                    word = _new_word(
+                        "$" + word.text,
+                        word.value,
+                        word.quoted,
+                        word.expanded,
+                        word.glob,
+                        word.home_path,
+                        word.braces,
+                    )
+                args.append(word)
                 nested.append(child)
         self.assignments.extend(prefix)
         self.redirects.extend(redirects)
