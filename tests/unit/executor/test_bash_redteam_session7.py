@@ -180,3 +180,88 @@ def test_a_glob_naming_the_directory_is_asked(ws: Path) -> None:
 def test_ordinary_directory_changes_stay_allowed(script: str, ws: Path) -> None:
     verdict, reasons = judge(script.replace("; cd ..", ""), ws, (KEY,))
     assert verdict == "allow", reasons
+
+
+# --- class 6: files tar's options name, in every mode --------------------------------------
+
+TAR = shutil.which("tar") or "/bin/tar"
+
+
+@pytest.fixture
+def archive(ws: Path) -> Path:
+    (ws / ".env").write_text("SECRET=hunter2\n")
+    subprocess.run([TAR, "-cf", "x.tar", "a.txt"], cwd=ws, check=True)
+    return ws
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["tar -tf x.tar -T .env", "tar --files-from=.env -tf x.tar", "tar -tvT .env -f x.tar"],
+)
+def test_tar_lists_the_lines_of_the_file_its_options_name_and_is_refused(
+    script: str, archive: Path
+) -> None:
+    # A line that names no member is printed back: the secret, from a listing.
+    assert "hunter2" in run_bash(script, archive)
+    verdict, reasons = judge(script, archive, ("**/.env",))
+    assert verdict == "deny" and ".env" in reasons
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "tar -tf x.tar --index-file=.bashrc",
+        "tar -tvf x.tar --index-file .bashrc",
+        "tar -tf x.tar --volno-file=.bashrc",
+    ],
+)
+def test_tar_writes_the_file_its_options_name_while_listing_and_is_refused(
+    script: str, archive: Path
+) -> None:
+    run_bash(script, archive)
+    assert (archive / ".bashrc").exists()  # written by a "read-only" listing
+    (archive / ".bashrc").unlink()
+    verdict, reasons = judge(script, archive)
+    assert verdict == "deny" and ".bashrc" in reasons
+
+
+def test_tar_create_reads_what_it_archives(archive: Path) -> None:
+    assert "hunter2" in run_bash("tar -cf - .env | tar -xOf -", archive)
+    assert judge("tar -cf - .env", archive, ("**/.env",))[0] == "deny"
+    assert judge("tar -cf - -C secret key", archive, (KEY,))[0] == "deny"
+
+
+@pytest.mark.parametrize(
+    "script", ["tar -tf x.tar", "tar -tvf x.tar", "tar --exclude='*.o' -tf x.tar", "tar -tzf a.tgz"]
+)
+def test_plain_tar_listings_stay_allowed(script: str, archive: Path) -> None:
+    assert judge(script, archive, ("**/.env",))[0] == "allow"
+
+
+# --- class 2: jq programs read files through import / include ------------------------------
+
+JQ = shutil.which("jq")
+
+
+@pytest.mark.skipif(JQ is None, reason="jq is not installed")
+@pytest.mark.parametrize(
+    "script",
+    [
+        "jq -n 'import \"creds\" as $c; $c'",
+        "cd sub && jq -n 'import \"../creds\" as $c; $c'",
+        "jq -n -L . 'import \"creds\" as $c; $c'",
+    ],
+)
+def test_a_jq_import_reads_a_file_the_checker_does_not_see_and_is_asked(
+    script: str, ws: Path
+) -> None:
+    (ws / "creds.json").write_text('{"token": "hunter2"}\n')
+    assert "hunter2" in run_bash(script, ws)
+    verdict, reasons = judge(script, ws, ("**/creds.json",))
+    assert verdict != "allow" and "jq" in reasons
+
+
+@pytest.mark.parametrize("script", ["jq .name a.json", "jq -r '.imports[]' a.json"])
+def test_ordinary_jq_filters_stay_allowed(script: str, ws: Path) -> None:
+    (ws / "a.json").write_text('{"name": "x", "imports": []}\n')
+    assert judge(script, ws)[0] == "allow"

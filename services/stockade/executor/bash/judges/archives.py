@@ -54,6 +54,67 @@ def remote_archive(name: str) -> bool:
     return colon > 0 and "/" not in name[:colon]
 
 
+# GNU tar's options whose value is a file it reads (names or patterns, one a line: a
+# line that is no member is printed back, `tar -tf x -T .env` showed the secret) or
+# writes (`tar -tvf x --index-file=.bashrc` writes the listing there, in any mode).
+_TAR_READS = ("--files-from", "--exclude-from", "--add-file")
+_TAR_WRITES = ("--index-file", "--volno-file", "--listed-incremental")
+_TAR_SHORT_READS = frozenset("TX")
+_TAR_SHORT_WRITES = frozenset("g")
+# Short options that take a value (the rest of the argument or the next word).
+_TAR_SHORT_VALUED = frozenset("bCfFgHIKLNTVX")
+# Long options that are exact names of their own though a prefix of one above.
+_TAR_EXACT = frozenset({"--file", "--exclude", "--list"})
+
+
+def _tar_files(j: Judge, args: list[Word], bundle: str) -> bool:
+    """Judge the files tar's options name (``-T``/``--files-from``, ``-X``, ``--add-file``
+    read; ``--index-file``, ``--volno-file``, ``-g`` write), in every mode; False after a
+    refusal. Old-style letters (``tar tvTf LIST X``) take their files in order: asked."""
+    if set(bundle) & (_TAR_SHORT_READS | _TAR_SHORT_WRITES):
+        j.ask("tar's old-style option letters name files in an order not checked", immune=True)
+        return False
+    for k, word in enumerate(args):
+        text = word.value
+        nxt = args[k + 1] if k + 1 < len(args) else None
+        if text is None:
+            continue
+        if text == "--":
+            break
+        if text.startswith("--") and len(text) > 2:
+            written, eq, attached = text.partition("=")
+            if written in _TAR_EXACT:
+                continue
+            value = literal(attached) if eq else nxt
+            for name in (*_TAR_READS, *_TAR_WRITES):
+                if name.startswith(written):
+                    _tar_file(j, name, value, write=name in _TAR_WRITES)
+                    break
+            continue
+        if not text.startswith("-") or k == 0 and bundle:
+            continue
+        for position in range(1, len(text)):
+            letter = text[position]
+            if letter not in _TAR_SHORT_VALUED:
+                continue
+            rest = text[position + 1 :]
+            value = literal(rest) if rest else nxt
+            if letter in _TAR_SHORT_READS or letter in _TAR_SHORT_WRITES:
+                _tar_file(j, "-" + letter, value, write=letter in _TAR_SHORT_WRITES)
+            break
+    return True
+
+
+def _tar_file(j: Judge, option: str, value: Word | None, *, write: bool) -> None:
+    if value is None:
+        return
+    if write:
+        if j.path(value, write=True, what=f"tar {option} writes") is not None:
+            j.effect(f"tar {option} writes {value.text}", "low")
+    else:
+        j.path(value, write=False)
+
+
 def tar(j: Judge, args: list[Word], flags: set[str], operands: list[Word]) -> None:
     """tar: listing (-t) reads the archive, extracting (-x) writes where it unpacks,
     creating or appending writes the archive."""
@@ -91,6 +152,21 @@ def tar(j: Judge, args: list[Word], flags: set[str], operands: list[Word]) -> No
         j.network(f"tar opens the remote archive {archive.value} through a remote shell")
         return
     directory = option_value(args, ("-C", "--directory"))
+    if not _tar_files(j, args, bundle):
+        return
+    if mode in "cru" and mode:
+        # The files archived are read (`tar -cf - .env | cat` prints the secret), from the
+        # -C directory when one is given.
+        base = directory.value if directory is not None else None
+        skip = 1 if archive is not None and "f" in bundle and len(operands) > 1 else 0
+        for word in operands[1 + skip :] if bundle else operands:
+            if directory is not None and base is None:
+                j.ask("tar -C names a directory only known at run time", immune=True)
+                break
+            if base is not None and word.value is not None and not word.value.startswith("/"):
+                j.path(literal(base.rstrip("/") + "/" + word.value), write=False)
+            else:
+                j.path(word, write=False)
     if mode == "t":
         if archive is not None:
             j.path(archive, write=False)

@@ -3,6 +3,8 @@ the files they read."""
 
 from __future__ import annotations
 
+import re
+
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, short, word_text
 from stockade.executor.bash.judges import awk, find, sed
@@ -63,6 +65,8 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
     if kind in ("pattern_then_paths", "filter_then_paths") and not pattern_given:
         if operands and operands[0].value is None:
             _dynamic_pattern(j, name, operands[0], args)
+        if name == "jq":
+            _jq_modules(j, args, operands[0] if operands else None)
         operands = operands[1:]
     if name == "jq":
         operands = until(operands, ("--args", "--jsonargs"))
@@ -84,6 +88,34 @@ def _response_files(j: Judge, args: list[Word]) -> None:
         value = word.value
         if value is not None and value.startswith("@") and len(value) > 1:
             j.path(literal(value[1:]), write=False)
+
+
+_JQ_MODULE = re.compile(r"\b(?:import|include|modulemeta)\b")
+
+
+def _jq_modules(j: Judge, args: list[Word], program: Word | None) -> None:
+    """jq's ``import "x" as $d;`` reads x.json and ``include "x";`` runs x.jq, looked up
+    from the program's own directory, ``-L`` and ``~/.jq``, ``..`` allowed: ``jq -n
+    'import "../../etc/x" as $d; $d'`` prints a file anywhere (the checker does not
+    resolve jq's search path). A program that imports or includes, one read from a file
+    (``-f``, which may do so) and a search path given (``-L``) are asked, bypass-immune."""
+    for word in args:
+        value = word.value or ""
+        if value in ("-f", "--from-file") or value.startswith(("--from-file=", "-L")):
+            j.ask(
+                f"jq {value.split('=')[0][:11]} reads modules or a program from files",
+                "high",
+                immune=True,
+            )
+            return
+    text = program.value if program is not None else None
+    if text is not None and _JQ_MODULE.search(text):
+        j.ask(
+            'the jq program imports or includes files (import "x" reads x.json from '
+            "jq's search path, which the checker does not resolve)",
+            "high",
+            immune=True,
+        )
 
 
 def _jq_named_files(j: Judge, args: list[Word]) -> list[Word]:
