@@ -1032,7 +1032,7 @@ class _Walker:
                 nested.append(child)
                 late.extend(_words_after_redirect(child))
             else:
-                word = _word(child, self.data, self.text)
+                argument = _word(child, self.data, self.text)
                 before = child.prev_sibling
                 if (
                     (kind == "string" or kind == "concatenation")
@@ -1042,16 +1042,16 @@ class _Walker:
                     and before.end_byte == child.start_byte
                 ):
                     # `$"..."` as written (its value is only known at run time)
-                    word = _new_word(
-                        "$" + word.text,
-                        word.value,
-                        word.quoted,
-                        word.expanded,
-                        word.glob,
-                        word.home_path,
-                        word.braces,
+                    argument = _new_word(
+                        "$" + argument.text,
+                        argument.value,
+                        argument.quoted,
+                        argument.expanded,
+                        argument.glob,
+                        argument.home_path,
+                        argument.braces,
                     )
-                args.append(word)
+                args.append(argument)
                 nested.append(child)
         self.assignments.extend(prefix)
         self.redirects.extend(redirects)
