@@ -265,3 +265,30 @@ def test_a_jq_import_reads_a_file_the_checker_does_not_see_and_is_asked(
 def test_ordinary_jq_filters_stay_allowed(script: str, ws: Path) -> None:
     (ws / "a.json").write_text('{"name": "x", "imports": []}\n')
     assert judge(script, ws)[0] == "allow"
+
+
+# --- class 1/4: shell options that make a glob match more ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "shopt -s dotglob; cat *",
+        "shopt -s nocaseglob; cat .EN?",
+        "shopt -s nocaseglob; cat .EN[V]",
+        "GLOBIGNORE=x; cat *",  # a GLOBIGNORE turns dotglob on
+        "shopt -s globstar dotglob; cat sub/**",
+    ],
+)
+def test_globs_after_options_that_widen_them_are_judged_as_widened(script: str, ws: Path) -> None:
+    (ws / ".env").write_text("SECRET=hunter2\n")
+    (ws / "sub" / ".env").write_text("SECRET=hunter2\n")
+    assert "hunter2" in run_bash(script, ws)
+    verdict, reasons = judge(script, ws, ("**/.env",))
+    assert verdict != "allow" and ".env" in reasons
+
+
+def test_plain_globs_still_skip_hidden_files(ws: Path) -> None:
+    (ws / ".env").write_text("SECRET=hunter2\n")
+    assert judge("cat *.txt", ws, ("**/.env",))[0] == "allow"
+    assert judge("ls *", ws, ("**/.env",))[0] == "allow"

@@ -48,6 +48,9 @@ class ShellState:
         """Variables given a value only known at run time (``read x``, ``wait -p x``)."""
         self.static_values: dict[str, list[str] | None] | None = None
         """Every value each variable is given in the script (computed on first use)."""
+        self.wide_globs = False
+        """``shopt -s dotglob`` / ``nocaseglob`` / ``globstar`` / ``extglob`` or a
+        ``GLOBIGNORE`` in the line: globs may match hidden names, any case, subdirectories."""
 
 
 class Judge(Protocol):

@@ -180,6 +180,26 @@ def _glob_matches(pattern: str, limit: int) -> list[str]:
     return [os.path.join(directory, n) for n in fnmatch.filter(names, name)[:limit]]
 
 
+def _wide_glob_matches(pattern: str, limit: int) -> list[str]:
+    """What the glob may match after ``shopt -s dotglob nocaseglob globstar`` or a
+    ``GLOBIGNORE`` (which turns dotglob on): hidden names too, any letter case (a bracket
+    expression stands for any one character), ``**`` through directories. A superset of
+    bash's matches."""
+    out: list[str] = []
+    k = 0
+    while k < len(pattern):
+        char = pattern[k]
+        close = pattern.find("]", k + 2) if char == "[" else -1
+        if close != -1 and "/" not in pattern[k:close]:
+            out.append("?")
+            k = close + 1
+            continue
+        out.append(f"[{char.lower()}{char.upper()}]" if char.isalpha() else char)
+        k += 1
+    folded = "".join(out)
+    return list(itertools.islice(globmod.iglob(folded, recursive=True, include_hidden=True), limit))
+
+
 @dataclass(frozen=True)
 class SimpleCommand:
     """One simple command after normalisation (DEC-1, DEC-2)."""
@@ -557,7 +577,12 @@ class Walker:
                 pattern = os.path.join(
                     globmod.escape(base), python_glob(value, mixed_quoting=word.quoted)
                 )
-                for match in itertools.islice(globmod.iglob(pattern), _MAX_GLOB_MATCHES):
+                found = (
+                    _wide_glob_matches(pattern, _MAX_GLOB_MATCHES)
+                    if self.shell.wide_globs
+                    else itertools.islice(globmod.iglob(pattern), _MAX_GLOB_MATCHES)
+                )
+                for match in found:
                     relative = os.path.relpath(match, base)
                     if relative.startswith("-"):
                         self.ask(
@@ -1088,7 +1113,10 @@ class Walker:
             if self.globs_expanded == _MAX_GLOBS + 1:
                 self.ask("too many globs to check each of them", immune=True)
             return
-        matches = _glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
+        if self.shell.wide_globs:
+            matches = _wide_glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
+        else:
+            matches = _glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
         if len(matches) > _MAX_GLOB_MATCHES:
             self.ask(f"the glob {value} matches too many files to check", immune=True)
             return

@@ -255,6 +255,11 @@ def shell_options(j: Judge) -> None:
         j.current = short(" ".join([raw.name.text, *(a.text for a in raw.args)]))
         values = [a.value for a in expanded(raw.args)]
         shopt = raw.name.value == "shopt"
+        if shopt and not any(v is not None and v.startswith("-") and "u" in v for v in values):
+            # Options that make globs reach more (hidden files, any case, subdirectories,
+            # extended patterns): every glob of the line is expanded that way (EXE-8c).
+            if any(v is None or v in _WIDER_GLOBS for v in values):
+                j.shell.wide_globs = True
         option_names: list[str | None] = []
         takes_name = False
         for value in values:
@@ -301,6 +306,11 @@ def shell_options(j: Judge) -> None:
             elif option == "allexport":
                 j.shell.export_all = True
     j.current = ""
+    if not j.shell.wide_globs and any(a.name == "GLOBIGNORE" for a in j.shell.parsed.assignments):
+        j.shell.wide_globs = True  # a GLOBIGNORE turns dotglob on
+
+
+_WIDER_GLOBS = frozenset({"dotglob", "nocaseglob", "globstar", "extglob", "globasciiranges"})
 
 
 def assignment(j: Judge, name: str, value: str | None = None, *, exported: bool = True) -> None:
