@@ -3,3 +3,6 @@
 def symlink_free_errno(path: str, /) -> int:
     """0 when the absolute path exists with no symlink in any component, else the errno
     (EMLINK: it exists with no symlink, a regular file with more than one link)."""
+
+def entry_exists(path: str, /) -> bool:
+    """Whether an entry of that name exists (a final symlink not followed)."""

@@ -25,15 +25,16 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
 from stockade.errors import PathRefused
 from stockade.executor import gitconfig
 from stockade.executor.globs import compile_globs, match_relative
+from stockade.executor.openat2 import entry_exists, symlink_free_errno
 from stockade.executor.openat2 import openat2 as _openat2
 from stockade.executor.openat2 import probe as _openat2_probe
-from stockade.executor.openat2 import symlink_free_errno
 
 __all__ = [
     "DEFAULT_PROTECTED_WRITES",
@@ -42,6 +43,7 @@ __all__ = [
     "PathSandbox",
     "Root",
     "credential_read_globs",
+    "dirname",
     "fold_for_match",
     "git_dir_layout",
     "is_protected_write",
@@ -222,6 +224,16 @@ def _parent(path: str) -> str:
     return path[:cut] if cut > 0 else "/"
 
 
+def dirname(path: str) -> str:
+    """``os.path.dirname`` (POSIX, text), without its call layers (posixpath is not
+    compiled: a call costs more than the rest of a small judge)."""
+    cut = path.rfind("/") + 1
+    head = path[:cut]
+    if head and head != "/" * len(head):
+        head = head.rstrip("/")
+    return head
+
+
 def _is_normal(path: str) -> bool:
     """Whether ``os.path.normpath`` returns the absolute ``path`` (free of ``..``) as it is:
     no empty component (``//``, a trailing ``/``) and no ``.`` component."""
@@ -310,10 +322,7 @@ def lexists(path: str) -> bool:
     answer, no. faccessat2(F_OK, AT_SYMLINK_NOFOLLOW | AT_EACCESS) makes the same lookup
     with the same (effective) ids; only a security module denying getattr could tell them
     apart (it then answers yes: the entry is there, whatever its attributes)."""
-    try:
-        return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
-    except ValueError:  # an embedded NUL: no such file, as os.path.lexists answers
-        return False
+    return entry_exists(path)  # executor/_openat2.c, or os.access without it (openat2.py)
 
 
 def _glob_ancestors(globs: Sequence[str]) -> dict[str, tuple[tuple[str, ...], ...]]:
@@ -360,6 +369,8 @@ _OPENAT2: bool | None = None
 # Missing levels a path may have (`mkdir -p a/b/c`) and still be settled by the
 # symlink-free check on its ancestors; a deeper one takes the walk.
 _FAST_MISSING_LEVELS = 4
+
+_ENOENT: Final = errno.ENOENT
 
 
 def openat2_available() -> bool:
@@ -672,7 +683,11 @@ class PathSandbox:
         """
         try:
             lexical = self._lexical(path)
-            resolved, existing, several = self._resolve_existing(lexical, known_dirs)
+            # A read needs no deepest existing ancestor (only the write checks below
+            # start from it): one probe fewer for a file that does not exist.
+            resolved, existing, several = self._resolve_existing(
+                lexical, known_dirs, need_existing=write
+            )
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
         root = self.root_for(resolved)
@@ -894,7 +909,7 @@ class PathSandbox:
         return self._linked.holder((st.st_dev, st.st_ino), resolved)
 
     def _resolve_existing(
-        self, absolute: str, known_dirs: set[str] | None = None
+        self, absolute: str, known_dirs: set[str] | None = None, *, need_existing: bool = True
     ) -> tuple[str, str, bool]:
         """EXE-3: canonicalise, following symlinks one hop at a time.
 
@@ -918,6 +933,11 @@ class PathSandbox:
         ``known_dirs`` (see :meth:`check`): when the parent is one of them, an lstat of
         the last component alone settles the path (one system call, no descriptor), as
         the walk would after that parent; the directories found here are added to it.
+
+        ``need_existing=False`` (a read): a path the check finds missing (ENOENT) is
+        canonical already (no symlink on the way to the missing component, none can lie
+        beyond it), so its ancestors are not probed for the deepest existing one, which
+        is then returned as ``""`` (unknown).
         """
         if openat2_available():
             parent = _parent(absolute)
@@ -939,9 +959,11 @@ class PathSandbox:
                 if known_dirs is not None and parent != absolute:
                     known_dirs.add(parent)  # the parent of an existing path: a directory
                 return absolute, absolute, error == errno.EMLINK
+            if error == _ENOENT and not need_existing:
+                return absolute, "", False
             probe = absolute
             for _ in range(_FAST_MISSING_LEVELS):
-                if error != errno.ENOENT:
+                if error != _ENOENT:
                     break
                 parent = _parent(probe)
                 if parent == probe:

@@ -63,7 +63,21 @@ def test_the_c_check_answers_as_the_ctypes_check(tree: Path) -> None:
         assert openat2.symlink_free_errno(path) == expected, path
 
 
+def test_the_c_existence_check_answers_as_os_access(tree: Path) -> None:
+    cases = [*_cases(tree), str(tree / "dir" / "nul\0name"), str(tree / "missing" / "x")]
+    answers = {path: openat2.os_entry_exists(path) for path in cases}
+    assert answers[str(tree / "dangling")]  # the symlink itself is there
+    assert answers[str(tree / "dir" / "fifo")]
+    assert not answers[str(tree / "dir" / "missing")]
+    assert not answers[str(tree / "dir" / "nul\0name")]  # as os.path.lexists answers
+    assert not answers[str(tree / "dir" / "file.txt" / "not_a_dir")]
+    for path, expected in answers.items():
+        assert openat2.entry_exists(path) == expected, path
+        assert os.path.lexists(path) == expected, path
+
+
 def test_the_c_check_is_used_exactly_when_the_build_is_there() -> None:
     built = bool(native.compiled())
     assert openat2.NATIVE == built
     assert (openat2.symlink_free_errno is openat2.ctypes_symlink_free_errno) == (not built)
+    assert (openat2.entry_exists is openat2.os_entry_exists) == (not built)
