@@ -63,13 +63,33 @@ def risk_of(verdict: str, findings: Sequence[Finding]) -> Risk:
         return "high"
     if verdict == "allow" or not findings:
         return "low"
-    top = max((f for f in findings if f.verdict == "ask"), key=lambda f: _ORDER[f.risk])
+    # max(asks, key=risk order): the first of the most serious (a plain loop: compiled,
+    # max's key calls and the generator cost more than the comparison).
+    top: Finding | None = None
+    for finding in findings:
+        if finding.verdict == "ask" and (top is None or _ORDER[finding.risk] > _ORDER[top.risk]):
+            top = finding
+    if top is None:
+        raise ValueError("max() arg is an empty sequence")  # what max() raised
     return top.risk
 
 
 def _shown(text: str) -> str:
-    text = " ".join(text.split())
+    if not _one_line(text):
+        text = " ".join(text.split())
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 1] + "…"
+
+
+def _one_line(text: str) -> bool:
+    """Whether ``" ".join(text.split())`` is ``text`` itself (findings.one_line: this
+    module is imported by findings.py, so it keeps its own copy)."""
+    return (
+        text.isascii()
+        and text.isprintable()
+        and "  " not in text
+        and not text.startswith(" ")
+        and not text.endswith(" ")
+    )
 
 
 def explain(

@@ -13,7 +13,6 @@ judge never decides the verdict itself: the walker folds all findings into one.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import re
 from collections.abc import Sequence
@@ -139,8 +138,23 @@ class Judge(Protocol):
 
 def short(text: str, limit: int = 60) -> str:
     """``text`` on one line, cut to ``limit`` characters."""
-    text = " ".join(text.split())
+    if not one_line(text):
+        text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str) -> bool:
+    """Whether ``" ".join(text.split())`` is ``text`` itself (most command texts): ASCII
+    with no white space but single inner blanks (str.split's other ASCII separators,
+    tab to carriage return and \\x1c-\\x1f, are not printable), told without building the
+    words and joining them again."""
+    return (
+        text.isascii()
+        and text.isprintable()
+        and "  " not in text
+        and not text.startswith(" ")
+        and not text.endswith(" ")
+    )
 
 
 def word_text(word: Word) -> str:
@@ -177,11 +191,22 @@ def expanded(words: Sequence[Word]) -> list[Word]:
 def matches_basename(path: str, patterns: Sequence[str]) -> bool:
     """Whether the last component of ``path`` matches one of ``patterns``."""
     base = path.rstrip("/").rsplit("/", 1)[-1]
-    return _basename_pattern(tuple(patterns)).match(base) is not None
+    key = tuple(patterns)
+    pattern = _BASENAME_PATTERNS.get(key)
+    if pattern is None:
+        pattern = _basename_pattern(key)
+        if len(_BASENAME_PATTERNS) >= 64:
+            _BASENAME_PATTERNS.clear()
+        _BASENAME_PATTERNS[key] = pattern
+    return pattern.match(base) is not None
 
 
-@functools.lru_cache(maxsize=64)
+# The compiled regex of each list of patterns (a dict, not functools.lru_cache: this runs
+# for the words of most commands, and the cache's call layers cost more than the match).
+# The callers pass a few fixed lists; only the patterns' text is kept.
+_BASENAME_PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
 def _basename_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """``patterns`` as one regex (what fnmatchcase of each does, in one match: this runs
-    for the words of most commands). The callers pass a few fixed lists."""
+    """``patterns`` as one regex (what fnmatchcase of each does, in one match)."""
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")

@@ -15,7 +15,7 @@ from stockade.executor.bash.options import (
     literal,
 )
 from stockade.executor.bash.parser import Word
-from stockade.executor.paths import GIT_LAYOUT_MARKERS, fold_for_match, lexists
+from stockade.executor.paths import GIT_LAYOUT_MARKERS, dirname, fold_for_match, lexists
 
 
 def judge(j: Judge, args: list[Word]) -> None:
@@ -360,7 +360,7 @@ def _find_top(here: str) -> str:
         # os.path.join(probe, ".git"), without its call layers.
         if lexists(probe + ".git" if probe.endswith("/") else probe + "/.git"):
             return probe
-        parent = os.path.dirname(probe)
+        parent = dirname(probe)
         if parent == probe:
             break
         probe = parent
@@ -520,10 +520,10 @@ def _names_denied(j: Judge, sub: str, word: str, value: str, top: str) -> bool:
     """DENY (and True) when ``value`` names, as a path or as ``REV:path``, a file the
     policy denies reading or a credential file."""
     for name in _git_path_candidates(value):
-        for absolute in (
-            normal_path(j.absolute(name)),
-            normal_path(j.absolute(name, top)),
-        ):
+        first = normal_path(j.absolute(name))
+        second = normal_path(j.absolute(name, top))
+        # One check when both name the same path (the top is the working directory).
+        for absolute in (first,) if second == first else (first, second):
             # Folded too, as the path sandbox matches (`HEAD:.ENV` is the committed `.ENV`
             # that `cat .ENV` may not read either).
             folded = fold_for_match(absolute)
