@@ -292,3 +292,53 @@ def test_plain_globs_still_skip_hidden_files(ws: Path) -> None:
     (ws / ".env").write_text("SECRET=hunter2\n")
     assert judge("cat *.txt", ws, ("**/.env",))[0] == "allow"
     assert judge("ls *", ws, ("**/.env",))[0] == "allow"
+
+
+# --- class 6: a glob in a write target is expanded by bash --------------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["echo PAYLOAD > .bas?rc", "echo PAYLOAD >> .b*c", "echo PAYLOAD | tee .bash[r]c"],
+)
+def test_a_glob_write_target_writes_the_file_it_matches_and_is_refused(
+    script: str, ws: Path
+) -> None:
+    (ws / ".bashrc").write_text("")
+    run_bash(script, ws)
+    assert "PAYLOAD" in (ws / ".bashrc").read_text()
+    verdict, reasons = judge(script, ws)
+    assert verdict == "deny" and ".bashrc" in reasons
+
+
+def test_a_glob_write_target_matching_ordinary_files_stays_a_write(ws: Path) -> None:
+    verdict, _ = judge("echo x > a.tx?", ws)
+    assert verdict == "ask"
+
+
+# --- class 6: git's trace sent to a unix socket --------------------------------------------
+
+
+def test_git_trace_to_a_unix_socket_connects_and_is_asked(ws: Path, tmp_path: Path) -> None:
+    import socket
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    server.settimeout(10)
+    script = f"GIT_TRACE2_EVENT=af_unix:stream:{path} git version >/dev/null"
+    done = subprocess.Popen([BASH, "--norc", "-c", script], cwd=ws, env=ENV)
+    try:
+        connection, _ = server.accept()
+        with connection:
+            connection.settimeout(10)
+            assert b"version" in connection.recv(4096)  # git wrote its trace to the socket
+    finally:
+        done.wait(timeout=20)
+        server.close()
+    verdict, reasons = judge(script, ws)
+    assert verdict == "ask" and "unix socket" in reasons
+    assert judge("GIT_TRACE=1 git log", ws)[0] == "allow"

@@ -970,8 +970,24 @@ class Walker:
         pattern = python_glob(expanded, mixed_quoting=word.quoted) if word.glob else expanded
         if word.glob and not write:
             self.glob_credentials(pattern)
-        result = None
         bases = self.bases if not expanded.startswith("/") else self.bases[:1]
+        if word.glob and write and not _NO_WILDCARD.isdisjoint(expanded):
+            # bash expands a glob in a write target too (a redirection's word when it
+            # matches one file, a `cp`/`tee` operand): `echo x > .bas?rc` writes .bashrc.
+            # Every current match is judged as the write it is (a file the line itself
+            # creates first is Walker.created_then_globbed's question).
+            for base in bases:
+                absolute = self.absolute(pattern, base)
+                if self.shell.wide_globs:
+                    matches = _wide_glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
+                else:
+                    matches = _glob_matches(absolute, _MAX_GLOB_MATCHES + 1)
+                if len(matches) > _MAX_GLOB_MATCHES:
+                    self.deny(f"{what} the glob {value}, which matches too many files to check")
+                    return None
+                for match in matches:
+                    self.path(literal(match), write=True, what=what)
+        result = None
         for base in bases:
             absolute = self.absolute(expanded, base)
             if not self.credential_check(absolute, write):

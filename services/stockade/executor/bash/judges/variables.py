@@ -401,6 +401,15 @@ def file_variable(j: Judge, name: str, value: Word | None) -> None:
                 immune=True,
             )
         return
+    if value.value.startswith("af_unix:") and name.upper().startswith("GIT_TRACE"):
+        # git connects to that socket and writes its trace there (a daemon's socket,
+        # /var/run/docker.sock: Landlock does not govern connect() on unix sockets).
+        j.ask(
+            f"{name}={short(value.value, 40)} makes git send its trace to a unix socket",
+            "high",
+            immune=True,
+        )
+        return
     target = written_file(name, value.value)
     if target is None:
         return
