@@ -363,14 +363,19 @@ def _result(walker: Walker) -> BashAnalysis:
             ),
             bypass_immune=False,
         )
-    verdict: Verdict = "allow"
-    if any(f.verdict == "deny" for f in findings):
-        verdict = "deny"
-    elif findings:
-        verdict = "ask"
+    # One loop, no generators (each resumes once per finding): DENY when any finding is
+    # one, else ASK; an ASK is bypass-immune when any of its ASK findings is.
+    denied = False
+    immune = False
+    for finding in findings:
+        if finding.verdict == "deny":
+            denied = True
+        elif finding.verdict == "ask" and finding.immune:
+            immune = True
+    verdict: Verdict = "deny" if denied else "ask"
     ordered = sorted(findings, key=lambda f: (f.verdict != "deny", _RISK_ORDER[f.risk] * -1))
-    reasons = tuple(dict.fromkeys(f.labelled() for f in ordered))
-    texts = tuple(c.text for c in walker.commands)
+    reasons = tuple(dict.fromkeys([f.labelled() for f in ordered]))
+    texts = tuple([c.text for c in walker.commands])
     return BashAnalysis(
         verdict=verdict,
         reasons=reasons,
@@ -381,7 +386,7 @@ def _result(walker: Walker) -> BashAnalysis:
         read_only=verdict != "deny" and not walker.side_effects and not walker.writes,
         risk=risk_of(verdict, findings),
         explanation=explain(verdict, tuple(ordered), texts, walker.needs_network),
-        bypass_immune=verdict == "ask" and any(f.immune for f in findings if f.verdict == "ask"),
+        bypass_immune=verdict == "ask" and immune,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -47,11 +47,8 @@ _KINDS: Final[tuple[str, ...]] = tuple(
 )
 _KIND_COUNT: Final = len(_KINDS)
 
-# A parse's ParsedScript (a NamedTuple) is built with tuple.__new__: a NamedTuple's own
-# __new__ is a Python function (interpreted even when this module is compiled), several
-# times the cost of the tuple itself. The helpers below (_new_word …) take every field, so
+# The results are built through the helpers below (_new_word …), which take every field, so
 # none is left to a default by mistake.
-_TUPLE_NEW: Final = tuple.__new__
 
 # Deeper nesting than this is refused rather than walked: it bounds the recursion, and no
 # honest command nests 64 levels of substitutions or groups.
@@ -63,9 +60,10 @@ _GLOB_CHARS: Final = frozenset("*?[")
 _DQ_ESCAPABLE: Final = frozenset('$`"\\\n')
 
 # The parse results below are frozen (a kept parse is shared by later analyses of the same
-# text, so nothing may change it). Word, Redirect, Assignment and RawCommand, built for every
-# word and command, are dataclasses with an __init__ of their own that sets each field with
-# object.__setattr__ (what the generated one does): compiled with mypyc they are native
+# text, so nothing may change it). Word, Redirect, Assignment, RawCommand and ParsedScript,
+# built for every word, command and parse, are dataclasses with an __init__ of their own
+# that sets each field with object.__setattr__ (what the generated one does): compiled with
+# mypyc they are native
 # classes, built by one allocation and direct stores and read by direct loads, where a
 # NamedTuple is built through tuple.__new__ (an argument tuple, a tuple and a copy of it:
 # about 1,200 instructions a word; SPEC §9 PERF-4a). Equality, hash and repr are the
@@ -202,7 +200,8 @@ class RawCommand:
         object.__setattr__(self, "in_function", in_function)
 
 
-class ParsedScript(NamedTuple):
+@dataclass(frozen=True, init=False)
+class ParsedScript:
     """Everything the judgement needs from one command line."""
 
     commands: tuple[RawCommand, ...]
@@ -226,6 +225,28 @@ class ParsedScript(NamedTuple):
     """Variables whose values bash evaluates as arithmetic or as a variable name
     (``$((x))``, ``((x))``, ``${a[x]}``, ``${s:x}``, ``[[ $x -eq 1 ]]``, ``${!x}``,
     ``[[ -v $x ]]``): a value like ``a[$(cmd)]`` read at run time runs cmd there."""
+
+    def __init__(
+        self,
+        commands: tuple[RawCommand, ...],
+        redirects: tuple[Redirect, ...],
+        assignments: tuple[Assignment, ...],
+        functions: tuple[str, ...],
+        recursive_functions: tuple[str, ...],
+        evaluated_texts: tuple[str, ...],
+        error: str | None,
+        empty: bool = False,
+        arithmetic_names: tuple[str, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "commands", commands)
+        object.__setattr__(self, "redirects", redirects)
+        object.__setattr__(self, "assignments", assignments)
+        object.__setattr__(self, "functions", functions)
+        object.__setattr__(self, "recursive_functions", recursive_functions)
+        object.__setattr__(self, "evaluated_texts", evaluated_texts)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "empty", empty)
+        object.__setattr__(self, "arithmetic_names", arithmetic_names)
 
 
 def _new_word(
@@ -998,16 +1019,16 @@ class _Walker:
                         )
                 # tree-sitter splits `$"..."` into `$` and a string; bash drops the `$`.
                 continue
+            start = child.start_byte
+            stop = child.end_byte
             if split is None:
-                end, split = _split_step(
-                    child, kind, child.start_byte, child.end_byte, "", end, data
-                )
+                end, split = _split_step(child, kind, start, stop, "", end, data)
             if kind == "command_name":
                 inner = child.named_children
                 if shallow and len(inner) == 1 and _kind(inner[0]) == "word":
+                    # A command_name node spans its one word exactly: the word's offsets
+                    # are the ones just read.
                     word = inner[0]
-                    start = word.start_byte
-                    stop = word.end_byte
                     if source is not None:
                         text = source[start:stop]
                     else:
@@ -1802,17 +1823,14 @@ def _parse_tree(source: str) -> ParsedScript:
     if walker.error is not None:
         return ParsedScript((), (), (), (), (), (), walker.error)
     arithmetic = walker.arithmetic
-    return _TUPLE_NEW(
-        ParsedScript,
-        (
-            tuple(walker.commands),
-            tuple(walker.redirects),
-            tuple(walker.assignments),
-            tuple(walker.functions),
-            tuple(walker.recursive),
-            tuple(walker.evaluated),
-            None,
-            False,
-            tuple(dict.fromkeys(arithmetic)) if arithmetic else (),
-        ),
+    return ParsedScript(
+        tuple(walker.commands),
+        tuple(walker.redirects),
+        tuple(walker.assignments),
+        tuple(walker.functions),
+        tuple(walker.recursive),
+        tuple(walker.evaluated),
+        None,
+        False,
+        tuple(dict.fromkeys(arithmetic)) if arithmetic else (),
     )

@@ -222,6 +222,15 @@ class SimpleCommand:
         object.__setattr__(self, "text", text)
 
 
+def _too_many_brace_words(args: Sequence[Word]) -> bool:
+    """Whether a word's brace expansion was refused for its size (``braces == ()``)."""
+    for word in args:
+        braces = word.braces
+        if braces is not None and not braces:
+            return True
+    return False
+
+
 def _under_any(path: str, prefixes: Sequence[str]) -> bool:
     """Whether ``path`` is one of ``prefixes`` or lies under one (``""``: everything)."""
     return any(not p or path == p or path.startswith(p + "/") for p in prefixes)
@@ -318,9 +327,29 @@ class Walker:
         """The command being judged runs with the environment cleared (``env -i``)."""
         self.globs: list[tuple[str, str]] = []
         """Every unquoted glob of the line: (absolute pattern, as written)."""
-        self.current = ""
+        self._current: str | None = ""
+        self._current_raw: RawCommand | None = None
         self._credential_re = context.credential_re
         self._denied_re = context.denied_re
+
+    @property
+    def current(self) -> str:
+        """The command being judged, as findings name it (``""``: the line as a whole)."""
+        label = self._current
+        if label is None:
+            # Made when a finding first asks for it (most commands make none).
+            # List comprehensions rather than generators: a generator resumes once per word.
+            raw = self._current_raw
+            label = (
+                "" if raw is None else short(" ".join([raw.name.text, *[a.text for a in raw.args]]))
+            )
+            self._current = label
+        return label
+
+    @current.setter
+    def current(self, label: str) -> None:
+        self._current = label
+        self._current_raw = None
 
     def deny(self, reason: str) -> None:
         """Refuse the command line (reason labelled with the current command)."""
@@ -467,9 +496,9 @@ class Walker:
 
     def command(self, raw: RawCommand) -> None:
         """Judge one simple command of the script."""
-        # List comprehensions rather than generators here: this runs for every command, and a
-        # generator resumes once per word.
-        self.current = short(" ".join([raw.name.text, *[a.text for a in raw.args]]))
+        # The command's label (``current``) is made from ``raw`` when a finding needs it.
+        self._current = None
+        self._current_raw = raw
         # Prefix assignments (`X=1 cmd`) are judged with all the others in run().
         if raw.name.braces:
             # `{rm,-rf,x}` is `rm -rf x` to bash: obfuscation, refused; recorded as bash
@@ -489,7 +518,7 @@ class Walker:
             )
         resolved = self.resolve_name(raw.name)
         args = expanded(raw.args)
-        if () in [a.braces for a in raw.args]:
+        if _too_many_brace_words(raw.args):
             self.deny(
                 f"a brace expansion makes more than {MAX_BRACE_WORDS} words or has more than "
                 f"{MAX_BRACE_GROUPS} braces (refused, not judged word by word)"
@@ -511,8 +540,11 @@ class Walker:
         """``args`` with each ``$f``/``"$f"`` whose every value is known here (a loop over
         static words: ``for f in a.txt b.txt; do wc -l "$f"; done``) replaced by each value
         in turn; ``[args]`` when there is none or too many combinations."""
-        if None not in [a.value for a in args]:
-            return [args]
+        for word in args:
+            if word.value is None:
+                break
+        else:
+            return [args]  # (a loop: no list made for the common case, every word static)
         choices: list[tuple[int, list[Word]]] = []
         combinations = 1
         for k, word in enumerate(args):
