@@ -73,7 +73,8 @@ def test_removing_the_git_neutralisation_is_refused(tmp_path: Path) -> None:
                     "unset GIT_CONFIG_GLOBAL GIT_CONFIG_NOSYSTEM", "unset HOME",
                     "env -u GIT_CONFIG_KEY_0 git log"):  # fmt: skip
         assert analyze(command, sandbox=sandbox).verdict == "deny", command
-    for command in ("env -i git status", "env - git status", "env -iu X git status"):
+    for command in ("env -i git status", "env - git status", "env -iu X git status",
+                    "env -vi git status", "env --ignore-env git log"):  # fmt: skip
         result = analyze(command, sandbox=sandbox)
         assert result.verdict == "ask" and "env -i" in " ".join(result.reasons), command
 

@@ -739,16 +739,19 @@ class Walker:
             if value.startswith("-") and value != "-":
                 option, attached = split_option(value, takes_value)
                 unknown: str | None = None
+                flags = ""  # the short flags of a bundle, before a letter taking a value
                 if spec.numeric_options and value[1:].isdigit():
                     pass  # `nice -5 CMD`
                 elif not value.startswith("--") and attached is None:
                     # A bundle of short flags (`time -ao FILE`): the first letter that
                     # takes a value takes the rest of the bundle, or the next word.
+                    flags = value[1:]
                     for at in range(1, len(value)):
                         letter = "-" + value[at]
                         if letter in takes_value or letter in spec.deny_options:
                             option = letter
                             attached = value[at + 1 :] or None
+                            flags = value[1:at]
                             break
                         if unknown is None and not spec.knows(letter):
                             unknown = letter
@@ -770,10 +773,7 @@ class Walker:
                 if option in spec.deny_options:
                     self.deny(f"{name} {option} runs a string as a command")
                     return None
-                if name == "env" and (
-                    option == "--ignore-environment"
-                    or (not value.startswith("--") and "i" in value[1 : value.find(option[1]) + 1])
-                ):
+                if name == "env" and (option == "--ignore-environment" or "i" in flags):
                     self.env_cleared = True
                 if option in spec.no_command_options:
                     return [], False
