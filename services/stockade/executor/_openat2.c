@@ -13,12 +13,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* symlink_free_errno(path: str) -> int: 0 when the absolute path exists with no symlink in
- * any component (openat2 with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS from AT_FDCWD,
- * O_PATH), otherwise the errno of the call; EMLINK when it exists with no symlink but is a
- * regular file with more than one link (another name may be a denied file's: the caller
- * looks at it; one fstat of the descriptor already open). */
-static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) {
+/* The symlink-free check: 0 when the absolute path exists with no symlink in any component
+ * (openat2 with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS from AT_FDCWD, O_PATH),
+ * otherwise the errno of the call. With `links`, EMLINK when it exists with no symlink but is
+ * a regular file with more than one link (another name may be a denied file's: the caller
+ * looks at it; one fstat of the descriptor already open, for reads only). */
+static PyObject *check(PyObject *arg, int links) {
     PyObject *encoded = NULL;
     if (!PyUnicode_FSConverter(arg, &encoded)) {
         return NULL; /* TypeError, or ValueError for an embedded NUL, as os.fsencode */
@@ -34,7 +34,7 @@ static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) {
         error = errno ? errno : -1;
     } else {
         struct stat st;
-        if (fstat((int)fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        if (links && fstat((int)fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1) {
             error = EMLINK;
         }
         close((int)fd);
@@ -67,11 +67,19 @@ static PyObject *entry_exists(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(result == 0);
 }
 
+/* symlink_free_errno(path: str) -> int: the check. */
+static PyObject *symlink_free_errno(PyObject *self, PyObject *arg) { return check(arg, 0); }
+
+/* symlink_free_links(path: str) -> int: the check, and EMLINK for a file with links. */
+static PyObject *symlink_free_links(PyObject *self, PyObject *arg) { return check(arg, 1); }
+
 static PyMethodDef methods[] = {
     {"symlink_free_errno", symlink_free_errno, METH_O,
      "0 when the absolute path exists with no symlink in any component, else the errno."},
     {"entry_exists", entry_exists, METH_O,
      "Whether an entry of that name exists (a final symlink not followed)."},
+    {"symlink_free_links", symlink_free_links, METH_O,
+     "symlink_free_errno, and EMLINK for a regular file with more than one link."},
     {NULL, NULL, 0, NULL},
 };
 

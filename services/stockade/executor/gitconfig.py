@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable
 
 __all__ = [
+    "walk_problem",
     "config_files",
     "named_for",
     "named_paths",
@@ -581,6 +582,13 @@ def _owner_homes(roots: tuple[str, ...], home: str) -> tuple[str, ...]:
 _MAX_WALK_ENTRIES = 200_000  # as the run-time walk of the writable roots (confine/masks.py)
 _LAYOUT_MARKERS = frozenset({"objects", "refs", "commondir"})
 _walks: dict[tuple[str, ...], tuple[float, tuple[tuple[str, str], ...], str]] = {}
+
+
+def walk_problem(roots: tuple[str, ...]) -> str:
+    """Why the last :func:`repositories_in` of ``roots`` may be incomplete ("" when it is
+    whole): a dictionary look-up, for every write check (the walk when none is kept)."""
+    hit = _walks.get(roots)
+    return hit[2] if hit is not None else repositories_in(roots)[1]
 
 
 def repositories_in(roots: tuple[str, ...]) -> tuple[list[tuple[str, str]], str]:

@@ -13,7 +13,15 @@ import stat
 import sys
 from collections.abc import Callable
 
-__all__ = ["NATIVE", "RESOLVE_BENEATH", "entry_exists", "openat2", "probe", "symlink_free_errno"]
+__all__ = [
+    "NATIVE",
+    "RESOLVE_BENEATH",
+    "entry_exists",
+    "openat2",
+    "probe",
+    "symlink_free_errno",
+    "symlink_free_links",
+]
 
 _SYS_OPENAT2 = 437  # same number on x86_64 and aarch64 (unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -93,11 +101,21 @@ _FS_ERRORS = sys.getfilesystemencodeerrors()
 def ctypes_symlink_free_errno(path: str) -> int:
     """0 when the absolute ``path`` exists with no symlink in any component (then it is
     its own canonical form); otherwise the errno of the check (ELOOP at a symlink, ENOENT
-    when missing, EACCES, ENOTDIR …): the caller then settles it another way. EMLINK: it
-    exists with no symlink, but is a regular file with more than one link (another of its
-    names may be a file the sandbox refuses to read).
+    when missing, EACCES, ENOTDIR …): the caller then settles it another way.
     """
     name = path.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its call layers
+    fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, name, _NO_SYMLINKS_REF, _HOW_SIZE)
+    if fd < 0:
+        return ctypes.get_errno() or -1
+    os.close(fd)
+    return 0
+
+
+def ctypes_symlink_free_links(path: str) -> int:
+    """:func:`ctypes_symlink_free_errno`, and EMLINK when the path exists with no symlink
+    but is a regular file with more than one link (another of its names may be a file the
+    sandbox refuses to read): for reads."""
+    name = path.encode(_FS_ENCODING, _FS_ERRORS)
     fd = _syscall(_SYS_OPENAT2_NR, _AT_FDCWD, name, _NO_SYMLINKS_REF, _HOW_SIZE)
     if fd < 0:
         return ctypes.get_errno() or -1
@@ -121,12 +139,14 @@ def os_entry_exists(path: str) -> bool:
 # layers (about 1 µs of the 2.3 µs a check costs through ctypes; it runs for every path a
 # command names). tests/unit/executor/test_openat2.py holds the two to the same answers.
 symlink_free_errno: Callable[[str], int]
+symlink_free_links: Callable[[str], int]
 entry_exists: Callable[[str], bool]
 try:
-    from stockade.executor._openat2 import entry_exists, symlink_free_errno
+    from stockade.executor._openat2 import entry_exists, symlink_free_errno, symlink_free_links
 except ImportError:
     NATIVE = False
     symlink_free_errno = ctypes_symlink_free_errno
+    symlink_free_links = ctypes_symlink_free_links
     entry_exists = os_entry_exists
 else:
     NATIVE = True

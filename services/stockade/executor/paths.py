@@ -32,7 +32,7 @@ from mypy_extensions import mypyc_attr
 from stockade.errors import PathRefused
 from stockade.executor import gitconfig
 from stockade.executor.globs import compile_globs, match_relative
-from stockade.executor.openat2 import entry_exists, symlink_free_errno
+from stockade.executor.openat2 import entry_exists, symlink_free_errno, symlink_free_links
 from stockade.executor.openat2 import openat2 as _openat2
 from stockade.executor.openat2 import probe as _openat2_probe
 
@@ -371,6 +371,7 @@ _OPENAT2: bool | None = None
 _FAST_MISSING_LEVELS = 4
 
 _ENOENT: Final = errno.ENOENT
+_EMLINK: Final = errno.EMLINK
 
 
 def openat2_available() -> bool:
@@ -686,7 +687,7 @@ class PathSandbox:
             # A read needs no deepest existing ancestor (only the write checks below
             # start from it): one probe fewer for a file that does not exist.
             resolved, existing, several = self._resolve_existing(
-                lexical, known_dirs, need_existing=write
+                lexical, known_dirs, need_existing=write, links=not write
             )
         except _Refusal as refusal:
             return PathDecision(False, refusal.resolved, refusal.reason, None)
@@ -909,14 +910,20 @@ class PathSandbox:
         return self._linked.holder((st.st_dev, st.st_ino), resolved)
 
     def _resolve_existing(
-        self, absolute: str, known_dirs: set[str] | None = None, *, need_existing: bool = True
+        self,
+        absolute: str,
+        known_dirs: set[str] | None = None,
+        *,
+        need_existing: bool = True,
+        links: bool = False,
     ) -> tuple[str, str, bool]:
         """EXE-3: canonicalise, following symlinks one hop at a time.
 
         Returns the canonical path (for a path that does not exist yet: the canonical
         deepest existing ancestor plus the remaining components), that deepest existing
         ancestor (the path itself when it exists), and whether the path is a regular file
-        with more than one link (the symlink-free check's fstat says so). Raises _Refusal
+        with more than one link (with ``links``, for reads: the symlink-free check's fstat
+        says so; a write does not pay for it). Raises _Refusal
         for loops, routes through magic links, unreadable directories, and symlinks that
         lead out of the roots after the walk had entered one (a chain out and back in is
         refused too: the outside hop can be changed by whoever controls it).
@@ -954,11 +961,11 @@ class PathSandbox:
                             known_dirs.add(absolute)
                         several = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
                         return absolute, absolute, several
-            error = symlink_free_errno(absolute)
-            if not error or error == errno.EMLINK:
+            error = symlink_free_links(absolute) if links else symlink_free_errno(absolute)
+            if not error or error == _EMLINK:
                 if known_dirs is not None and parent != absolute:
                     known_dirs.add(parent)  # the parent of an existing path: a directory
-                return absolute, absolute, error == errno.EMLINK
+                return absolute, absolute, error == _EMLINK
             if error == _ENOENT and not need_existing:
                 return absolute, "", False
             probe = absolute
@@ -1097,10 +1104,10 @@ class PathSandbox:
         """Why a write to ``resolved`` would change what a person's git runs (a hook in
         ``core.hooksPath``, an included config file, a program a command names), or None."""
         start = existing if existing != resolved else os.path.dirname(resolved)
-        problem = gitconfig.repositories_in(self._writable_paths)[1]
+        names = self.config_named(start)
+        problem = gitconfig.walk_problem(self._writable_paths)  # of the walk just made
         if problem:
             return f"writes to {resolved} are refused: {problem}"
-        names = self.config_named(start)
         if not names:
             return None
         paths = {resolved, lexical, fold_for_match(resolved), fold_for_match(lexical)}

@@ -24,6 +24,7 @@ def tree(tmp_path: Path) -> Path:
     os.symlink(tmp_path / "loop_b", tmp_path / "loop_a")
     os.symlink(tmp_path / "loop_a", tmp_path / "loop_b")
     os.mkfifo(tmp_path / "dir" / "fifo")
+    os.link(tmp_path / "dir" / "file.txt", tmp_path / "dir" / "linked")
     return tmp_path
 
 
@@ -33,6 +34,7 @@ def _cases(tree: Path) -> list[str]:
         str(tree / "dir"),
         str(tree / "dir" / "sub"),
         str(tree / "dir" / "file.txt"),
+        str(tree / "dir" / "linked"),
         str(tree / "dir" / "ü ñame"),
         str(tree / "dir" / "fifo"),  # O_PATH: never blocks on a FIFO
         str(tree / "dir" / "missing"),
@@ -61,6 +63,11 @@ def test_the_c_check_answers_as_the_ctypes_check(tree: Path) -> None:
     assert answers["/proc/self/cwd"] == errno.ELOOP
     for path, expected in answers.items():
         assert openat2.symlink_free_errno(path) == expected, path
+    links = {path: openat2.ctypes_symlink_free_links(path) for path in _cases(tree)}
+    assert links[str(tree / "dir" / "linked")] == errno.EMLINK
+    for path, expected in links.items():
+        assert openat2.symlink_free_links(path) == expected, path
+        assert expected == answers[path] or (expected == errno.EMLINK and not answers[path])
 
 
 def test_the_c_existence_check_answers_as_os_access(tree: Path) -> None:
@@ -81,3 +88,4 @@ def test_the_c_check_is_used_exactly_when_the_build_is_there() -> None:
     assert openat2.NATIVE == built
     assert (openat2.symlink_free_errno is openat2.ctypes_symlink_free_errno) == (not built)
     assert (openat2.entry_exists is openat2.os_entry_exists) == (not built)
+    assert (openat2.symlink_free_links is openat2.ctypes_symlink_free_links) == (not built)

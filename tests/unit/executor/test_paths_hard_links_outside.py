@@ -104,10 +104,13 @@ def test_the_symlink_free_check_says_several_links(tmp_path: Path) -> None:
     (tmp_path / "two").write_text("x")
     os.link(tmp_path / "two", tmp_path / "three")
     (tmp_path / "d").mkdir()
-    for check in (openat2.symlink_free_errno, openat2.ctypes_symlink_free_errno):
+    for check in (openat2.symlink_free_links, openat2.ctypes_symlink_free_links):
         assert check(str(tmp_path / "one")) == 0
         assert check(str(tmp_path / "two")) == errno.EMLINK
         assert check(str(tmp_path / "d")) == 0  # directories have several links: not files
+        assert check(str(tmp_path / "missing")) == errno.ENOENT
+    for check in (openat2.symlink_free_errno, openat2.ctypes_symlink_free_errno):
+        assert check(str(tmp_path / "two")) == 0  # writes do not pay for the fstat
 
 
 async def test_a_link_to_a_denied_file_outside_is_masked_at_run_time(
