@@ -56,7 +56,19 @@ def check_sandbox(
     problem = validate_globs_problem((*deny, *reads.ask))
     if problem:
         raise InvalidArgument(problem)
-    return PathSandbox(roots, cwd, denied_read_globs=deny), tuple(reads.ask)
+    # Stockade's own state, keys and configured files, as the executor adds them.
+    from stockade.executor.own import own_paths
+    from stockade.executor.paths import DEFAULT_PROTECTED_WRITES
+
+    own = own_paths(
+        os.environ.get("STOCKADE_EXECUTOR_STATE_DIR"), roots=tuple(r.path for r in roots)
+    )
+    deny = tuple(dict.fromkeys((*deny, *own.denied_read_globs())))
+    protected = (*DEFAULT_PROTECTED_WRITES, *own.protected_write_globs())
+    return (
+        PathSandbox(roots, cwd, denied_read_globs=deny, protected_write_globs=protected),
+        tuple(reads.ask),
+    )
 
 
 # --- bash-check ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from stockade.executor.globs import validate_globs
 from stockade.executor.grants import StoreGrantCheck, grant_check_from_settings, grant_layer
 from stockade.executor.inspect import inspect_call
 from stockade.executor.metrics import ExecutorMetrics
+from stockade.executor.own import OwnPaths, own_paths
 from stockade.executor.paths import PathSandbox
 from stockade.executor.readstate import ReadLedger
 from stockade.executor.servicer import ExecutorServicer
@@ -74,8 +75,20 @@ def tool_limits(settings: ExecutorSettings) -> ToolLimits:
         default_timeout_s=settings.default_timeout_s,
         max_timeout_s=settings.max_timeout_s,
         denied_read_globs=tuple(settings.denied_read_globs),
-        masked_dirs=tuple(settings.socket_dirs()),
+        # Stockade's own sockets and state directories: hidden from every command.
+        masked_dirs=tuple(dict.fromkeys((*settings.socket_dirs(), *own_for(settings).state_dirs))),
     )
+
+
+def own_for(settings: ExecutorSettings) -> OwnPaths:
+    """Stockade's own state, keys and configured files, for this executor's roots."""
+    extra = (
+        d.rsplit(":", 1)[0] if d.endswith((":ro", ":rw")) else d for d in settings.additional_dirs
+    )
+    roots = tuple(
+        str(r) for r in (settings.workspace, settings.library_dir, settings.skills_dir, *extra) if r
+    )
+    return own_paths(settings.state_dir, roots=roots)
 
 
 def sandbox_with_globs(
@@ -87,10 +100,19 @@ def sandbox_with_globs(
     executor's own ``denied_read_globs`` setting (it adds, never replaces) and whatever the
     given sandbox already had. They bind the file tools too, not only bash (EXE-9).
     """
-    protected = (
-        tuple(settings.protected_write_globs)
-        if settings.protected_write_globs is not None
-        else sandbox.protected_write_globs
+    own = own_for(settings)
+    protected = tuple(
+        dict.fromkeys(
+            (
+                *(
+                    settings.protected_write_globs
+                    if settings.protected_write_globs is not None
+                    else sandbox.protected_write_globs
+                ),
+                # Stockade's own state, keys and policy files, wherever they lie.
+                *own.protected_write_globs(),
+            )
+        )
     )
     denied = tuple(
         dict.fromkeys(
@@ -98,6 +120,7 @@ def sandbox_with_globs(
                 *(policy.deny if policy is not None else ()),
                 *settings.denied_read_globs,
                 *sandbox.denied_read_globs,
+                *own.denied_read_globs(),
             )
         )
     )
