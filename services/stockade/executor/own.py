@@ -71,8 +71,8 @@ def own_paths(
     """Stockade's own paths for an executor with ``state_dir`` whose processes share
     ``environ`` and ``cwd`` (``serve all``, one pod's containers). A directory that is, or
     holds, one of ``roots`` is left out (refusing it would refuse the whole root: a
-    configuration to fix, not to guess around), and so is a path with glob characters or outside every root (out of reach
-    already)."""
+    configuration to fix, not to guess around), and so is a path with glob characters
+    or outside every root (out of reach already)."""
     environ = os.environ if environ is None else environ
     cwd = cwd or os.getcwd()
     # The defaults of a Stockade started here, or in any root (its working directory is

@@ -90,7 +90,8 @@ async def test_stockade_state_is_refused_to_the_analysis_and_the_file_tools(stub
         inspection = await stub.Inspect(
             x_pb2.InspectRequest(call=_call("run_bash", {"command": command}, "i"))
         )
-        assert any(r.effect == c_pb2.RULE_EFFECT_DENY for r in inspection.inspection.tool_rules), command
+        rules = inspection.inspection.tool_rules
+        assert any(r.effect == c_pb2.RULE_EFFECT_DENY for r in rules), command
     out, _ = await _run(
         stub, "read_file", {"file_path": ".stockade/state/grant_signing_key.pem"}, "r1"
     )
