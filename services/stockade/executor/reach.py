@@ -47,12 +47,13 @@ def recursive_reader(name: str, argv: Sequence[str]) -> bool:
             any(a in _GREP_RECURSIVE or a.startswith("--directories=recurse") for a in argv)
             or bool(set(_short_flags(argv)) & {"r", "R"})
             or ("-d" in argv and "recurse" in argv)
+            or _grep_recurses(argv)
         )
     if name == "find":
         return any(a in _FIND_RUNS for a in argv)
     if name == "diff":
         # `diff -rN . /empty` prints every file under `.`.
-        return "r" in _short_flags(argv) or "--recursive" in argv
+        return "r" in _short_flags(argv) or any(_abbreviates(a, "--recursive") for a in argv)
     if name == "git":
         return _git_reads_work_tree(argv)
     if name in ("tar", "bsdtar"):
@@ -64,12 +65,45 @@ def recursive_reader(name: str, argv: Sequence[str]) -> bool:
         )
     if name in ("cp", "scp"):
         return bool(set(_short_flags(argv)) & {"r", "R", "a"}) or any(
-            a in ("--recursive", "--archive") for a in argv
+            _abbreviates(a, "--recursive") or _abbreviates(a, "--archive") for a in argv
         )
     if name == "zip":
         return bool(set(_short_flags(argv)) & {"r", "R"}) or "--recurse-paths" in argv
     if name in ("7z", "7za"):
         return bool(argv) and argv[0] in ("a", "u")
+    return False
+
+
+def _abbreviates(written: str, option: str) -> bool:
+    """Whether getopt takes ``written`` for the long ``option`` (an unambiguous prefix:
+    five characters and more are unique among grep's, diff's and cp's options here)."""
+    return len(written) >= 5 and option.startswith(written)
+
+
+def _grep_recurses(argv: Sequence[str]) -> bool:
+    """grep's spellings of recursion getopt and argmatch also take: abbreviations
+    (``--recur``, ``--deref``), ``--directories recurse`` as two words, and the action
+    abbreviated (``-d rec``, ``--dir=rec``: ``grep --directories recurse SECRET .`` and
+    ``grep --recur SECRET .`` read a denied .env and were ALLOWED)."""
+    for k, arg in enumerate(argv):
+        nxt = argv[k + 1] if k + 1 < len(argv) else ""
+        if arg == "--":
+            return False
+        if arg.startswith("--"):
+            written, eq, value = arg.partition("=")
+            if _abbreviates(written, "--recursive") or _abbreviates(
+                written, "--dereference-recursive"
+            ):
+                return True
+            if _abbreviates(written, "--directories"):
+                action = value if eq else nxt
+                if len(action) >= 3 and "recurse".startswith(action):
+                    return True
+        elif arg.startswith("-") and "d" in arg[1:]:
+            rest = arg[arg.index("d", 1) + 1 :]
+            action = rest or nxt
+            if len(action) >= 3 and "recurse".startswith(action):
+                return True
     return False
 
 

@@ -342,3 +342,29 @@ def test_git_trace_to_a_unix_socket_connects_and_is_asked(ws: Path, tmp_path: Pa
     verdict, reasons = judge(script, ws)
     assert verdict == "ask" and "unix socket" in reasons
     assert judge("GIT_TRACE=1 git log", ws)[0] == "allow"
+
+
+# --- grep's recursion through abbreviations and split values (DEC-16 reach) ---------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--directories", "recurse", "SECRET", "."),
+        ("--recur", "SECRET", "."),
+        ("--derefer", "SECRET", "."),
+        ("-d", "rec", "SECRET", "."),
+        ("--dir=rec", "SECRET", "."),
+    ],
+)
+def test_grep_recursion_spelled_otherwise_is_a_recursive_read(
+    argv: tuple[str, ...], ws: Path
+) -> None:
+    from stockade.executor.reach import recursive_reader
+
+    (ws / ".env").write_text("SECRET=hunter2\n")
+    done = subprocess.run(["grep", *argv], cwd=ws, capture_output=True, text=True, check=False)
+    assert "hunter2" in done.stdout  # grep read the tree
+    assert recursive_reader("grep", argv)
+    assert not recursive_reader("grep", ("-d", "read", "SECRET", "."))
+    assert not recursive_reader("grep", ("--devices=skip", "x", "a.txt"))
