@@ -368,3 +368,25 @@ def test_grep_recursion_spelled_otherwise_is_a_recursive_read(
     assert recursive_reader("grep", argv)
     assert not recursive_reader("grep", ("-d", "read", "SECRET", "."))
     assert not recursive_reader("grep", ("--devices=skip", "x", "a.txt"))
+
+
+# --- class 3: `exec -c` runs its command with an empty environment, like `env -i` --------
+
+
+def test_exec_c_drops_the_executors_git_neutralisation_and_is_asked(ws: Path) -> None:
+    from stockade.executor.confine.env import command_env
+
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    subprocess.run([git, "init", "-q", str(ws)], check=True, env=ENV)
+    with (ws / ".git" / "config").open("a") as config:
+        config.write("[core]\n\tfsmonitor = /usr/bin/touch PWNED; false\n")
+    env = {**command_env(cwd=str(ws), tmp_dir=str(ws.parent)), "PATH": "/usr/bin:/bin"}
+    run_bash("git status >/dev/null 2>&1", ws, env)
+    assert not (ws / "PWNED").exists()  # the executor's environment holds
+    run_bash("exec -c git status >/dev/null 2>&1", ws, env)
+    assert (ws / "PWNED").exists()  # an empty environment: git runs the fsmonitor
+    verdict, reasons = judge("exec -c git status", ws)
+    assert verdict == "ask" and "environment cleared" in reasons
+    assert judge("exec git status", ws)[0] == "allow"

@@ -775,6 +775,8 @@ class Walker:
                     return None
                 if name == "env" and (option == "--ignore-environment" or "i" in flags):
                     self.env_cleared = True
+                if name == "exec" and ("c" in flags or option == "-c"):
+                    self.env_cleared = True  # `exec -c CMD` runs CMD with an empty environment
                 if option in spec.no_command_options:
                     return [], False
                 operand: Word | None = None
