@@ -176,3 +176,27 @@ def test_merge_diffs_and_check_are_asked(repo: Path, command: str) -> None:
 )
 def test_ordinary_look_alikes_stay_allowed(repo: Path, command: str) -> None:
     assert _verdict(repo, command) == "allow", command
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # git's documentation: these run a command (send-email is not installed here, so
+        # not shown in real git); with the network enabled they were only asked.
+        ("git send-email --sendmail-cmd='touch x' --to=a@b 0001.patch", "deny"),
+        ("git send-email --to-cmd=./list.sh 0001.patch", "deny"),
+        ("git send-email --cc-cmd 'sh -c id' 0001.patch", "deny"),
+        ("git send-email --header-cmd=id 0001.patch", "deny"),
+        ("git send-email --smtp-server=/tmp/prog 0001.patch", "deny"),
+        ("git send-email --smtp-server ./prog 0001.patch", "deny"),
+        ("git send-email --smtp-server=smtp.example.com --to=a@b 0001.patch", "ask"),
+    ],
+)
+def test_send_email_options_that_run_commands_are_refused(
+    repo: Path, command: str, expected: str
+) -> None:
+    sandbox = PathSandbox([Root(str(repo), True)], str(repo), denied_read_globs=DENIED)
+    verdict = analyze(
+        command, sandbox=sandbox, denied_read_globs=DENIED, network_enabled=True
+    ).verdict
+    assert verdict == expected, command

@@ -91,6 +91,18 @@ def judge(j: Judge, args: list[Word]) -> None:
         if sub in ("rebase", "difftool") and short in ("-x", "--exec"):
             j.deny(f"git {sub} {short} runs a command")
             return
+        if sub == "send-email" and (
+            value.startswith(_SEND_EMAIL_RUNNERS)
+            or (value.startswith("--smtp-server") and "/" in value.partition("=")[2])
+            or (
+                value == "--smtp-server"
+                and "/" in (values[k + 1] or "" if k + 1 < len(values) else "")
+            )
+        ):
+            # `--sendmail-cmd`, `--to-cmd`, `--cc-cmd`, `--header-cmd` run a command (git
+            # documentation), and so does `--smtp-server` given a program's path.
+            j.deny(f"git send-email {value[:40]} runs a command")
+            return
         if sub == "filter-branch" and option in lists.GIT_FILTER_OPTIONS:
             j.deny(f"git filter-branch {option} runs a shell command for every commit")
             return
@@ -1062,6 +1074,10 @@ _GIT_DENY_ANYWHERE = frozenset(
         "--config-env",
     }
 )
+
+
+# send-email options whose value is a command it runs (prefixes: git takes abbreviations).
+_SEND_EMAIL_RUNNERS = ("--sendmail", "--to-c", "--cc-c", "--header")
 
 
 _GIT_FILE_READERS = frozenset({"commit", "tag", "merge", "notes", "grep", "commit-tree"})
