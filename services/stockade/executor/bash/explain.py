@@ -75,21 +75,8 @@ def risk_of(verdict: str, findings: Sequence[Finding]) -> Risk:
 
 
 def _shown(text: str) -> str:
-    if not _one_line(text):
-        text = " ".join(text.split())
+    text = " ".join(text.split())
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 1] + "…"
-
-
-def _one_line(text: str) -> bool:
-    """Whether ``" ".join(text.split())`` is ``text`` itself (findings.one_line: this
-    module is imported by findings.py, so it keeps its own copy)."""
-    return (
-        text.isascii()
-        and text.isprintable()
-        and "  " not in text
-        and not text.startswith(" ")
-        and not text.endswith(" ")
-    )
 
 
 def explain(

@@ -16,7 +16,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 from stockade.executor.bash.explain import Finding
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
@@ -52,8 +52,11 @@ class ShellState:
         ``GLOBIGNORE`` in the line: globs may match hidden names, any case, subdirectories."""
 
 
-class Judge(Protocol):
-    """What a program judge may read and call (the walker is the one implementation)."""
+class Judge:
+    """What a program judge may read and call. The walker is the one implementation: a
+    subclass, so that compiled (mypyc) a judge's calls and reads are direct C calls and
+    loads through the class's vtable, not Python method calls with keyword parsing (a
+    Protocol is only known to mypyc as an object)."""
 
     sandbox: PathSandbox
     """The roots: where reads and writes may go."""
@@ -83,78 +86,79 @@ class Judge(Protocol):
 
     def deny(self, reason: str) -> None:
         """Refuse the command line."""
+        raise NotImplementedError
 
     def ask(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
         """Ask a person; ``immune``: no allow rule or bypass mode may settle it."""
+        raise NotImplementedError
 
     def effect(self, reason: str, risk: Risk = "medium", *, immune: bool = False) -> None:
         """An ASK because the command changes something (it is not read-only)."""
+        raise NotImplementedError
 
     def network(self, reason: str) -> None:
         """The command uses the network (refused unless the network is enabled)."""
+        raise NotImplementedError
 
     def path(self, word: Word, *, write: bool, what: str = "reads") -> str | None:
         """Judge one path operand; its canonical path when allowed, else None."""
+        raise NotImplementedError
 
     def change_dir(self, target: Word) -> None:
         """The command changes the working directory for what follows."""
+        raise NotImplementedError
 
     def scan_credentials(self, args: Sequence[Word]) -> None:
         """Refuse credential paths among arguments that are not otherwise understood."""
+        raise NotImplementedError
 
     def absolute(self, value: str, base: str | None = None) -> str:
         """``value`` made absolute against ``base`` (the first working directory)."""
+        raise NotImplementedError
 
     def expand(self, value: str) -> str:
         """Tilde expansion as bash does it."""
+        raise NotImplementedError
 
     def denied(self, resolved: str, absolute: str) -> bool:
         """Whether the policy denies reading the path."""
+        raise NotImplementedError
 
     def tracks_denied(self, git_dir: str, prefixes: Sequence[str] = ("",)) -> bool:
         """Whether that git directory's index tracks a path the policy denies reading, at
         or under one of ``prefixes`` (True when it cannot be read with certainty)."""
+        raise NotImplementedError
 
     def history_denied(
         self, git_dir: str, top: str, prefixes: Sequence[str], ids: Sequence[str]
     ) -> bool | None:
         """Whether a commit git can reach (refs, reflogs, the object ids ``ids``) holds a
         path the policy denies reading at or under one of ``prefixes``; None: unknown."""
+        raise NotImplementedError
 
     def credential(self, absolute: str) -> bool:
         """Whether the absolute path is a credential file (``~/.ssh/id_*`` ...)."""
+        raise NotImplementedError
 
     def resolve_name(self, word: Word) -> tuple[str, bool] | None:
         """A command-name word normalised: (name, run by path); None after a DENY."""
+        raise NotImplementedError
 
     def record(self, name: str, args: Sequence[Word]) -> None:
         """Record a simple command for rule matching (DEC-2)."""
+        raise NotImplementedError
 
     def words(
         self, name: str, by_path: bool, args: list[Word], raw: RawCommand, *, stdin_args: bool
     ) -> None:
         """Judge a command given as words (``find -exec``'s inner command)."""
+        raise NotImplementedError
 
 
 def short(text: str, limit: int = 60) -> str:
     """``text`` on one line, cut to ``limit`` characters."""
-    if not one_line(text):
-        text = " ".join(text.split())
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def one_line(text: str) -> bool:
-    """Whether ``" ".join(text.split())`` is ``text`` itself (most command texts): ASCII
-    with no white space but single inner blanks (str.split's other ASCII separators,
-    tab to carriage return and \\x1c-\\x1f, are not printable), told without building the
-    words and joining them again."""
-    return (
-        text.isascii()
-        and text.isprintable()
-        and "  " not in text
-        and not text.startswith(" ")
-        and not text.endswith(" ")
-    )
 
 
 def word_text(word: Word) -> str:

@@ -25,6 +25,7 @@ from stockade.executor.bash import lists
 from stockade.executor.bash.braces import MAX_BRACE_GROUPS, MAX_BRACE_WORDS
 from stockade.executor.bash.explain import Finding
 from stockade.executor.bash.findings import (
+    Judge,
     Risk,
     ShellState,
     expanded,
@@ -282,7 +283,7 @@ class WalkContext:
         self.history = HistoryCache()
 
 
-class Walker:
+class Walker(Judge):
     """Judges one parsed script; holds the findings while it goes."""
 
     def __init__(
