@@ -599,3 +599,27 @@ async def test_shared_writable_places_are_closed(
     assert outcome.exit_code != 0
     for place in ("/dev/shm", "/var/tmp", "/tmp"):
         assert not Path(place, f"stockade-{tag}").exists()
+
+
+async def test_stockade_own_configuration_under_etc_reads_empty(
+    launcher: Launcher, ws: Path
+) -> None:
+    """The mtls overlay mounts the executor's own TLS key at /etc/stockade/tls, which
+    Landlock lets commands read (/etc is a system dir) and whose mode lets the executor's
+    uid read: a command printed the key the executor proves its identity with."""
+    etc = Path("/etc/stockade")
+    if etc.exists():
+        pytest.skip("/etc/stockade belongs to an installation on this host")
+    key = etc / "tls" / "tls.key"
+    key.parent.mkdir(parents=True)
+    try:
+        key.write_text("-----BEGIN PRIVATE KEY-----\nexecutor-identity\n")
+        # The pool was forked before the directory existed: run to get fresh workers.
+        for _ in range(4):
+            await run(launcher, ws, "true")
+        outcome = await run(launcher, ws, f"cat {key}; ls {etc}; echo END")
+        assert "executor-identity" not in outcome.stdout
+        assert "tls" not in outcome.stdout.replace("END", "")
+        assert "executor-identity" in key.read_text()  # hidden in the command's view only
+    finally:
+        shutil.rmtree(etc)

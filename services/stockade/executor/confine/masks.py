@@ -359,6 +359,10 @@ SENSITIVE_SYSTEM_FILES: tuple[str, ...] = (
     "/etc/pki/tls/private",
     "/etc/letsencrypt/live",
     "/etc/letsencrypt/archive",
+    # Stockade's own configuration in its images and manifests: the executor's mTLS key
+    # (`/etc/stockade/tls`, the mtls overlay), grant keys and policy. /etc is readable to
+    # commands (Landlock's system dirs), and a command runs as the executor's uid.
+    "/etc/stockade",
 )
 
 
