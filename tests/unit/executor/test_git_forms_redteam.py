@@ -200,3 +200,22 @@ def test_send_email_options_that_run_commands_are_refused(
         command, sandbox=sandbox, denied_read_globs=DENIED, network_enabled=True
     ).verdict
     assert verdict == expected, command
+
+
+def test_config_blob_by_id_prints_a_committed_ini_secret(repo: Path) -> None:
+    (repo / "conf").mkdir()
+    (repo / "conf" / ".env").write_text("[aws]\nkey = AKIASECRET\n")
+    host_git(repo, "add", "conf/.env")
+    host_git(repo, "commit", "-qm", "ini")
+    blob = host_git(repo, "rev-parse", "--short", "HEAD:conf/.env").stdout.strip()
+    assert "AKIASECRET" in host_git(repo, "config", f"--blob={blob}", "-l").stdout
+    for command in (
+        f"git config --blob={blob} -l",
+        f"git config --blob {blob} --get aws.key",
+        f"git config --blob={blob}^{{}} --list",
+        "git config --blob=HEAD^{tree} -l",
+    ):
+        assert _verdict(repo, command) == "ask", command
+    assert _verdict(repo, "git config --blob=HEAD:conf/.env -l") == "deny"
+    assert _verdict(repo, "git config --blob=HEAD:src/a.py -l") == "allow"
+    assert _verdict(repo, "git config --list") == "allow"

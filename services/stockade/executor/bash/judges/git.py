@@ -435,6 +435,14 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
         if value.startswith("-"):
             if sub == "cat-file" and value.startswith("--batch"):
                 unbounded = True
+            if sub == "config" and value.startswith("--blob"):
+                # `git config --blob=ID -l` prints a committed INI file (an AWS
+                # credentials file) named by object id, a ref or a tree path: only a
+                # `REV:path` says which file (judged below).
+                named = value.partition("=")[2] if "=" in value else _next_value(rest, word)
+                split = split_revision(named) if named else None
+                if split is None or not split[1]:
+                    unbounded = True
             # An object named in an option's value: `config --blob=HEAD:.env`,
             # `log -L1,1:.env`, `blame --contents=...`.
             attached = ""
@@ -491,6 +499,14 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
             "high",
             immune=True,
         )
+
+
+def _next_value(rest: list[Word], word: Word) -> str:
+    """The value of the word after ``word`` in ``rest`` ("" when none or dynamic)."""
+    for k, candidate in enumerate(rest):
+        if candidate is word:
+            return (rest[k + 1].value or "") if k + 1 < len(rest) else ""
+    return ""
 
 
 _ARCHIVE_FLAGS = frozenset({"-v", "--verbose", "-l", "--list", "--worktree-attributes", "--"})
