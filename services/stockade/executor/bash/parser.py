@@ -664,6 +664,14 @@ _REDIRECT_NODES: Final = frozenset({"file_redirect", "heredoc_redirect", "herest
 _ARITHMETIC_TESTS: Final = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 
 _VARIABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Substitutions whose output can only be a number (or nothing): evaluated as arithmetic,
+# they run no code (`$(( $(wc -l < f) + 1 ))`, `$(date +%s)`, `$(git rev-list --count HEAD)`).
+_NUMERIC_OUTPUT: Final = re.compile(
+    r"\$\(\s*(?:wc\s+-[lcmw]+\s*(?:<\s*[\w./-]+\s*)?"
+    r"|date\s+\+%[sNYmdHMSjuw]"
+    r"|git\s+rev-list\s+--count(?:\s+[\w./^~@-]+)+"
+    r"|nproc)\s*\)\Z"
+)
 
 # Assignments inside arithmetic text (`((PATH=1))`, `${a[PATH++]}`, `[[ HOME=1 -eq 1 ]]`):
 # bash sets the variable to a number, so `((PATH=1)); ls` runs ./1/ls. The operators:
@@ -1250,7 +1258,15 @@ class _Walker:
             elif kind == "word" and _VARIABLE.match(self._src(current)):
                 # A bare name in `$(( ))` (`x` in `i<x`) is a word to the grammar.
                 self.arithmetic.append(self._src(current))
-            elif kind not in ("command_substitution", "process_substitution"):
+            elif kind == "command_substitution" or (
+                kind == "translated_string" or (kind == "string" and _translated(current))
+            ):
+                # Text only known at run time, evaluated as arithmetic: `$(( $(cat f) ))`
+                # with f holding a[$(cmd)] runs cmd (so does a translated `$"..."`).
+                source = self._src(current)
+                if not _NUMERIC_OUTPUT.match(source):
+                    self.arithmetic.append(source if source.startswith("$") else "$" + source)
+            elif kind != "process_substitution":
                 stack.extend(current.named_children)
 
     def _arithmetic_assigns(self, text: str) -> None:

@@ -203,6 +203,14 @@ def arithmetic(j: Judge) -> None:
         else:
             values.setdefault(assignment.name, []).append(assignment.value.value)
     for name in names:
+        if name.startswith("$"):
+            j.ask(
+                f"evaluates the text of {short(name, 30)} as arithmetic, only known at run "
+                "time (a value like a[$(cmd)] would run cmd)",
+                "high",
+                immune=True,
+            )
+            return
         if name.isdigit() or name in ("_", "@", "*"):
             j.ask(
                 f"evaluates ${name} as arithmetic: a positional parameter or $_ holds "
