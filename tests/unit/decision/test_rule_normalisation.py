@@ -292,3 +292,50 @@ def test_allow_is_not_widened_by_git_options() -> None:
     content = call_content("run_bash", {"command": "git -c a.b=c status"}, cwd=CWD)
     assert content.allow_sub_commands == ("git -c a.b=c status",)
     assert "git status" in content.sub_commands
+
+
+# A DENY/ASK on `NAME [WORD] -OPTS… *` names options, not their spelling (red team,
+# issue 11): `rm -fr x` dodged `run_bash(rm -rf *)`, which a bypass mode then allowed.
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("run_bash(rm -rf *)", "rm -rf x"),
+        ("run_bash(rm -rf *)", "rm -fr x"),
+        ("run_bash(rm -rf *)", "rm -r -f x"),
+        ("run_bash(rm -rf *)", "rm -f -r x"),
+        ("run_bash(rm -rf *)", "rm -Rf x"),
+        ("run_bash(rm -rf *)", "rm -rfv x"),
+        ("run_bash(rm -rf *)", "rm -v -r -i -f x y"),
+        ("run_bash(rm -rf *)", "rm --recursive --force x"),
+        ("run_bash(rm -rf *)", "rm -rf"),
+        ("run_bash(rm -rf *)", "sudo rm -fr /"),
+        ("run_bash(git push --force *)", "git push origin --force"),
+        ("run_bash(git push --force *)", "git push -f"),
+        ("run_bash(git push --force *)", "git -C . push -f origin main"),
+    ],
+)
+@pytest.mark.parametrize("effect", [D, A])
+def test_option_rules_match_options_as_a_set(rule: str, command: str, effect: Effect) -> None:
+    for facts in (Facts(), Facts(sub_commands=(command,))):
+        assert _verdict([(effect, rule)], "run_bash", {"command": command}, facts=facts) is effect
+
+
+@pytest.mark.parametrize(
+    ("rule", "command"),
+    [
+        ("run_bash(rm -rf *)", "rm -r x"),
+        ("run_bash(rm -rf *)", "rm -f x"),
+        ("run_bash(rm -rf *)", "rm x-rf"),
+        ("run_bash(rm -rf *)", "ls -rf"),
+        ("run_bash(git push --force *)", "git push origin"),
+        ("run_bash(git push --force *)", "git pull --force"),
+    ],
+)
+def test_option_rules_do_not_catch_other_options(rule: str, command: str) -> None:
+    assert _verdict([(D, rule)], "run_bash", {"command": command}) is not D, command
+
+
+def test_allow_option_rules_stay_literal() -> None:
+    """ALLOW never matches more than written: `rm -rf build` is not `rm -fr build`."""
+    content = call_content("run_bash", {"command": "rm -fr build"}, cwd=CWD)
+    assert content.allow_sub_commands == ("rm -fr build",)

@@ -11,7 +11,12 @@ from typing import Any
 from stockade.contract.shell import MAX_COMMAND_CHARS
 from stockade.contract.tools import PRIMARY_FIELDS
 from stockade.decision.rules.paths import normalize_path
-from stockade.decision.rules.shellwords import crude_split, normalize_both, subcommand_form
+from stockade.decision.rules.shellwords import (
+    crude_split,
+    normalize_both,
+    option_set_forms,
+    subcommand_form,
+)
 from stockade.errors import InvalidArgument
 
 CONTENT_FIELDS: tuple[str, ...] = ("command", "file_path", "path", "pattern", "url")
@@ -169,6 +174,8 @@ def call_content(
                 subs.append(deny_form + " ")
             if bare is not None and bare.count(" ") < 3:
                 subs.append(bare + " ")
+            # `rm -fr x` as `rm -f -r x`: a DENY/ASK on `rm -rf *` matches options as a set.
+            subs += option_set_forms(bare if bare is not None else deny_form)
         if allow_form:
             allow_subs.append(allow_form)
     return CallContent(

@@ -231,6 +231,81 @@ def subcommand_form(deny_form: str) -> str | None:
     return " ".join(["git", *tokens[i:]])
 
 
+# Spellings of one option, per command (the first words): a DENY on `rm -rf *` means
+# recursive and forced, however written.
+_OPTION_ALIASES: Mapping[tuple[str, ...], Mapping[str, str]] = {
+    ("rm",): {"-R": "-r", "--recursive": "-r", "--force": "-f", "--dir": "-d"},
+    ("cp",): {"-R": "-r", "--recursive": "-r", "--force": "-f"},
+    ("mv",): {"--force": "-f"},
+    ("chmod",): {"--recursive": "-R"},
+    ("chown",): {"--recursive": "-R"},
+    ("git", "push"): {"--force": "-f"},
+    ("git", "clean"): {"--force": "-f"},
+}
+_RULE_WORD = r"[^\s*?\[\]\\-][^\s*?\[\]\\]*"
+_OPTION_SET_RULE = re.compile(
+    rf"(?P<lead>{_RULE_WORD}(?: {_RULE_WORD})?)"
+    r"(?P<opts>(?: --?[A-Za-z0-9][A-Za-z0-9-]*)+) \*\Z"
+)
+
+
+def _canonical_options(lead: list[str], options: list[str]) -> list[str]:
+    """Options as one sorted set: short bundles split (``-rf`` is ``-r -f``), spellings of
+    one option made one (``--recursive`` is ``-r`` for rm), repeats dropped."""
+    aliases = _OPTION_ALIASES.get(tuple(lead), {})
+    out: set[str] = set()
+    for option in options:
+        if option.startswith("--"):
+            name = option.split("=", 1)[0]
+            out.add(aliases.get(name, name))
+        else:
+            for letter in option[1:]:
+                short = "-" + letter
+                out.add(aliases.get(short, short))
+    return sorted(out)
+
+
+def option_set_pattern(content: str) -> str | None:
+    """A DENY/ASK command pattern ``NAME [WORD] -OPTS… *`` as a glob over the canonical
+    forms of :func:`option_set_forms`: the command with at least those options, in any
+    order, bundling or spelling (``rm -rf *`` catches ``rm -fr x``, ``rm -r -f x``, ``rm
+    -Rfv x``, ``rm --recursive --force x``). None for any other pattern."""
+    match = _OPTION_SET_RULE.match(content)
+    if match is None:
+        return None
+    lead = match.group("lead").split(" ")
+    options = _canonical_options(lead, match.group("opts").split())
+    return " ".join(lead) + " " + " ".join("*" + o for o in options) + " *"
+
+
+def option_set_forms(deny_form: str) -> list[str]:
+    """A DENY/ASK form's canonical spellings for :func:`option_set_pattern`: the first one
+    or two words, then every option of the command as a sorted set, then its other words in
+    order (and each with a trailing space, for a command given no operand)."""
+    if "-" not in deny_form:
+        return []
+    words = _split_words(deny_form) if _QUOTING.search(deny_form) is not None else deny_form.split()
+    out: list[str] = []
+    for k in (1, 2):
+        if len(words) <= k or any(w.startswith("-") for w in words[:k]):
+            break
+        options: list[str] = []
+        others: list[str] = []
+        ended = False
+        for word in words[k:]:
+            if not ended and word == "--":
+                ended = True
+            elif not ended and word.startswith("-") and word != "-":
+                options.append(_unquote(word))
+            else:
+                others.append(word)
+        if not options:
+            continue
+        form = " ".join([*words[:k], *_canonical_options(words[:k], options), *others])
+        out += [form, form + " "]
+    return out
+
+
 def _split_words(text: str) -> list[str]:
     """Split on whitespace outside quotes, keeping each word's quotes (``X='a b'`` is one)."""
     words: list[str] = []
@@ -296,9 +371,14 @@ def crude_split(command: str) -> tuple[str, ...]:
 
 
 def normalize_pattern_command(content: str, *, exact: bool) -> str:
-    """Normalise a command pattern's name like calls are, so `/usr/bin/rm *` means `rm *`."""
+    """Normalise a command pattern's name like calls are, so `/usr/bin/rm *` means `rm *`;
+    a DENY/ASK ``NAME [WORD] -OPTS… *`` matches those options as a set
+    (:func:`option_set_pattern`)."""
     first, _, rest = content.strip().partition(" ")
     if "*" in first or "\\" in first:
         return content
     name = normalize_command(first, look_through_privilege=not exact) or first
-    return " ".join(f"{name} {rest}".split()) if rest else name
+    normalized = " ".join(f"{name} {rest}".split()) if rest else name
+    if not exact:
+        return option_set_pattern(normalized) or normalized
+    return normalized
