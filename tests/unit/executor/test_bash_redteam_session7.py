@@ -390,3 +390,40 @@ def test_exec_c_drops_the_executors_git_neutralisation_and_is_asked(ws: Path) ->
     verdict, reasons = judge("exec -c git status", ws)
     assert verdict == "ask" and "environment cleared" in reasons
     assert judge("exec git status", ws)[0] == "allow"
+
+
+# --- class 2: variables whose assignment bash evaluates as arithmetic ----------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "read -r OPTIND < payload",
+        "RANDOM=$(cat payload)",
+        'printf -v SRANDOM %s "$(<payload)"',
+        "read HISTCMD < payload",
+        "for OPTIND in \"$(cat payload)\"; do :; done",
+    ],
+)
+def test_assigning_optind_random_or_histcmd_evaluates_the_value_and_is_asked(
+    script: str, ws: Path
+) -> None:
+    # bash runs the subscript's substitution at the assignment itself, no $((...)) needed.
+    (ws / "payload").write_text("a[$(touch PWNED)]\n")
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    verdict, reasons = judge(script, ws)
+    assert verdict == "ask" and "arithmetic" in reasons
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "OPTIND=1; while getopts ab o; do :; done; shift $((OPTIND - 1))",
+        "f() { local OPTIND; getopts ab o; }; f",
+        "echo $RANDOM",
+        "RANDOM=42; echo $RANDOM",
+    ],
+)
+def test_ordinary_uses_of_optind_and_random_stay_allowed(script: str, ws: Path) -> None:
+    assert judge(script, ws)[0] == "allow"

@@ -385,6 +385,11 @@ class Walker(Judge):
             value = assignment.value.value if assignment.value is not None else None
             exported = assignment.kind in ("prefix", "export")
             variables.assignment(self, assignment.name, value, exported=exported)
+            if assignment.name in variables.ARITHMETIC_SPECIALS and (
+                value is not None or "=" in assignment.raw or assignment.kind == "statement"
+            ):
+                # (a declaration without a value, `local OPTIND`, assigns nothing)
+                self.shell.integer_names.add(assignment.name)
         # The whole-line checks, each called only when the line has what it looks at
         # (each returns at once otherwise; most lines have none of these).
         parsed = self.parsed

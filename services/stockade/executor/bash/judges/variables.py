@@ -83,6 +83,9 @@ def builtin(j: Judge, name: str, args: list[Word]) -> bool:
                 j.shell.integer_names.update(_IDENTIFIER.findall(value))
     j.shell.runtime_values.extend(t.split("[", 1)[0] for t in targets if t is not None)
     for target in targets:
+        if target is not None and target.split("[", 1)[0] in ARITHMETIC_SPECIALS:
+            j.shell.integer_names.add(target.split("[", 1)[0])
+    for target in targets:
         if target is None:
             j.deny(f"{name} assigns a variable whose name is only known at run time")
             return False
@@ -316,6 +319,12 @@ def shell_options(j: Judge) -> None:
     j.current = ""
     if not j.shell.wide_globs and any(a.name == "GLOBIGNORE" for a in j.shell.parsed.assignments):
         j.shell.wide_globs = True  # a GLOBIGNORE turns dotglob on
+
+
+# bash evaluates a value assigned to these as arithmetic at once (OPTIND, RANDOM, SRANDOM
+# and HISTCMD have assignment functions of their own): `read OPTIND < f` with f holding
+# `a[$(cmd)]` runs cmd, like an integer variable's assignment (EXE-8b).
+ARITHMETIC_SPECIALS = frozenset({"OPTIND", "RANDOM", "SRANDOM", "HISTCMD"})
 
 
 _WIDER_GLOBS = frozenset({"dotglob", "nocaseglob", "globstar", "extglob", "globasciiranges"})
