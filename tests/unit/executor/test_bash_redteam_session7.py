@@ -402,7 +402,7 @@ def test_exec_c_drops_the_executors_git_neutralisation_and_is_asked(ws: Path) ->
         "RANDOM=$(cat payload)",
         'printf -v SRANDOM %s "$(<payload)"',
         "read HISTCMD < payload",
-        "for OPTIND in \"$(cat payload)\"; do :; done",
+        'for OPTIND in "$(cat payload)"; do :; done',
     ],
 )
 def test_assigning_optind_random_or_histcmd_evaluates_the_value_and_is_asked(
