@@ -1314,6 +1314,13 @@ class _Walker:
             substring = _SUBSTRING.match(self._src(node))
             if substring is not None:
                 self._arithmetic_assigns(substring.group(1))
+                # The offset and length are arithmetic: a substitution's text there is
+                # evaluated (`${s:$(cat f)}` with f holding a[$(cmd)] runs cmd).
+                for child in node.children[kinds.index(":") + 1 :]:
+                    if _kind(child) == "command_substitution":
+                        source = self._src(child)
+                        if not _NUMERIC_OUTPUT.match(source):
+                            self.arithmetic.append(source)
         if len(names) > 1 and ":" in kinds:
             for extra in names[1:]:
                 self.arithmetic.append(self._src(extra))
