@@ -12,6 +12,7 @@ from stockade.contract.shell import MAX_COMMAND_CHARS
 from stockade.contract.tools import PRIMARY_FIELDS
 from stockade.decision.rules.paths import normalize_path
 from stockade.decision.rules.shellwords import (
+    BARE_PREFIXES,
     crude_split,
     normalize_both,
     option_set_forms,
@@ -168,11 +169,11 @@ def call_content(
             if bare is not None:
                 subs.append(bare)  # `git -C . push` is also matched as `git push` (DENY/ASK)
             # `git push` with no arguments pushes too: a DENY/ASK on `git push *` (a prefix
-            # and any arguments, none included) matches it. Short forms only: a rule's
-            # literal prefix is a few words.
-            if deny_form.count(" ") < 3:
+            # and any arguments, none included) matches it (BARE_PREFIXES: the prefixes of
+            # the compiled rules, so other calls pay one set look-up).
+            if deny_form in BARE_PREFIXES:
                 subs.append(deny_form + " ")
-            if bare is not None and bare.count(" ") < 3:
+            if bare is not None and bare in BARE_PREFIXES:
                 subs.append(bare + " ")
             # `rm -fr x` as `rm -f -r x`: a DENY/ASK on `rm -rf *` matches options as a set.
             subs += option_set_forms(bare if bare is not None else deny_form)

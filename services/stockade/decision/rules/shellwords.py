@@ -249,6 +249,12 @@ _OPTION_SET_RULE = re.compile(
 )
 
 
+# The command names of every option-set rule compiled in this process (only grows: a
+# name no rule uses any more costs a few spare forms, never a missed match). Calls of other
+# commands skip the canonical forms: most decisions pay nothing for them.
+_OPTION_SET_NAMES: set[str] = set()
+
+
 def _canonical_options(lead: list[str], options: list[str]) -> list[str]:
     """Options as one sorted set: short bundles split (``-rf`` is ``-r -f``), spellings of
     one option made one (``--recursive`` is ``-r`` for rm), repeats dropped."""
@@ -274,6 +280,7 @@ def option_set_pattern(content: str) -> str | None:
     if match is None:
         return None
     lead = match.group("lead").split(" ")
+    _OPTION_SET_NAMES.add(lead[0])
     options = _canonical_options(lead, match.group("opts").split())
     return " ".join(lead) + " " + " ".join("*" + o for o in options) + " *"
 
@@ -282,8 +289,8 @@ def option_set_forms(deny_form: str) -> list[str]:
     """A DENY/ASK form's canonical spellings for :func:`option_set_pattern`: the first one
     or two words, then every option of the command as a sorted set, then its other words in
     order (and each with a trailing space, for a command given no operand)."""
-    if "-" not in deny_form:
-        return []
+    if "-" not in deny_form or deny_form.partition(" ")[0] not in _OPTION_SET_NAMES:
+        return []  # no DENY/ASK option-set rule names this command (the common case)
     words = _split_words(deny_form) if _QUOTING.search(deny_form) is not None else deny_form.split()
     out: list[str] = []
     for k in (1, 2):
@@ -380,5 +387,15 @@ def normalize_pattern_command(content: str, *, exact: bool) -> str:
     name = normalize_command(first, look_through_privilege=not exact) or first
     normalized = " ".join(f"{name} {rest}".split()) if rest else name
     if not exact:
+        prefix = normalized[:-2]
+        if normalized.endswith(" *") and not _GLOB_IN_PREFIX.search(prefix):
+            BARE_PREFIXES.add(prefix)  # `git push *` also matches a bare `git push`
         return option_set_pattern(normalized) or normalized
     return normalized
+
+
+_GLOB_IN_PREFIX = re.compile(r"[*?\[\\]")
+BARE_PREFIXES: set[str] = set()
+"""The literal prefixes ``P`` of every DENY/ASK command pattern ``P *`` compiled in this
+process: a call that is exactly ``P`` is matched as ``P `` too (only grows, like
+``_OPTION_SET_NAMES``)."""
