@@ -427,3 +427,43 @@ def test_assigning_optind_random_or_histcmd_evaluates_the_value_and_is_asked(
 )
 def test_ordinary_uses_of_optind_and_random_stay_allowed(script: str, ws: Path) -> None:
     assert judge(script, ws)[0] == "allow"
+
+
+# --- class 2: subscripts of a compound array assignment are arithmetic --------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "a=( ['$(touch PWNED)']=1 )",  # quotes do not keep the substitution from running
+        "a=( ['a[$(touch PWNED)]']=1 )",
+        "declare -a a=( ['a[$(touch PWNED)]']=1 )",
+        "a+=( ['a[$(touch PWNED)]']=1 )",
+        "a=( [a\\[\\$\\(touch\\ PWNED\\)\\]]=1 )",
+    ],
+)
+def test_quoted_code_in_a_compound_array_subscript_runs_and_is_refused(
+    script: str, ws: Path
+) -> None:
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    assert judge(script, ws)[0] == "deny"
+
+
+@pytest.mark.parametrize(
+    "script", ["read x < payload; a=( [x]=1 )", "read x < payload; a=( [$x]=1 )"]
+)
+def test_a_run_time_value_as_a_compound_array_subscript_is_asked(script: str, ws: Path) -> None:
+    (ws / "payload").write_text("a[$(touch PWNED)]\n")
+    run_bash(script, ws)
+    assert (ws / "PWNED").exists()
+    verdict, reasons = judge(script, ws)
+    assert verdict == "ask" and "arithmetic" in reasons
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["a=( [1]=x [2]=y )", "declare -A h=( [k]=v ['x y']=z )", "x=1; a=( [$x]=v )", "a=(1 2 3)"],
+)
+def test_ordinary_compound_array_assignments_stay_allowed(script: str, ws: Path) -> None:
+    assert judge(script, ws)[0] == "allow"

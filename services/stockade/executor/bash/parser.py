@@ -664,6 +664,7 @@ _REDIRECT_NODES: Final = frozenset({"file_redirect", "heredoc_redirect", "herest
 _ARITHMETIC_TESTS: Final = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 
 _VARIABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENTIFIERS: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Substitutions whose output can only be a number (or nothing): evaluated as arithmetic,
 # they run no code (`$(( $(wc -l < f) + 1 ))`, `$(date +%s)`, `$(git rev-list --count HEAD)`).
 _NUMERIC_OUTPUT: Final = re.compile(
@@ -1147,6 +1148,9 @@ class _Walker:
             self._scan(node, depth)
         elif kind in _EVAL_CONTEXTS or kind == "subscript":
             self.walk(node, depth, True)
+        elif kind == "array":
+            self._array_subscripts(node)
+            self._scan(node, depth)
         elif kind in _LEAVES:
             if kind in _TEXT_LEAVES:
                 self._leaf_text(node, depth)
@@ -1244,6 +1248,27 @@ class _Walker:
             self.walk(root, depth + 1, False)
         finally:
             self.data, self.text = outer, outer_text
+
+    def _array_subscripts(self, node: Node) -> None:
+        """``a=( [SUB]=v )``: bash expands SUB and evaluates it as arithmetic (an indexed
+        array), and quotes or escapes do not keep a substitution in it from running
+        (``a=( ['$(cmd)']=1 )``, ``a=( [a\\[\\$\\(cmd\\)\\]]=1 )`` run cmd; found by a
+        red-team pass, session 7): quoted code there is refused, variables and unquoted
+        substitutions are arithmetic names like ``a[x]=1``'s (EXE-8b)."""
+        for element in node.named_children:
+            text = self._src(element)
+            end = text.find("]=")
+            if not text.startswith("[") or end < 0:
+                continue
+            sub = text[1:end]
+            plain = sub.replace("\\", "").replace("'", "").replace('"', "")
+            code = "$(" in plain or "`" in plain or "$[" in plain
+            if code and plain != sub:
+                self.evaluated.append(plain)
+            elif code:
+                self.arithmetic.append("$" + plain if not plain.startswith("$") else plain)
+            self._arithmetic_assigns(plain)
+            self.arithmetic.extend(_IDENTIFIERS.findall(plain))
 
     def _arithmetic_names(self, node: Node) -> None:
         """Record the variables an arithmetic context reads (not inside substitutions),
