@@ -64,8 +64,6 @@ class Judge:
     """The home directory ``~`` stands for."""
     bases: list[str]
     """The working directories in effect (the first one, then every ``cd`` target)."""
-    current: str
-    """The (shortened) command being judged; findings are labelled with it."""
     denied_read_globs: tuple[str, ...]
     """Paths the policy denies reading (DEC-16)."""
     reads: dict[str, None]
@@ -83,6 +81,18 @@ class Judge:
     repository_tops: dict[str, str]
     """The git repository top found for each working directory, by this analysis only
     (judges/git.py: the file system may change before the next one)."""
+
+    # A property, not an attribute: the walker makes the label only when a finding needs
+    # it, and a judge's `j.current = ...` must reach the walker's setter (compiled, an
+    # attribute here would be a field of its own that the walker never reads).
+    @property
+    def current(self) -> str:
+        """The (shortened) command being judged; findings are labelled with it."""
+        raise NotImplementedError
+
+    @current.setter
+    def current(self, label: str) -> None:
+        raise NotImplementedError
 
     def deny(self, reason: str) -> None:
         """Refuse the command line."""
