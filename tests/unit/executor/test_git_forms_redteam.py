@@ -219,3 +219,45 @@ def test_config_blob_by_id_prints_a_committed_ini_secret(repo: Path) -> None:
     assert _verdict(repo, "git config --blob=HEAD:conf/.env -l") == "deny"
     assert _verdict(repo, "git config --blob=HEAD:src/a.py -l") == "allow"
     assert _verdict(repo, "git config --list") == "allow"
+
+
+# actions/checkout keeps its token in the repository's config (`http.<url>.extraheader`),
+# and remotes often carry `https://user:token@`: git prints them on ordinary reads.
+HEADER = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX3NlY3JldA=="
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("http.https://github.com/.extraheader", HEADER),
+        ("remote.origin.url", "https://ci:hunter2secret@example.com/r.git"),
+        ("remote.origin.url", "https://ghp_abcdefghijklmnopqrstuvwxyz0123@github.com/o/r"),
+    ],
+)
+def test_credentials_in_the_repository_config_are_asked(
+    repo: Path, setting: str, value: str
+) -> None:
+    host_git(repo, "config", setting, value)
+    secret = value.split("@")[0][-8:] if "@" in value else value[-12:]
+    assert secret in host_git(repo, "config", "-l").stdout
+    for command in (
+        "git config -l",
+        "git config --list --show-origin",
+        "git config --get-regexp .",
+        f"git config --get {setting}",
+        "git remote -v",
+        "git remote get-url origin",
+        "git var -l",
+    ):
+        if "remote" in command and not setting.startswith("remote."):
+            continue
+        assert _verdict(repo, command) == "ask", command
+    for command in ("git config --get user.name", "git status", "git remote", "git log -1"):
+        assert _verdict(repo, command) == "allow", command
+
+
+def test_config_without_credentials_stays_allowed(repo: Path) -> None:
+    host_git(repo, "config", "remote.origin.url", "https://github.com/o/r.git")
+    host_git(repo, "config", "remote.up.url", "git@github.com:o/r.git")
+    for command in ("git config -l", "git remote -v", "git remote get-url origin"):
+        assert _verdict(repo, command) == "allow", command

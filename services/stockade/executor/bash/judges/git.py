@@ -162,6 +162,15 @@ def judge(j: Judge, args: list[Word]) -> None:
         return
     if sub in lists.GIT_READ_SUBCOMMANDS and _read_only(j, sub, values, first):
         j.scan_credentials(rest)  # `git blame --contents=~/.ssh/id_rsa`
+        if _prints_config(sub, values, first) and _config_holds_credentials(
+            os.path.join(repository_top(j), ".git")
+        ):
+            j.ask(
+                f"git {sub} prints the repository's git configuration, which holds "
+                "credentials (an http extraheader token or a password in a remote URL)",
+                "high",
+                immune=True,
+            )
         for word in rest:
             value = word.value
             if value is not None and value.startswith(("/", "~")):
@@ -499,6 +508,76 @@ def _objects(j: Judge, sub: str, rest: list[Word]) -> None:
             "high",
             immune=True,
         )
+
+
+def _prints_config(sub: str, values: list[str | None], first: str | None) -> bool:
+    """Whether this read-only form prints values of the repository's configuration:
+    ``git config`` reading keys, ``git remote -v|get-url|show``, ``git var -l``."""
+    if sub == "config":
+        words = [v for v in values if v is not None]
+        if any(v.startswith("--blob") for v in words):
+            return False  # a committed file's values (judged as an object read)
+        if {"-l", "--list", "--get-regexp", "--get-urlmatch"} & set(words) or first == "list":
+            return True
+        keys = [v for v in words if not v.startswith("-") and v not in ("get", "list")]
+        # One key read: only one that can hold a credential prints one.
+        return any(
+            k.lower().endswith((".url", ".pushurl", "extraheader", "password", "token"))
+            or "credential" in k.lower()
+            for k in keys[:1]
+        )
+    if sub == "remote":
+        return first in ("get-url", "show") or bool({"-v", "--verbose"} & set(filter(None, values)))
+    return sub == "var"
+
+
+# A remote URL with credentials: `https://user:password@`, or a token as the user name.
+_URL_CREDENTIALS = re.compile(
+    r"\bhttps?://(?:[^/@\s:]*:[^/@\s]+|(?:ghp_|gho_|ghs_|github_pat_|glpat-|x-access-token)"
+    r"[^/@\s]*|[^/@\s:]{30,})@",
+    re.I,
+)
+_CONFIG_CACHE: dict[tuple[str, int, int, int], bool] = {}
+
+
+def _config_holds_credentials(git_dir: str) -> bool:
+    """Whether the repository's own configuration (``config``, ``config.worktree``) keeps
+    credentials: an ``http.*.extraheader`` (actions/checkout keeps its token there), a
+    ``*.password``/``*token`` key or a remote URL with a password or token in it. Read by
+    the checker (bounded, cached by file version), never by running git."""
+    from stockade.executor.gitconfig import parse_config
+
+    for name in ("config", "config.worktree"):
+        path = os.path.join(git_dir, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _CONFIG_CACHE.get(key)
+        if cached is None:
+            cached = False
+            if st.st_size > 1 << 20:
+                cached = True  # too large to read: fail closed
+            else:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        text = f.read()
+                except OSError:
+                    text = ""
+                for item, value in parse_config(text):
+                    lowered = item.lower()
+                    if lowered.endswith((".extraheader", ".password", "token")) or (
+                        value is not None and _URL_CREDENTIALS.search(value)
+                    ):
+                        cached = True
+                        break
+            if len(_CONFIG_CACHE) >= 256:
+                _CONFIG_CACHE.clear()
+            _CONFIG_CACHE[key] = cached
+        if cached:
+            return True
+    return False
 
 
 def _next_value(rest: list[Word], word: Word) -> str:
