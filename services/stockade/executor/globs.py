@@ -38,6 +38,7 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "GlobSet",
@@ -49,16 +50,16 @@ __all__ = [
 
 # `**`: any number of whole, non-empty components. `[^/]++` is possessive: a component is
 # taken whole, never split (nothing after it could match inside it anyway).
-_ANY_COMPONENTS = "(?:/[^/]++)*"
-_ANY_COMPONENTS_LAZY = "(?:/[^/]++)*?"
+_ANY_COMPONENTS: Final = "(?:/[^/]++)*"
+_ANY_COMPONENTS_LAZY: Final = "(?:/[^/]++)*?"
 # An unanchored glob may start after any leading components (a relative path's first
 # name is not a boundary, hence the first part).
-_ANY_PREFIX = "[^/]*+" + _ANY_COMPONENTS_LAZY
+_ANY_PREFIX: Final = "[^/]*+" + _ANY_COMPONENTS_LAZY
 # Any leading text; what is put after it begins with '/', so it starts at a component
 # boundary. (A single-character repeat: the regex engine's fast path.)
-_ANY_TEXT = "(?s:.*)"
-_COMPONENT_END = r"(?=/|\Z)"
-_NEVER = "(?!)"
+_ANY_TEXT: Final = "(?s:.*)"
+_COMPONENT_END: Final = r"(?=/|\Z)"
+_NEVER: Final = "(?!)"
 
 
 def _class_regex(part: str, start: int) -> tuple[str, int] | None:
@@ -217,7 +218,7 @@ def _glob_pattern(glob: str) -> re.Pattern[str] | None:
     return None if body is None else re.compile(body)
 
 
-_SLASHES = re.compile("//+")
+_SLASHES: Final = re.compile("//+")
 
 
 def _normalise(path: str) -> str:

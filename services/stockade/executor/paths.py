@@ -54,7 +54,7 @@ __all__ = [
     "protected_matcher",
 ]
 
-DEFAULT_PROTECTED_WRITES: tuple[str, ...] = (
+DEFAULT_PROTECTED_WRITES: Final[tuple[str, ...]] = (
     # Git runs hooks and honours config (core.fsmonitor, core.pager, aliases) on ordinary
     # commands such as `git status`, and takes them from more places than .git/config:
     # commondir, config.worktree, modules/**, worktrees/**, a `.git` FILE (`gitdir:`
@@ -141,26 +141,32 @@ starting with ``/`` is anchored at the file-system root, one starting with ``~/`
 executor's home directory (HOME), any other matches at any depth.
 """
 
-GIT_LAYOUT_MARKERS: frozenset[str] = frozenset({"HEAD", "objects", "refs", "commondir"})
+GIT_LAYOUT_MARKERS: Final[frozenset[str]] = frozenset({"HEAD", "objects", "refs", "commondir"})
 """Entries that make a directory a git directory (git's ``is_git_directory``: HEAD, and
 objects/ and refs/ or a ``commondir`` naming where they are). A directory with a HEAD and
 one of the others is taken for a (bare) repository (``git_dir_layout``): git discovers it
 by itself when a person's shell is in it, whatever its name. Writing one of them where
 another already is, is the step that would build one, and is refused."""
 
-_GIT_LAYOUT_ENTRIES: frozenset[str] = GIT_LAYOUT_MARKERS | frozenset(
+_GIT_LAYOUT_ENTRIES: Final[frozenset[str]] = GIT_LAYOUT_MARKERS | frozenset(
     {"config", "config.worktree", "gitdir", "packed-refs", "hooks", "info", "worktrees", "modules"}
 )
 """Entries of a git directory that carry configuration, hooks or what git reads first."""
 
-_GLOB_META = frozenset("*?[")
-_MAX_SYMLINK_HOPS = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
+_GLOB_META: Final = frozenset("*?[")
+_MAX_SYMLINK_HOPS: Final = 40  # what Linux allows (MAXSYMLINKS) before ELOOP
 
 # Kernel "magic links" live here: their readlink text is not what the kernel follows
 # (/proc/self/root, /proc/<pid>/cwd, /proc/<pid>/fd/N, /dev/fd/N -> /proc/self/fd/N).
-_MAGIC_PREFIXES: tuple[str, ...] = ("/proc", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
-_MAGIC_EXACT = frozenset(_MAGIC_PREFIXES)
-_MAGIC_BELOW = tuple(prefix + "/" for prefix in _MAGIC_PREFIXES)
+_MAGIC_PREFIXES: Final[tuple[str, ...]] = (
+    "/proc",
+    "/dev/fd",
+    "/dev/stdin",
+    "/dev/stdout",
+    "/dev/stderr",
+)
+_MAGIC_EXACT: Final = frozenset(_MAGIC_PREFIXES)
+_MAGIC_BELOW: Final = tuple(prefix + "/" for prefix in _MAGIC_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -368,7 +374,7 @@ _OPENAT2: bool | None = None
 
 # Missing levels a path may have (`mkdir -p a/b/c`) and still be settled by the
 # symlink-free check on its ancestors; a deeper one takes the walk.
-_FAST_MISSING_LEVELS = 4
+_FAST_MISSING_LEVELS: Final = 4
 
 _ENOENT: Final = errno.ENOENT
 _EMLINK: Final = errno.EMLINK
@@ -382,7 +388,7 @@ def openat2_available() -> bool:
     return _OPENAT2
 
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 class _FoldedGlobs:
@@ -416,7 +422,7 @@ class _FoldedGlobs:
         return None
 
 
-_MAX_OUTSIDE_DENIED = 20_000
+_MAX_OUTSIDE_DENIED: Final = 20_000
 """Denied files outside the roots looked at for their links, at most (then fail closed)."""
 
 

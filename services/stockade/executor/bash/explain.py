@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 __all__ = ["Finding", "explain", "risk_of"]
 
 Risk = Literal["low", "medium", "high"]
 
-_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
+_ORDER: Final[dict[str, int]] = {"low": 0, "medium": 1, "high": 2}
 
 # Commands longer than this are shortened in the sentence.
-_MAX_SHOWN = 60
+_MAX_SHOWN: Final = 60
 
 
 # init=False and our own __init__: see BashAnalysis in analyzer.py (the generated one stays

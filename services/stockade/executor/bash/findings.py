@@ -16,7 +16,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Final, Literal
 
 from stockade.executor.bash.explain import Finding
 from stockade.executor.bash.parser import ParsedScript, RawCommand, Word
@@ -218,7 +218,7 @@ def matches_basename(path: str, patterns: Sequence[str]) -> bool:
 # The compiled regex of each list of patterns (a dict, not functools.lru_cache: this runs
 # for the words of most commands, and the cache's call layers cost more than the match).
 # The callers pass a few fixed lists; only the patterns' text is kept.
-_BASENAME_PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}
+_BASENAME_PATTERNS: Final[dict[tuple[str, ...], re.Pattern[str]]] = {}
 
 
 def _basename_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:

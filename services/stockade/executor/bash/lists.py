@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from stockade.contract.shell import SYSTEM_BIN_DIRS, WRAPPERS, WrapperSpec
 
@@ -97,7 +97,7 @@ def _f(*options: str) -> frozenset[str]:
     return frozenset(options)
 
 
-_GREP = SafeSpec(
+_GREP: Final = SafeSpec(
     operands="pattern_then_paths",
     value_options=_f(
         "-A",
@@ -126,7 +126,7 @@ _GREP = SafeSpec(
     what="searches files",
 )
 
-_RG = SafeSpec(
+_RG: Final = SafeSpec(
     operands="pattern_then_paths",
     value_options=_f(
         "-A",
@@ -169,10 +169,10 @@ _RG = SafeSpec(
     what="searches files",
 )
 
-_PLAIN = SafeSpec()
-_NO_FILES = SafeSpec(operands="none", what="prints text")
+_PLAIN: Final = SafeSpec()
+_NO_FILES: Final = SafeSpec(operands="none", what="prints text")
 
-SAFE_COMMANDS: dict[str, SafeSpec] = {
+SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     # --- the seed's SAFE list (EXE-7), each read-only when its arguments are ---
     "ls": SafeSpec(
         value_options=_f(
@@ -550,11 +550,11 @@ SAFE_COMMANDS: dict[str, SafeSpec] = {
 }
 """Read-only commands (EXE-7's SAFE list, extended): ALLOW when every argument check passes."""
 
-HARMLESS_BUILTINS = frozenset({"set", "shift", "wait", "jobs", "true", "false", ":"})
+HARMLESS_BUILTINS: Final = frozenset({"set", "shift", "wait", "jobs", "true", "false", ":"})
 """Builtins that only change this shell's own state: never a reason to ask."""
 
 
-SHELLS = frozenset(
+SHELLS: Final = frozenset(
     {
         "sh",
         "bash",
@@ -583,7 +583,7 @@ SHELLS = frozenset(
 )
 """Shells: a shell runs text the analysis cannot see (EXE-6: bare shells and ``-c`` refused)."""
 
-EVAL_COMMANDS: dict[str, str] = {
+EVAL_COMMANDS: Final[dict[str, str]] = {
     "eval": "eval runs a string as shell code, which cannot be checked before it runs",
     "source": "source runs a file's commands in this shell",
     ".": "`.` runs a file's commands in this shell",
@@ -597,7 +597,7 @@ EVAL_COMMANDS: dict[str, str] = {
 """Builtins that run or store shell code: DENY (``source FILE`` of a plain file: ASK)."""
 
 
-VARIABLE_BUILTINS = frozenset(
+VARIABLE_BUILTINS: Final = frozenset(
     {
         "read",
         "mapfile",
@@ -620,7 +620,7 @@ VARIABLE_BUILTINS = frozenset(
 """Builtins whose arguments name variables or arithmetic: a static argument with ``$(``
 in it is code bash runs when it evaluates an array subscript (``test -v 'a[$(id)]'``)."""
 
-DENY_COMMANDS: dict[str, str] = {
+DENY_COMMANDS: Final[dict[str, str]] = {
     # Privilege escalation: the executor must never gain rights it was not given.
     "sudo": "sudo runs commands as another user",
     "su": "su switches user",
@@ -758,7 +758,7 @@ DENY_COMMANDS: dict[str, str] = {
 """Refused outright, whatever the arguments: destructive, privilege-escalating,
 shell-spawning, persistent or interactive programs (EXE-7's DANGEROUS list, extended)."""
 
-NETWORK_COMMANDS: dict[str, str] = {
+NETWORK_COMMANDS: Final[dict[str, str]] = {
     "curl": "downloads or uploads data",
     "wget": "downloads data",
     "nc": "opens raw network connections",
@@ -820,7 +820,7 @@ class InterpreterSpec:
     """Words for the explanation."""
 
 
-INTERPRETERS: dict[str, InterpreterSpec] = {
+INTERPRETERS: Final[dict[str, InterpreterSpec]] = {
     "python": InterpreterSpec(_f("-c"), _f("-W", "-X", "-Q"), _f("-m"), "Python"),
     "python3": InterpreterSpec(_f("-c"), _f("-W", "-X", "-Q"), _f("-m"), "Python"),
     "python2": InterpreterSpec(_f("-c"), _f("-W", "-X", "-Q"), _f("-m"), "Python"),
@@ -856,10 +856,10 @@ INTERPRETERS: dict[str, InterpreterSpec] = {
 }
 """Language runtimes: running a program is a side effect the analysis cannot see into."""
 
-INTERPRETER_INFO_FLAGS = frozenset({"--version", "-V", "-version", "--help", "-h"})
+INTERPRETER_INFO_FLAGS: Final = frozenset({"--version", "-V", "-version", "--help", "-h"})
 """Flags that make a runtime print information and exit (``python --version``)."""
 
-PACKAGE_MANAGERS: dict[str, str] = {
+PACKAGE_MANAGERS: Final[dict[str, str]] = {
     "npm": "may modify node_modules/ and download packages",
     "npx": "may download and run a package",
     "yarn": "may modify node_modules/ and download packages",
@@ -898,7 +898,7 @@ PACKAGE_MANAGERS: dict[str, str] = {
 }
 """Build and package tools: legitimate side effects, so ASK with a specific explanation."""
 
-NETWORK_SUBCOMMANDS: dict[str, frozenset[str]] = {
+NETWORK_SUBCOMMANDS: Final[dict[str, frozenset[str]]] = {
     # The subcommands that download: their needs_network is set (network disabled: they
     # fail inside the sandbox, so the explanation warns).
     "npm": _f("install", "i", "ci", "add", "update", "publish", "exec"),
@@ -937,7 +937,7 @@ class WriteSpec:
     """Risk when the targets are inside the writable roots."""
 
 
-WRITE_COMMANDS: dict[str, WriteSpec] = {
+WRITE_COMMANDS: Final[dict[str, WriteSpec]] = {
     "mkdir": WriteSpec("all", _f("-m", "--mode"), what="creates directories", risk="low"),
     "touch": WriteSpec(
         "all",
@@ -995,7 +995,7 @@ WRITE_COMMANDS: dict[str, WriteSpec] = {
 }
 """Commands that write their operands: ASK inside the writable roots, DENY outside."""
 
-DENY_OPTIONS: dict[str, dict[str, str]] = {
+DENY_OPTIONS: Final[dict[str, dict[str, str]]] = {
     # GTFOBins: these options make an innocuous tool run commands.
     "tar": {
         "--checkpoint-action": "tar --checkpoint-action runs commands",
@@ -1018,7 +1018,7 @@ DENY_OPTIONS: dict[str, dict[str, str]] = {
 }
 """Options that turn a file tool into a command runner (GTFOBins): DENY."""
 
-GIT_READ_SUBCOMMANDS = frozenset(
+GIT_READ_SUBCOMMANDS: Final = frozenset(
     {
         "status",
         "log",
@@ -1075,12 +1075,12 @@ GIT_READ_SUBCOMMANDS = frozenset(
 """git subcommands that can be read-only (some only in forms judges/git.py recognises:
 ``branch`` without a name, ``stash list``, ``config --get`` ...)."""
 
-GIT_NETWORK_SUBCOMMANDS = frozenset(
+GIT_NETWORK_SUBCOMMANDS: Final = frozenset(
     {"clone", "fetch", "pull", "push", "ls-remote", "send-email", "request-pull"}
 )
 """git subcommands that talk to remotes: network (and push is exfiltration)."""
 
-GIT_WRITE_SUBCOMMANDS: dict[str, str] = {
+GIT_WRITE_SUBCOMMANDS: Final[dict[str, str]] = {
     "add": "stages changes",
     "commit": "creates a commit",
     "checkout": "changes files in the working tree",
@@ -1116,7 +1116,7 @@ GIT_WRITE_SUBCOMMANDS: dict[str, str] = {
 }
 """git subcommands that change the repository: ASK."""
 
-GIT_DENY_OPTIONS: dict[str, str] = {
+GIT_DENY_OPTIONS: Final[dict[str, str]] = {
     "--upload-pack": "git --upload-pack runs a command",
     "--receive-pack": "git --receive-pack runs a command",
     "--exec": "git --exec runs a command",
@@ -1131,7 +1131,7 @@ GIT_DENY_OPTIONS: dict[str, str] = {
 }
 """git options that run programs (GTFOBins): DENY."""
 
-GIT_FILTER_OPTIONS = frozenset(
+GIT_FILTER_OPTIONS: Final = frozenset(
     {
         "--env-filter",
         "--tree-filter",
@@ -1145,7 +1145,7 @@ GIT_FILTER_OPTIONS = frozenset(
 )
 """``git filter-branch`` options whose value is shell code run for every commit: DENY."""
 
-BENIGN_GIT_CONFIG_PREFIXES: tuple[str, ...] = (
+BENIGN_GIT_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
     # Settings that cannot make git run a program; every other key (core.*, alias.*,
     # *.command, credential.*, include.*, url.*, filter.* ...) can, so -c/config writes
     # of them are refused.
@@ -1166,7 +1166,7 @@ BENIGN_GIT_CONFIG_PREFIXES: tuple[str, ...] = (
     "merge.conflictstyle",
 )
 
-DANGEROUS_ENV_VARS = frozenset(
+DANGEROUS_ENV_VARS: Final = frozenset(
     {
         # Make the dynamic loader or the shell run other code.
         "PATH",
@@ -1267,7 +1267,7 @@ DANGEROUS_ENV_VARS = frozenset(
 (compared on the upper-cased name too: ``npm_config_*`` and ``http_proxy`` are read in
 lower case)."""
 
-DANGEROUS_ENV_PREFIXES: tuple[str, ...] = (
+DANGEROUS_ENV_PREFIXES: Final[tuple[str, ...]] = (
     "LD_",  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT: the loader runs a library of choice
     "DYLD_",  # the same on macOS
     # BASH_CMDS[cat]=/bin/bash turns `cat` into a shell, BASH_ALIASES, BASH_ENV, BASH_FUNC_*
@@ -1290,7 +1290,7 @@ DANGEROUS_ENV_PREFIXES: tuple[str, ...] = (
 """Prefixes of DANGEROUS_ENV_VARS, compared on the upper-cased name. ``PS`` is exact for
 ``PS0``..``PS4`` only (see :func:`env_verdict`)."""
 
-ALLOWED_ENV_VARS = frozenset(
+ALLOWED_ENV_VARS: Final = frozenset(
     {
         # Locale and time zone: change how text and dates are printed.
         "LANG",
@@ -1334,10 +1334,10 @@ ALLOWED_ENV_VARS = frozenset(
 """Variables a command may set in its environment without asking (EXE-8b rev 2: an allow-list
 replaces the deny-list). Anything else is ASK; DANGEROUS_ENV_VARS / _PREFIXES are DENY."""
 
-ALLOWED_ENV_PREFIXES: tuple[str, ...] = ("LC_",)
+ALLOWED_ENV_PREFIXES: Final[tuple[str, ...]] = ("LC_",)
 """Prefixes of ALLOWED_ENV_VARS (``LC_ALL``, ``LC_NUMERIC`` ...)."""
 
-ALLOWED_ENV_VALUES: dict[str, frozenset[str]] = {
+ALLOWED_ENV_VALUES: Final[dict[str, frozenset[str]]] = {
     # A pager that is `cat` (or none) runs no other program.
     "PAGER": frozenset({"cat", ""}),
     "GIT_PAGER": frozenset({"cat", ""}),
@@ -1346,7 +1346,7 @@ ALLOWED_ENV_VALUES: dict[str, frozenset[str]] = {
 }
 """Otherwise-dangerous variables that are harmless with these exact values."""
 
-SHELL_SPECIAL_VARS = frozenset(
+SHELL_SPECIAL_VARS: Final = frozenset(
     {
         "HOME",
         "PATH",
@@ -1387,7 +1387,7 @@ even when it is not exported (``BASH_*`` and ``PS*`` are in the dangerous prefix
 
 # Allowed variables whose value, with a slash in it, is a file the C library or curses
 # loads (locale data, a zone file, a terminfo entry) rather than a name.
-_NAMES_A_FILE_WHEN_SLASHED = frozenset(
+_NAMES_A_FILE_WHEN_SLASHED: Final = frozenset(
     {
         "LANG",
         "LANGUAGE",
@@ -1436,7 +1436,7 @@ def env_verdict(name: str, value: str | None) -> Literal["allow", "ask", "deny"]
     return "ask"
 
 
-CREDENTIAL_PATHS: tuple[str, ...] = (
+CREDENTIAL_PATHS: Final[tuple[str, ...]] = (
     # System secrets.
     "/etc/shadow",
     "/etc/shadow-",
@@ -1519,7 +1519,7 @@ CREDENTIAL_PATHS: tuple[str, ...] = (
 )
 """Credential files: any access is DENY. Globs: ``*`` within a component, ``**`` across."""
 
-CREDENTIAL_BASENAMES: tuple[str, ...] = (
+CREDENTIAL_BASENAMES: Final[tuple[str, ...]] = (
     # Secrets by file name, refused when OUTSIDE the workspace (inside it they are the
     # project's own files; policy can still deny them through denied_read_globs).
     ".env",
@@ -1537,7 +1537,7 @@ CREDENTIAL_BASENAMES: tuple[str, ...] = (
     ".htpasswd",
 )
 
-SAFE_DEVICES = frozenset(
+SAFE_DEVICES: Final = frozenset(
     {
         "/dev/null",  # discards
         "/dev/zero",  # zeros

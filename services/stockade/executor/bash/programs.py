@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = ["AwkEffects", "SedEffects", "awk_effects", "sed_effects", "strip_awk_literals"]
 
@@ -32,7 +33,7 @@ class SedEffects:
         object.__setattr__(self, "unknown", unknown)
 
 
-_SED_SIMPLE = frozenset("=dDgGhHlnNpPqQxzF")
+_SED_SIMPLE: Final = frozenset("=dDgGhHlnNpPqQxzF")
 
 
 def sed_effects(script: str) -> SedEffects:
@@ -151,7 +152,7 @@ def sed_effects(script: str) -> SedEffects:
 # operand (a name, a number, `)`, `]`, `$`) it is division. Regexes are only skipped where
 # awk itself reads one, so code cannot hide in what the scan takes for a regex. `+` and `-`
 # are left out: after a postfix `i--` a `/` is division.
-_AWK_REGEX_AFTER = frozenset("(,~!&|{};\n?:=*%<>^")
+_AWK_REGEX_AFTER: Final = frozenset("(,~!&|{};\n?:=*%<>^")
 
 
 def strip_awk_literals(program: str) -> str:
@@ -228,7 +229,7 @@ class AwkEffects:
         object.__setattr__(self, "unknown", unknown)
 
 
-_AWK_TWO_CHAR = frozenset(
+_AWK_TWO_CHAR: Final = frozenset(
     {
         ">>",
         "|&",
@@ -250,11 +251,11 @@ _AWK_TWO_CHAR = frozenset(
         "!~",
     }  # fmt: skip
 )
-_AWK_ASSIGN = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "^=", "**=", "++", "--"})
+_AWK_ASSIGN: Final = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "^=", "**=", "++", "--"})
 # A newline after these tokens continues the statement (POSIX awk grammar: newline_opt).
-_AWK_CONTINUES = frozenset({",", "{", "&&", "||", "do", "else"})
-_AWK_RUN_ARRAYS = frozenset({"ARGV", "ARGC", "ENVIRON"})
-_AWK_ARRAY_CALLS = frozenset({"split", "sub", "gsub", "patsplit", "getline"})
+_AWK_CONTINUES: Final = frozenset({",", "{", "&&", "||", "do", "else"})
+_AWK_RUN_ARRAYS: Final = frozenset({"ARGV", "ARGC", "ENVIRON"})
+_AWK_ARRAY_CALLS: Final = frozenset({"split", "sub", "gsub", "patsplit", "getline"})
 
 
 def _awk_tokens(program: str) -> tuple[list[tuple[str, str]], bool]:

@@ -3,6 +3,8 @@ unpack or write)."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from stockade.executor.bash.findings import Judge
 from stockade.executor.bash.options import (
     literal,
@@ -10,7 +12,7 @@ from stockade.executor.bash.options import (
 )
 from stockade.executor.bash.parser import Word
 
-ARCHIVERS = frozenset({"tar", "gzip", "gunzip", "bzip2", "xz", "zip", "unzip"})
+ARCHIVERS: Final = frozenset({"tar", "gzip", "gunzip", "bzip2", "xz", "zip", "unzip"})
 """The write commands this module judges."""
 
 
@@ -57,14 +59,14 @@ def remote_archive(name: str) -> bool:
 # GNU tar's options whose value is a file it reads (names or patterns, one a line: a
 # line that is no member is printed back, `tar -tf x -T .env` showed the secret) or
 # writes (`tar -tvf x --index-file=.bashrc` writes the listing there, in any mode).
-_TAR_READS = ("--files-from", "--exclude-from", "--add-file")
-_TAR_WRITES = ("--index-file", "--volno-file", "--listed-incremental")
-_TAR_SHORT_READS = frozenset("TX")
-_TAR_SHORT_WRITES = frozenset("g")
+_TAR_READS: Final = ("--files-from", "--exclude-from", "--add-file")
+_TAR_WRITES: Final = ("--index-file", "--volno-file", "--listed-incremental")
+_TAR_SHORT_READS: Final = frozenset("TX")
+_TAR_SHORT_WRITES: Final = frozenset("g")
 # Short options that take a value (the rest of the argument or the next word).
-_TAR_SHORT_VALUED = frozenset("bCfFgHIKLNTVX")
+_TAR_SHORT_VALUED: Final = frozenset("bCfFgHIKLNTVX")
 # Long options that are exact names of their own though a prefix of one above.
-_TAR_EXACT = frozenset({"--file", "--exclude", "--list"})
+_TAR_EXACT: Final = frozenset({"--file", "--exclude", "--list"})
 
 
 def _tar_files(j: Judge, args: list[Word], bundle: str) -> bool:

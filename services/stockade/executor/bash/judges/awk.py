@@ -4,6 +4,7 @@ redirections, getline and ARGV."""
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from stockade.executor.bash.findings import Judge, short
 from stockade.executor.bash.options import (
@@ -143,11 +144,11 @@ def judge_program(j: Judge, program: str) -> None:
         )
 
 
-_AWK_DENY = frozenset({"--load"})
+_AWK_DENY: Final = frozenset({"--load"})
 
 # gawk options that write a file: the value is optional and only ever attached (`-d` alone
 # writes the default file; `-d FILE` reads FILE as the program's input).
-_AWK_WRITES = {
+_AWK_WRITES: Final = {
     "-d": "awkvars.out",
     "--dump-variables": "awkvars.out",
     "-o": "awkprof.out",
@@ -155,12 +156,12 @@ _AWK_WRITES = {
     "-p": "awkprof.out",
     "--profile": "awkprof.out",
 }
-_AWK_WRITE_OPTIONS = frozenset(_AWK_WRITES)
-_AWK_INFO = frozenset({"--version", "-V", "--help", "-h", "--usage", "--copyright", "-C"})
-_AWK_OPTIONAL = frozenset({*_AWK_WRITES, "-D", "--debug"})
+_AWK_WRITE_OPTIONS: Final = frozenset(_AWK_WRITES)
+_AWK_INFO: Final = frozenset({"--version", "-V", "--help", "-h", "--usage", "--copyright", "-C"})
+_AWK_OPTIONAL: Final = frozenset({*_AWK_WRITES, "-D", "--debug"})
 
 # `-W NAME` options that only change how the program runs or what is printed.
-_AWK_W_HARMLESS = frozenset(
+_AWK_W_HARMLESS: Final = frozenset(
     {
         "--version",
         "--usage",
@@ -185,4 +186,4 @@ _AWK_W_HARMLESS = frozenset(
     }
 )
 
-_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_VAR_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

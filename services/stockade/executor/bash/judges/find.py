@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from stockade.executor.bash.findings import Judge, short, word_text
 from stockade.executor.bash.options import (
     literal,
@@ -79,4 +81,4 @@ def judge(j: Judge, args: list[Word]) -> None:
         j.effect("find -delete deletes files", "high")
 
 
-_EMPTY = RawCommand(Word("", "", False, False, False), (), (), (), None)
+_EMPTY: Final = RawCommand(Word("", "", False, False, False), (), (), (), None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, normal_path, short, word_text
@@ -218,7 +219,7 @@ def judge(j: Judge, args: list[Word]) -> None:
 # take a value, per subcommand: git's parse-options bundles short flags and lets the last
 # one take the rest of the word as its value, so `git grep -nOcmd` is `-n -Ocmd` (runs
 # cmd as a pager) and `git clone -qc core.sshCommand=cmd` is `-q -c …`.
-_BUNDLED: dict[str, tuple[str, str]] = {
+_BUNDLED: Final[dict[str, tuple[str, str]]] = {
     "grep": ("O", "efABCmO"),
     "rebase": ("x", "sXxCS"),
     "difftool": ("x", "txUSGO"),
@@ -300,8 +301,8 @@ def _option_target(
     return None
 
 
-_MAX_PATCH_BYTES = 1 << 20
-_PATCH_TARGET = re.compile(r"^(?:\+\+\+ |rename to |copy to |diff --git \S+ )(.*)$")
+_MAX_PATCH_BYTES: Final = 1 << 20
+_PATCH_TARGET: Final = re.compile(r"^(?:\+\+\+ |rename to |copy to |diff --git \S+ )(.*)$")
 
 
 def _patch_targets(j: Judge, rest: list[Word]) -> None:
@@ -588,7 +589,9 @@ def _next_value(rest: list[Word], word: Word) -> str:
     return ""
 
 
-_ARCHIVE_FLAGS = frozenset({"-v", "--verbose", "-l", "--list", "--worktree-attributes", "--"})
+_ARCHIVE_FLAGS: Final = frozenset(
+    {"-v", "--verbose", "-l", "--list", "--worktree-attributes", "--"}
+)
 
 
 def _archive_clear(j: Judge, rest: list[Word], top: str) -> bool:
@@ -705,7 +708,7 @@ def _history_clear(j: Judge, sub: str, rest: list[Word], top: str, *, contents: 
 
 # Options after which what git walks or prints is not in this repository's refs: revisions
 # read from stdin; submodules' own histories.
-_UNREADABLE_REVISIONS = frozenset({"--stdin", "--submodule", "--recurse-submodules"})
+_UNREADABLE_REVISIONS: Final = frozenset({"--stdin", "--submodule", "--recurse-submodules"})
 
 
 def _reach_prefixes(j: Judge, sub: str, rest: list[Word], top: str) -> list[str]:
@@ -743,7 +746,7 @@ def _excludes(spec: str) -> bool:
     return spec.startswith(":(") and "exclude" in spec[2:].partition(")")[0].split(",")
 
 
-_HEX_RUN = re.compile(r"[0-9a-fA-F]{4,64}")
+_HEX_RUN: Final = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
 def _object_ids(rest: list[Word]) -> list[str]:
@@ -759,7 +762,7 @@ def _object_ids(rest: list[Word]) -> list[str]:
 
 
 # Options that make log-like commands print patches (file contents).
-_PATCH_OPTIONS = frozenset(
+_PATCH_OPTIONS: Final = frozenset(
     {
         "-p",
         "-u",
@@ -783,7 +786,7 @@ _PATCH_OPTIONS = frozenset(
         "--check",
     }
 )
-_PATCH_PREFIXES = (
+_PATCH_PREFIXES: Final = (
     "--diff-merges",
     "-U",
     "--unified",
@@ -798,7 +801,7 @@ _PATCH_PREFIXES = (
     "-G",
 )
 # Options that replace a patch by a summary (show/diff print no content with them).
-_SUMMARY_OPTIONS = frozenset(
+_SUMMARY_OPTIONS: Final = frozenset(
     {
         "-s",
         "--no-patch",
@@ -817,7 +820,7 @@ _SUMMARY_OPTIONS = frozenset(
 )
 
 
-_GREP_WORK_TREE = frozenset({"--no-index", "--untracked", "--no-exclude-standard"})
+_GREP_WORK_TREE: Final = frozenset({"--no-index", "--untracked", "--no-exclude-standard"})
 
 
 def _grep_work_tree(j: Judge, rest: list[Word]) -> None:
@@ -937,13 +940,13 @@ def _before_dashes(rest: list[Word], sub: str = "") -> list[str]:
 
 
 # Options that take the next word as their value.
-_GREP_VALUE_OPTIONS = frozenset(
+_GREP_VALUE_OPTIONS: Final = frozenset(
     {"-e", "-f", "-A", "-B", "-C", "-m", "--max-count", "--max-depth", "--threads"}
 )
-_LOG_VALUE_OPTIONS = frozenset({"-n", "--max-count", "--skip", "-S", "-G", "-O"})
+_LOG_VALUE_OPTIONS: Final = frozenset({"-n", "--max-count", "--skip", "-S", "-G", "-O"})
 # Options that take no value: with only these (and `--opt=value` forms) before the
 # operands, an existing path among them is a pathspec without a `--`.
-_FLAG_OPTIONS = frozenset(
+_FLAG_OPTIONS: Final = frozenset(
     {
         "-p",
         "-u",
@@ -1157,7 +1160,7 @@ def layouts(j: Judge) -> None:
             return
 
 
-_GIT_DENY_ANYWHERE = frozenset(
+_GIT_DENY_ANYWHERE: Final = frozenset(
     {
         "--upload-pack",
         "--receive-pack",
@@ -1172,13 +1175,13 @@ _GIT_DENY_ANYWHERE = frozenset(
 
 
 # send-email options whose value is a command it runs (prefixes: git takes abbreviations).
-_SEND_EMAIL_RUNNERS = ("--sendmail", "--to-c", "--cc-c", "--header")
+_SEND_EMAIL_RUNNERS: Final = ("--sendmail", "--to-c", "--cc-c", "--header")
 
 
-_GIT_FILE_READERS = frozenset({"commit", "tag", "merge", "notes", "grep", "commit-tree"})
+_GIT_FILE_READERS: Final = frozenset({"commit", "tag", "merge", "notes", "grep", "commit-tree"})
 
 
-_GIT_CONTENT_SUBCOMMANDS = frozenset(
+_GIT_CONTENT_SUBCOMMANDS: Final = frozenset(
     {
         "show",
         "log",
@@ -1203,10 +1206,10 @@ _GIT_CONTENT_SUBCOMMANDS = frozenset(
 
 # An object id, alone or with a suffix that keeps naming that object (`abcd1234^{}`,
 # `abcd1234^{blob}`, `abcd1234@{0}`): a blob git prints whatever the options.
-_HEX_LEAD = re.compile(r"[0-9a-fA-F]{4,64}(?:[\^~@{]|\Z)")
+_HEX_LEAD: Final = re.compile(r"[0-9a-fA-F]{4,64}(?:[\^~@{]|\Z)")
 
 
-_GIT_STAGE = re.compile(r"[0-3]:")
+_GIT_STAGE: Final = re.compile(r"[0-3]:")
 
 
 def split_revision(value: str) -> tuple[str, str] | None:
@@ -1259,7 +1262,7 @@ def _git_path_candidates(value: str) -> list[str]:
     return [n for n in names if n and n not in (".", "/")]
 
 
-_GIT_LONG = frozenset(
+_GIT_LONG: Final = frozenset(
     {o for o in lists.GIT_DENY_OPTIONS if o.startswith("--")}
     | lists.GIT_FILTER_OPTIONS
     | {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, word_text
@@ -11,7 +12,7 @@ from stockade.executor.bash.parser import RawCommand, Word
 
 # What a pipe or a here-string feeds: stdin by any of its names, or another inherited fd
 # (`source /dev/fd/3 3<<< 'rm -rf ~'`).
-_STDIN = re.compile(
+_STDIN: Final = re.compile(
     r"-\Z|/dev/stdin\Z|/dev/fd/\d+\Z|/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/\d+\Z"
 )
 

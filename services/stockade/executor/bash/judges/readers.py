@@ -4,6 +4,7 @@ the files they read."""
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge, short, word_text
@@ -76,7 +77,7 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         j.path(word, write=False)
 
 
-RESPONSE_FILE_COMMANDS = frozenset({"strings"})
+RESPONSE_FILE_COMMANDS: Final = frozenset({"strings"})
 """Programs built on GNU libiberty (binutils): every argument ``@FILE``, in any position,
 is replaced by the words read from FILE before options are parsed, and an unreadable
 word is printed back in the error (``strings @/etc/shadow`` shows its lines)."""
@@ -90,7 +91,7 @@ def _response_files(j: Judge, args: list[Word]) -> None:
             j.path(literal(value[1:]), write=False)
 
 
-_JQ_MODULE = re.compile(r"\b(?:import|include|modulemeta)\b")
+_JQ_MODULE: Final = re.compile(r"\b(?:import|include|modulemeta)\b")
 
 
 def _jq_modules(j: Judge, args: list[Word], program: Word | None) -> None:
@@ -205,7 +206,7 @@ def _splits(j: Judge, name: str, word: Word, what: str) -> bool:
 # Builtins on the read-only list whose options change what they do (`printf -v NAME`,
 # `hash -p`, `compgen -C`, `jobs -x`, `wait -p`): a word only known at run time before
 # their first operand may be (or split into) such options.
-_OPTION_BUILTINS = frozenset(
+_OPTION_BUILTINS: Final = frozenset(
     {"printf", "hash", "compgen", "jobs", "wait", "mapfile", "readarray", "read", "set"}
 )
 
@@ -281,7 +282,7 @@ def _tables(
 
 # Made once per command of the list, not per command line: compiled (mypyc), the spec's
 # cached_property takes_value is made again on every access.
-_TABLES = {name: _tables(spec) for name, spec in lists.SAFE_COMMANDS.items()}
+_TABLES: Final = {name: _tables(spec) for name, spec in lists.SAFE_COMMANDS.items()}
 
 
 def cd(j: Judge, args: list[Word]) -> None:

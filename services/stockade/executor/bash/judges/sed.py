@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from stockade.executor.bash.findings import Judge
 from stockade.executor.bash.options import (
     literal,
@@ -61,4 +63,4 @@ def judge(j: Judge, args: list[Word]) -> None:
         j.effect("sed -i edits files in place")
 
 
-_SED_IN_PLACE = frozenset({"--in-place"})
+_SED_IN_PLACE: Final = frozenset({"--in-place"})

@@ -5,6 +5,7 @@ variable-setting builtins, declarations, arithmetic on values not known here, ``
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.filevars import FILE_VARIABLES, written_file
@@ -324,10 +325,10 @@ def shell_options(j: Judge) -> None:
 # bash evaluates a value assigned to these as arithmetic at once (OPTIND, RANDOM, SRANDOM
 # and HISTCMD have assignment functions of their own): `read OPTIND < f` with f holding
 # `a[$(cmd)]` runs cmd, like an integer variable's assignment (EXE-8b).
-ARITHMETIC_SPECIALS = frozenset({"OPTIND", "RANDOM", "SRANDOM", "HISTCMD"})
+ARITHMETIC_SPECIALS: Final = frozenset({"OPTIND", "RANDOM", "SRANDOM", "HISTCMD"})
 
 
-_WIDER_GLOBS = frozenset({"dotglob", "nocaseglob", "globstar", "extglob", "globasciiranges"})
+_WIDER_GLOBS: Final = frozenset({"dotglob", "nocaseglob", "globstar", "extglob", "globasciiranges"})
 
 
 def assignment(j: Judge, name: str, value: str | None = None, *, exported: bool = True) -> None:
@@ -434,34 +435,38 @@ def file_variable(j: Judge, name: str, value: Word | None) -> None:
         j.effect(f"{name}={short(target, 40)} makes programs write that file", "low")
 
 
-_NAMING_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly", "let", "unset"})
+_NAMING_BUILTINS: Final = frozenset(
+    {"declare", "typeset", "local", "export", "readonly", "let", "unset"}
+)
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-_DECLARATION_BUILTINS = frozenset({"declare", "typeset", "local", "export", "readonly"})
+_DECLARATION_BUILTINS: Final = frozenset({"declare", "typeset", "local", "export", "readonly"})
 
 
-_DECLARED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]]*\])?(\+?=)?")
+_DECLARED: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]]*\])?(\+?=)?")
 
 
-_LITERAL_NUMBER = re.compile(r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+(?:#[0-9a-zA-Z@_]+)?)\s*\Z")
+_LITERAL_NUMBER: Final = re.compile(
+    r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+(?:#[0-9a-zA-Z@_]+)?)\s*\Z"
+)
 
 
-_EXECUTOR_ENV = frozenset(command_env(cwd="/", tmp_dir="/"))
+_EXECUTOR_ENV: Final = frozenset(command_env(cwd="/", tmp_dir="/"))
 
 
-_STATIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\+)?=")
+_STATIC_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\+)?=")
 
 
-_READ_VALUED = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
+_READ_VALUED: Final = frozenset({"-d", "-i", "-n", "-N", "-p", "-t", "-u"})
 
 
-_MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
+_MAPFILE_VALUED: Final = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
 
 
-_SETTERS = frozenset(
+_SETTERS: Final = frozenset(
     {
         "read",
         "mapfile",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Final
 
 from stockade.executor.bash import lists
 from stockade.executor.bash.findings import Judge
@@ -88,7 +89,7 @@ def judge(j: Judge, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
     j.effect(f"{name} {spec.what}", spec.risk)
 
 
-_BACKUP_WRITERS = frozenset({"cp", "mv", "ln", "install"})
+_BACKUP_WRITERS: Final = frozenset({"cp", "mv", "ln", "install"})
 
 
 def _backups(
@@ -215,7 +216,7 @@ def output_options(j: Judge, name: str, args: list[Word]) -> None:
             j.path(target, write=True, what=f"{name} {option} may write")
 
 
-_CP_LINK_FLAGS = frozenset({"-s", "--symbolic-link", "-l", "--link"})
+_CP_LINK_FLAGS: Final = frozenset({"-s", "--symbolic-link", "-l", "--link"})
 
 
 def _setuid_mode(mode: str) -> bool:
@@ -225,7 +226,7 @@ def _setuid_mode(mode: str) -> bool:
     return "s" in mode.split("=")[-1] or any("s" in part for part in mode.split(","))
 
 
-OUTPUT_OPTION = re.compile(
+OUTPUT_OPTION: Final = re.compile(
     r"--?(o|out|output|outfile|output-file|output-document|output-dir|output-directory|"
     r"log|log-file|logfile|log-output|xml-file|save|save-file|dump|dump-file|history-file|"
     r"histfile|trace-file|report|report-file|write|write-file|target|target-directory|"
@@ -233,10 +234,10 @@ OUTPUT_OPTION = re.compile(
 )
 
 
-_PIP_TARGETS = frozenset({"-t", "--target", "--prefix", "--root", "--src", "-d", "--dest"})
+_PIP_TARGETS: Final = frozenset({"-t", "--target", "--prefix", "--root", "--src", "-d", "--dest"})
 
 
-_WRITE_OPTIONS_OF: dict[str, frozenset[str]] = {
+_WRITE_OPTIONS_OF: Final[dict[str, frozenset[str]]] = {
     # Downloaders: where the body, headers, cookies, traces and logs go.
     "curl": frozenset(
         {
@@ -278,12 +279,14 @@ _WRITE_OPTIONS_OF: dict[str, frozenset[str]] = {
 }
 
 
-_OUTPUT_WORD = re.compile(r"out|log|dump|save|write|export|report|hist|trace|dest|target|cookie")
+_OUTPUT_WORD: Final = re.compile(
+    r"out|log|dump|save|write|export|report|hist|trace|dest|target|cookie"
+)
 
 
-_PATHLIKE = re.compile(r"[/~.]")
+_PATHLIKE: Final = re.compile(r"[/~.]")
 
 
-_O_NOT_OUTPUT = frozenset(
+_O_NOT_OUTPUT: Final = frozenset(
     {"mount", "ssh", "scp", "sftp", "ps", "ls", "column", "pr", "join", "make", "gmake"}
 )
