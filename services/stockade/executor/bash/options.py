@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from dataclasses import dataclass
+from typing import Final
 
 from stockade.contract.shell import canonical_option, split_option
 from stockade.executor.bash.parser import Word
@@ -104,15 +105,22 @@ def options_of(
     return out
 
 
-class OptionArg(NamedTuple):
-    """One option argument of a command line and the options it holds (a named tuple:
-    the judges build one per option argument of every command, so it must be cheap)."""
+@dataclass(frozen=True, init=False)
+class OptionArg:
+    """One option argument of a command line and the options it holds (the judges build
+    one per option argument of every command, so it must be cheap: an __init__ of its own,
+    which mypyc compiles to direct stores, as parser.Word; a NamedTuple is built through
+    its interpreted __new__)."""
 
     text: str
     """The argument as written (``-rf``, ``--file=x``)."""
     options: list[tuple[str, Word | None, bool]]
     """:func:`options_of` of it: each option, its value word (None when it takes none or
     the value is missing) and whether that value was the next argument."""
+
+    def __init__(self, text: str, options: list[tuple[str, Word | None, bool]]) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "options", options)
 
 
 def split_arguments(
