@@ -879,11 +879,12 @@ class PathSandbox:
             raise _Refusal("empty path")
         if "\0" in path:
             raise _Refusal("path contains a NUL byte")
-        try:
-            path.encode("utf-8")
-        except UnicodeEncodeError:
-            # Lone surrogates cannot reach the kernel as text; refuse rather than guess bytes.
-            raise _Refusal("path is not valid UTF-8 text") from None
+        if not path.isascii():  # ASCII always encodes (no copy made to find out)
+            try:
+                path.encode("utf-8")
+            except UnicodeEncodeError:
+                # Lone surrogates cannot reach the kernel as text; refuse rather than guess.
+                raise _Refusal("path is not valid UTF-8 text") from None
         if path.startswith("~"):
             raise _Refusal("paths starting with '~' are refused (home directory expansion)")
         if ".." in path and ".." in path.split("/"):

@@ -17,6 +17,15 @@ _STDIN: Final = re.compile(
 )
 
 
+# The lists tables read per command, bound as Finals (C statics for mypyc, where
+# ``lists.NAME`` looks the name up on the module each time).
+_EVAL_COMMANDS: Final = lists.EVAL_COMMANDS
+_INTERPRETERS: Final = lists.INTERPRETERS
+_INTERPRETER_INFO_FLAGS: Final = lists.INTERPRETER_INFO_FLAGS
+_NETWORK_SUBCOMMANDS: Final = lists.NETWORK_SUBCOMMANDS
+_PACKAGE_MANAGERS: Final = lists.PACKAGE_MANAGERS
+
+
 def _normal(path: str) -> str:
     """``path`` without ``.``, doubled or leading extra slashes (``//dev/./stdin``)."""
     if not path:
@@ -28,7 +37,7 @@ def _normal(path: str) -> str:
 def eval_command(j: Judge, name: str, args: list[Word]) -> None:
     """eval/source and friends: eval is refused; source of a file runs it in this shell."""
     if name not in ("source", "."):
-        j.deny(lists.EVAL_COMMANDS[name])
+        j.deny(_EVAL_COMMANDS[name])
         return
     if args and args[0].value == "--":
         args = args[1:]  # `source -- FILE` (bash's no_options)
@@ -42,7 +51,7 @@ def eval_command(j: Judge, name: str, args: list[Word]) -> None:
 
 def interpreter(j: Judge, name: str, args: list[Word], raw: RawCommand) -> None:
     """python, node and other interpreters: inline code, modules, program files, stdin."""
-    spec = lists.INTERPRETERS[name]
+    spec = _INTERPRETERS[name]
     language = spec.language
     i = 0
     info = False
@@ -63,14 +72,14 @@ def interpreter(j: Judge, name: str, args: list[Word], raw: RawCommand) -> None:
             return
         if value.startswith("-") and option in spec.module_options:
             module = value[2:] or (word_text(args[i + 1]) if i + 1 < len(args) else "")
-            phrase = lists.PACKAGE_MANAGERS.get(module)
+            phrase = _PACKAGE_MANAGERS.get(module)
             if phrase is not None:
                 package_manager(j, module, args[i + 2 :] if not value[2:] else args[i + 1 :])
             else:
                 j.effect(f"runs the {language} module {module!r}")
             return
         if value.startswith("-") and len(value) > 1:
-            if value in lists.INTERPRETER_INFO_FLAGS:
+            if value in _INTERPRETER_INFO_FLAGS:
                 info = True
             i += 2 if value in spec.value_options else 1
             continue
@@ -92,8 +101,8 @@ def interpreter(j: Judge, name: str, args: list[Word], raw: RawCommand) -> None:
 def package_manager(j: Judge, name: str, args: list[Word]) -> None:
     """A package manager: always a side effect; some subcommands use the network."""
     sub = next((a.value for a in args if a.value and not a.value.startswith("-")), "")
-    network = lists.NETWORK_SUBCOMMANDS.get(name)
+    network = _NETWORK_SUBCOMMANDS.get(name)
     if network is not None and (not network or sub in network):
         j.needs_network = True
-    phrase = lists.PACKAGE_MANAGERS[name]
+    phrase = _PACKAGE_MANAGERS[name]
     j.effect(phrase, "medium")

@@ -20,13 +20,17 @@ from stockade.executor.bash.options import (
 )
 from stockade.executor.bash.parser import Word
 
+# The lists table read for every write command, bound as a Final: mypyc reads it as a C
+# static, where ``lists.DENY_OPTIONS`` looks the name up on the module each time.
+_DENY_OPTIONS: Final = lists.DENY_OPTIONS
+
 
 def judge(j: Judge, name: str, spec: lists.WriteSpec, args: list[Word]) -> None:
     """A command that changes files: deny options, then what it reads and writes."""
     if name == "kill":
         _kill(j, args)
         return
-    deny_options = lists.DENY_OPTIONS.get(name, {})
+    deny_options = _DENY_OPTIONS.get(name, {})
     takes_value = spec.value_options | spec.target_options
     deny_set = frozenset(deny_options)
     operands, found = split_arguments(args, takes_value, (deny_set, takes_value))
