@@ -75,6 +75,9 @@ class SafeSpec:
     names_options: frozenset[str] = frozenset()
     """Options whose value is a file naming more files the command reads and prints
     (``sort --files0-from=F``): a read of F, and of files only known at run time."""
+    names_flags: frozenset[str] = frozenset()
+    """Flags that make the operands lists of more files the command reads
+    (``md5sum -c LIST``): a read of each list, and of files only known at run time."""
     optional_options: frozenset[str] = frozenset()
     """Options whose value is optional, so only ever attached (``--color[=WHEN]``,
     ``-I[FMT]``): the next word is never their value (``grep --color x FILE`` reads FILE)."""
@@ -170,6 +173,8 @@ _RG: Final = SafeSpec(
 )
 
 _PLAIN: Final = SafeSpec()
+# -c LIST checks the files LIST names: which ones is only known at run time.
+_SUMS: Final = SafeSpec(names_flags=_f("-c", "--check"))
 _NO_FILES: Final = SafeSpec(operands="none", what="prints text")
 
 SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
@@ -216,7 +221,7 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     "egrep": _GREP,  # grep -E
     "fgrep": _GREP,  # grep -F
     # Counts; --files0-from names files it reads.
-    "wc": SafeSpec(read_options=_f("--files0-from"), what="counts lines in files"),
+    "wc": SafeSpec(names_options=_f("--files0-from"), what="counts lines in files"),
     "echo": _NO_FILES,  # prints its arguments, touches no file
     # Prints its arguments; -v NAME is judged as an assignment.
     "printf": SafeSpec(operands="none", value_options=_f("-v"), what="prints text"),
@@ -310,7 +315,9 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     # Reads file headers; -C writes a compiled magic file.
     "file": SafeSpec(
         value_options=_f("-F", "--separator", "-P", "--parameter"),
-        read_options=_f("-f", "--files-from", "-m", "--magic-file"),
+        read_options=_f("-m", "--magic-file"),
+        # -f LIST: the types of the files LIST names (only known at run time).
+        names_options=_f("-f", "--files-from"),
         # -C compiles a magic file: it writes one.
         ask_options=_f("-C", "--compile"),
         what="identifies file types",
@@ -329,7 +336,8 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
             "--exclude",
             "--time-style",
         ),
-        read_options=_f("--files0-from", "-X", "--exclude-from"),
+        read_options=_f("-X", "--exclude-from"),
+        names_options=_f("--files0-from"),
         # --time[=WORD] is an option of its own, not an abbreviation of --time-style.
         optional_options=_f("--time"),
         what="measures disk usage",
@@ -352,7 +360,7 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     "dirname": SafeSpec(operands="none", what="manipulates a path string"),
     # Resolves paths without reading contents.
     "realpath": SafeSpec(
-        value_options=_f("--relative-to", "--relative-base"), what="resolves paths"
+        read_options=_f("--relative-to", "--relative-base"), what="resolves paths"
     ),
     "readlink": SafeSpec(what="resolves links"),  # reads link targets
     # tee writes every operand: judged in judges/readers.py (a file operand makes it a write).
@@ -360,8 +368,9 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     # Prints the date; -s sets the clock (refused).
     "date": SafeSpec(
         operands="none",
-        value_options=_f("-d", "--date", "--rfc-3339", "-r", "--reference"),
-        read_options=_f("-f", "--file"),
+        value_options=_f("-d", "--date", "--rfc-3339"),
+        # -r FILE prints FILE's time (`stat FILE`).
+        read_options=_f("-f", "--file", "-r", "--reference"),
         # -I[FMT], --iso-8601[=FMT]: `date -I -f FILE` reads FILE (and prints its lines).
         optional_options=_f("-I", "--iso-8601"),
         # -s sets the system clock.
@@ -390,12 +399,14 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     "comm": _PLAIN,  # compares sorted files
     # Compares files byte by byte.
     "cmp": SafeSpec(value_options=_f("-i", "--ignore-initial", "-n", "--bytes")),
-    "md5sum": _PLAIN,  # checksums
-    "sha1sum": _PLAIN,  # checksums
-    "sha256sum": _PLAIN,  # checksums
-    "sha512sum": _PLAIN,  # checksums
-    "b2sum": _PLAIN,  # checksums
-    "cksum": _PLAIN,  # checksums
+    "md5sum": _SUMS,  # checksums
+    "sha1sum": _SUMS,  # checksums
+    "sha256sum": _SUMS,  # checksums
+    "sha512sum": _SUMS,  # checksums
+    "b2sum": SafeSpec(value_options=_f("-l", "--length"), names_flags=_f("-c", "--check")),
+    "cksum": SafeSpec(
+        value_options=_f("-a", "--algorithm", "-l", "--length"), names_flags=_f("-c", "--check")
+    ),
     # Hex dump; a second operand is an output file (judged in judges/readers.py).
     "xxd": SafeSpec(
         value_options=_f("-l", "-s", "-c", "-g", "-o", "-len", "-seek", "-cols", "-groupsize")
@@ -424,7 +435,11 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     "strings": SafeSpec(value_options=_f("-n", "-t", "--bytes", "--radix")),
     # Lists directories; -o writes a file.
     "tree": SafeSpec(
-        value_options=_f("-L", "-P", "-I", "--charset", "--filelimit", "--sort"),
+        value_options=_f(
+            "-L", "-P", "-I", "-H", "-T", "--charset", "--filelimit", "--sort", "--timefmt"
+        ),
+        # Files tree reads: .info and .gitignore files, the HTML intro and outro.
+        read_options=_f("--infofile", "--gitfile", "--hintro", "--houtro"),
         write_options=_f("-o"),
         # -R runs tree again in every directory with `-o 00Tree.html`: it writes there.
         ask_options=_f("-R"),
@@ -450,7 +465,13 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
         operands="pattern_then_paths",
         # --pager runs a program on the output.
         deny_options=_f("--pager"),
-        value_options=_f("-A", "-B", "-C", "-G", "-m", "--depth", "--ignore"),
+        value_options=_f(
+            "-A", "-B", "-C", "-G", "-m", "-W", "--depth", "--ignore", "--ignore-dir", "--width"
+        ),
+        # -p FILE: an ignore file it reads.
+        read_options=_f("-p", "--path-to-ignore"),
+        # -g PATTERN: file names matching PATTERN; every operand is a path.
+        pattern_options=_f("-g"),
         what="searches files",
     ),
     # Lists files; -x/-X run programs (refused).
@@ -467,7 +488,30 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
             "--exclude",
             "-S",
             "--size",
+            "-c",
+            "--color",
+            "-j",
+            "--threads",
+            "-o",
+            "--owner",
+            "--and",
+            "--max-results",
+            "--min-depth",
+            "--exact-depth",
+            "--changed-within",
+            "--changed-before",
+            "--change-newer-than",
+            "--change-older-than",
+            "--newer",
+            "--older",
+            "--format",
+            "--batch-size",
+            "--path-separator",
+            "--max-buffer-time",
         ),
+        # Directories it searches (--base-directory also moves the base of relative
+        # paths: judged in judges/readers.py) and an ignore file it reads.
+        read_options=_f("--base-directory", "--search-path", "--ignore-file"),
         # -x/-X run a command per result.
         deny_options=_f("-x", "--exec", "-X", "--exec-batch"),
         what="lists files",
@@ -501,8 +545,8 @@ SAFE_COMMANDS: Final[dict[str, SafeSpec]] = {
     "arch": _NO_FILES,  # prints the machine architecture
     "cal": _NO_FILES,  # prints a calendar
     "numfmt": _NO_FILES,  # formats numbers
-    "sha224sum": _PLAIN,  # checksums
-    "sha384sum": _PLAIN,  # checksums
+    "sha224sum": _SUMS,  # checksums
+    "sha384sum": _SUMS,  # checksums
     "base32": _PLAIN,  # encodes; decoding only prints
     "base64": _PLAIN,  # encodes or decodes to stdout
     # Converts encodings; -o writes a file.

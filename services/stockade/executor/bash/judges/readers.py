@@ -39,7 +39,7 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         args = _jq_named_files(j, args)
     if name in RESPONSE_FILE_COMMANDS:
         _response_files(j, args)
-    operands, pattern_given = _options(j, name, spec, args)
+    operands, pattern_given, lists_given = _options(j, name, spec, args)
     if name == "hostname" and operands:
         j.deny("hostname NAME changes the machine's host name")
         return
@@ -73,8 +73,47 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         operands = until(operands, ("--args", "--jsonargs"))
     if stdin_args:
         j.ask(f"{name} gets file names from stdin (xargs), which cannot be checked")
+    if lists_given:
+        j.ask(
+            f"{name} {lists_given} reads the files named in "
+            f"{', '.join(word_text(w) for w in operands) or 'stdin'}, "
+            "which are only known at run time",
+            "high",
+            immune=True,
+        )
+    if name == "fd":
+        _fd_base(j, args, operands)
     for word in operands:
         j.path(word, write=False)
+
+
+def _fd_base(j: Judge, args: list[Word], operands: list[Word]) -> None:
+    """``fd --base-directory DIR`` resolves its relative paths (operands, ``--search-path``)
+    from DIR: each is judged from there too (DIR itself is judged as a read)."""
+    base: str | None = None
+    relative: list[str] = []
+    for k, word in enumerate(args):
+        value = word.value
+        if value is None:
+            continue
+        if value == "--":
+            break
+        for option in ("--base-directory", "--search-path"):
+            given: str | None = None
+            if value == option and k + 1 < len(args):
+                given = args[k + 1].value
+            elif value.startswith(option + "="):
+                given = value[len(option) + 1 :]
+            if given is not None:
+                if option == "--base-directory":
+                    base = given
+                elif not given.startswith("/"):
+                    relative.append(given)
+    if base is None:
+        return
+    relative.extend(w.value for w in operands if w.value and not w.value.startswith("/"))
+    for path in relative:
+        j.path(literal(base.rstrip("/") + "/" + path), write=False)
 
 
 RESPONSE_FILE_COMMANDS: Final = frozenset({"strings"})
@@ -141,15 +180,17 @@ def _jq_named_files(j: Judge, args: list[Word]) -> list[Word]:
 
 def _options(
     j: Judge, name: str, spec: lists.SafeSpec, args: list[Word]
-) -> tuple[list[Word], bool]:
-    """Walk options (judging their values); return the operands and whether a pattern
-    option (``grep -e``) was given."""
+) -> tuple[list[Word], bool, str]:
+    """Walk options (judging their values); return the operands, whether a pattern
+    option (``grep -e``) was given and the flag that makes the operands lists of files
+    (``md5sum -c``; empty when none was)."""
     tables = _TABLES.get(name)
     if tables is None or tables[0] is not spec:
         tables = _tables(spec)
     _, takes_value, known = tables
     operands, found = split_arguments(args, takes_value, known, spec.optional_options)
     pattern_given = False
+    lists_given = ""
     for arg in found:
         for option, operand, next_word in arg.options:
             if next_word and operand is not None and operand.value is None:
@@ -158,8 +199,11 @@ def _options(
                 j.deny(f"{name} {option} runs another program")
             elif option in spec.ask_options:
                 j.effect(f"{name} {option} changes files")
-            if option in spec.pattern_options:
+            if option in spec.pattern_options or (name == "rg" and option == "--files"):
+                # (`rg --files DIR...` takes no pattern: every operand is a path.)
                 pattern_given = True
+            if option in spec.names_flags:
+                lists_given = option
             if (
                 operand is not None
                 and option.startswith("--")
@@ -185,7 +229,7 @@ def _options(
                         "high",
                         immune=True,
                     )
-    return operands, pattern_given
+    return operands, pattern_given, lists_given
 
 
 def _splits(j: Judge, name: str, word: Word, what: str) -> bool:
@@ -218,6 +262,7 @@ def _has_dangerous_options(spec: lists.SafeSpec) -> bool:
         or spec.write_options
         or spec.ask_options
         or spec.names_options
+        or spec.names_flags
     )
 
 
@@ -269,6 +314,7 @@ def _tables(
     abbreviations), as :func:`_options` reads them."""
     known = (
         spec.names_options,
+        spec.names_flags,
         spec.deny_options,
         spec.write_options,
         spec.ask_options,
