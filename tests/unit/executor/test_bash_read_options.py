@@ -76,6 +76,14 @@ _FORMS = [
     ("paste -d, a.txt {p}/secret.txt", "cat {p}/secret.txt"),
     ("xargs -a {p}/secret.txt", "cat {p}/secret.txt"),
     ("hexdump -f {p}/secret.txt a.txt", "cat {p}/secret.txt"),
+    ("find . -newermm {p}/secret.txt", "stat {p}/secret.txt"),
+    ("find . -newerBa {p}/secret.txt", "stat {p}/secret.txt"),
+    ("find . -newer {p}/secret.txt", "stat {p}/secret.txt"),
+    ("whereis -B {p} -f x", "ls {p}"),
+    ("whereis -b -B /usr/bin {p} -f x", "ls {p}"),
+    ("whereis -M {p} -f x", "ls {p}"),
+    ("lsof +D {p}", "ls {p}"),
+    ("lsof -n +d {p}", "ls {p}"),
 ]
 
 
@@ -193,6 +201,12 @@ def test_md5sum_check_reads_a_file_the_command_line_never_names(
         "ls --hide='*.pyc' --ignore=x src",
         "comm a.txt patterns.txt",
         "diff --from-file=a.txt patterns.txt",
+        "find . -newermt 2020-01-01",
+        "find . -newer a.txt -name '*.py'",
+        "whereis -b ls",
+        "whereis -B src -f m",
+        "lsof -p 1",
+        "lsof +D src",
     ],
 )
 def test_ordinary_uses_stay_allowed(ws: tuple[Path, Path, PathSandbox], command: str) -> None:

@@ -57,7 +57,10 @@ def judge(j: Judge, args: list[Word]) -> None:
             j.effect(f"find {value} writes a file", "low")
             k += 3 if value == "-fprintf" else 2
             continue
-        elif value in ("-newer", "-anewer", "-cnewer", "-samefile", "-files0-from"):
+        elif value in ("-newer", "-anewer", "-cnewer", "-samefile", "-files0-from") or (
+            # -newerXY FILE compares with FILE's time (Y=t: a date string, no file).
+            value is not None and len(value) == 8 and value.startswith("-newer") and value[7] != "t"
+        ):
             if nxt is not None:
                 j.path(nxt, write=False)
                 if value == "-files0-from":

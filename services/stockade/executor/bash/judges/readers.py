@@ -60,6 +60,8 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         return
     kind = spec.operands
     if kind == "none":
+        if name in _DIRECTORY_LISTS:
+            _directory_lists(j, args, _DIRECTORY_LISTS[name])
         if name in _OPTION_BUILTINS or _has_dangerous_options(spec):
             _dynamic_options(j, name, args, builtin=name in _OPTION_BUILTINS)
         return
@@ -85,6 +87,26 @@ def judge(j: Judge, name: str, spec: lists.SafeSpec, args: list[Word], stdin_arg
         _fd_base(j, args, operands)
     for word in operands:
         j.path(word, write=False)
+
+
+_DIRECTORY_LISTS: Final = {"whereis": (("-B", "-M", "-S"), True), "lsof": (("+D", "+d"), False)}
+"""Programs that take no file operands but list directories an option names: ``whereis
+-B DIR... -f NAME`` (every word up to the next option), ``lsof +D DIR``."""
+
+
+def _directory_lists(j: Judge, args: list[Word], table: tuple[tuple[str, ...], bool]) -> None:
+    """Judge the directories named after the table's options as reads (as ``ls DIR`` is);
+    several words per option, or one."""
+    options, several = table
+    listing = False
+    for word in args:
+        value = word.value
+        if value is not None and value.startswith(("-", "+")):
+            listing = value in options
+            continue
+        if listing:
+            j.path(word, write=False)
+            listing = several
 
 
 def _fd_base(j: Judge, args: list[Word], operands: list[Word]) -> None:
