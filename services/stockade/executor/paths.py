@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import glob as globmod
 import os
 import stat
 import threading
@@ -422,10 +421,6 @@ class _FoldedGlobs:
         return None
 
 
-_MAX_OUTSIDE_DENIED: Final = 20_000
-"""Denied files outside the roots looked at for their links, at most (then fail closed)."""
-
-
 class _LinkedSecrets:
     """Identities (st_dev, st_ino) of the files the sandbox refuses to read that have
     more than one link: another name of such a file (a hard link made before, under a
@@ -482,25 +477,12 @@ class _LinkedSecrets:
                     continue
                 if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                     self._found[(st.st_dev, st.st_ino)] = f
-            self._outside_files()
+            # The denied files outside the roots with several links (the absolute globs
+            # expanded, dot files too): the same scan as the worker's masks.
+            for identity, f in masks.outside_files(self._outside).items():
+                self._found.setdefault(identity, f)
         except OSError as exc:
             self._problem = f"the denied files could not all be found ({exc.strerror or exc})"
-
-    def _outside_files(self) -> None:
-        """The denied files outside the roots with several links: the absolute globs
-        expanded (dot files too), at most ``_MAX_OUTSIDE_DENIED`` names."""
-        seen = 0
-        for pattern in self._outside:
-            for f in globmod.iglob(pattern, recursive=True, include_hidden=True):
-                seen += 1
-                if seen > _MAX_OUTSIDE_DENIED:
-                    raise OSError(0, f"more than {_MAX_OUTSIDE_DENIED} denied files outside")
-                try:
-                    st = os.lstat(f)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                    self._found.setdefault((st.st_dev, st.st_ino), f)
 
 
 def protected_matcher(globs: tuple[str, ...]) -> Callable[[str], str | None]:

@@ -29,6 +29,7 @@ import selectors
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stockade.executor.confine import kernel, landlock, limits, protect, worker
@@ -550,27 +551,40 @@ def _try_pid_namespace() -> str | None:
     return None if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "not pid 1"
 
 
-def _try_seccomp() -> str | None:
-    """None if a forked child can install the keyring seccomp filter, else why not."""
-    if not kernel.keyring_filter_supported():
-        return f"no filter for {os.uname().machine}"
+def _in_forked_child(probe: Callable[[], bytes]) -> bytes:
+    """What ``probe`` answers when run in a forked child (which then exits): a probe
+    that changes the process (a namespace, a seccomp filter) leaves the launcher as it was."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         try:
-            kernel.set_no_new_privs()
-            kernel.deny_keyring_syscalls()
-            os.write(w, b"ok")
-        except OSError as exc:
-            os.write(w, f"seccomp: {exc.strerror or exc}".encode())
-        os._exit(0)
+            os.write(w, probe())
+        finally:
+            os._exit(0)
     os.close(w)
     answer = b""
     while chunk := os.read(r, 256):
         answer += chunk
     os.close(r)
     os.waitpid(pid, 0)
+    return answer
+
+
+def _try_seccomp() -> str | None:
+    """None if a forked child can install the keyring seccomp filter, else why not."""
+    if not kernel.keyring_filter_supported():
+        return f"no filter for {os.uname().machine}"
+
+    def child() -> bytes:
+        try:
+            kernel.set_no_new_privs()
+            kernel.deny_keyring_syscalls()
+        except OSError as exc:
+            return f"seccomp: {exc.strerror or exc}".encode()
+        return b"ok"
+
+    answer = _in_forked_child(child)
     return None if answer == b"ok" else answer.decode(errors="replace") or "probe failed"
 
 
@@ -579,27 +593,20 @@ def _try_mount_namespace() -> tuple[str | None, bool]:
     it can also get a private IPC namespace: without one a command reaches the System V
     shared memory, semaphores and message queues of every process of its uid on the host,
     which neither Landlock nor the masks govern)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
+
+    def child() -> bytes:
         try:
             kernel.unshare(kernel.CLONE_NEWNS)
             kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE, None)
-            try:
-                kernel.unshare(kernel.CLONE_NEWIPC)
-                os.write(w, b"ok+ipc")
-            except OSError:
-                os.write(w, b"ok")
         except OSError as exc:
-            os.write(w, f"unshare(CLONE_NEWNS): {exc.strerror}".encode())
-        os._exit(0)
-    os.close(w)
-    answer = b""
-    while chunk := os.read(r, 256):
-        answer += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
+            return f"unshare(CLONE_NEWNS): {exc.strerror}".encode()
+        try:
+            kernel.unshare(kernel.CLONE_NEWIPC)
+        except OSError:
+            return b"ok"
+        return b"ok+ipc"
+
+    answer = _in_forked_child(child)
     if answer in (b"ok", b"ok+ipc"):
         return None, answer == b"ok+ipc"
     return answer.decode(errors="replace") or "probe failed", False

@@ -201,11 +201,13 @@ def files_under(directory: str, *, limit: int = MAX_ENTRIES) -> list[str]:
     return [entry.path for entry in _regular_files([directory], limit, f"in {directory} to scan")]
 
 
-def outside_files(globs: Sequence[str], *, limit: int = MAX_OUTSIDE) -> list[str]:
+def outside_files(globs: Sequence[str], *, limit: int = MAX_OUTSIDE) -> dict[tuple[int, int], str]:
     """The files the absolute ``globs`` name (dot files too; symlinks not followed at the
-    end) that have more than one link: a hard link inside a root reads them past Landlock.
-    Raises OSError past ``limit`` names (fail closed)."""
-    found: list[str] = []
+    end) that have more than one link, by (device, inode), the first name found for each: a
+    hard link inside a root reads them past Landlock. Raises OSError past ``limit`` names
+    (fail closed). The worker masks their other names; the path sandbox refuses reads
+    through them."""
+    found: dict[tuple[int, int], str] = {}
     seen = 0
     for pattern in globs:
         for path in globmod.iglob(pattern, recursive=True, include_hidden=True):
@@ -217,7 +219,7 @@ def outside_files(globs: Sequence[str], *, limit: int = MAX_OUTSIDE) -> list[str
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                found.append(path)
+                found.setdefault((st.st_dev, st.st_ino), path)
     return found
 
 

@@ -494,8 +494,8 @@ def _confine(
         # masked file, or of a file in a masked directory, are masked too.
         # So are the names in the roots of denied files outside them (`ln ~/.ssh/id_rsa
         # notes.txt` made before: Landlock judges the path, the link reads the file).
-        outside = masks.outside_files(policy.linked_outside) if policy.linked_outside else []
-        links = masks.linked_names(roots, [*files, *outside], dirs)
+        outside = masks.outside_files(policy.linked_outside) if policy.linked_outside else {}
+        links = masks.linked_names(roots, [*files, *outside.values()], dirs)
         count = masks.apply_masks([*files, *links], dirs, plan.empty_file)
         # Landlock grants are a union: a read-only root inside a writable one would be
         # writable. A read-only bind mount keeps it read-only.
