@@ -608,9 +608,9 @@ async def test_stockade_own_configuration_under_etc_reads_empty(
     Landlock lets commands read (/etc is a system dir) and whose mode lets the executor's
     uid read: a command printed the key the executor proves its identity with."""
     etc = Path("/etc/stockade")
-    if etc.exists():
-        pytest.skip("/etc/stockade belongs to an installation on this host")
-    key = etc / "tls" / "tls.key"
+    installed = etc.exists()  # an installation's own files stay; ours go in a new subdir
+    tls = etc / f"tls-test-{os.getpid()}" if installed else etc / "tls"
+    key = tls / "tls.key"
     key.parent.mkdir(parents=True)
     try:
         key.write_text("-----BEGIN PRIVATE KEY-----\nexecutor-identity\n")
@@ -619,7 +619,7 @@ async def test_stockade_own_configuration_under_etc_reads_empty(
             await run(launcher, ws, "true")
         outcome = await run(launcher, ws, f"cat {key}; ls {etc}; echo END")
         assert "executor-identity" not in outcome.stdout
-        assert "tls" not in outcome.stdout.replace("END", "")
+        assert tls.name not in outcome.stdout.replace("END", "")
         assert "executor-identity" in key.read_text()  # hidden in the command's view only
     finally:
-        shutil.rmtree(etc)
+        shutil.rmtree(tls if installed else etc)
